@@ -1,0 +1,159 @@
+"""Slurm hostlist expressions: ``dgx[001-004,010]``, ``switch.2.[1-6]``, ``r[1-2]n[01-02]``.
+
+Expansion follows Slurm's rules: a bracket holds comma-separated numbers and ranges, the width
+of a zero-padded lower bound is kept, several bracket groups multiply out, and top-level commas
+separate expressions. Compression is the inverse used for ``Placement.hostlist()`` and for
+topology.conf output.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from gpuplace.errors import GpuplaceError
+
+__all__ = ["HostlistError", "expand", "compress", "MAX_HOSTS"]
+
+#: Upper bound on the number of names one expression may expand to. A real cluster has at most
+#: a few hundred thousand hosts; anything larger is a typo or a hostile input.
+MAX_HOSTS = 1_000_000
+
+
+class HostlistError(GpuplaceError, ValueError):
+    """A hostlist expression is malformed or expands to too many names."""
+
+
+def _split_top_level(expr: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(expr):
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise HostlistError(f"nested '[' at position {i} in hostlist {expr!r}")
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise HostlistError(f"unmatched ']' at position {i} in hostlist {expr!r}")
+        elif ch == "," and depth == 0:
+            parts.append(expr[start:i])
+            start = i + 1
+    if depth != 0:
+        raise HostlistError(f"unclosed '[' in hostlist {expr!r}")
+    parts.append(expr[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def _expand_bracket(body: str, expr: str) -> list[str]:
+    out: list[str] = []
+    for item in body.split(","):
+        item = item.strip()
+        m = _RANGE.match(item)
+        if not m:
+            raise HostlistError(
+                f"bad range {item!r} in hostlist {expr!r}: expected N or N-M with digits"
+            )
+        lo_s, hi_s = m.group(1), m.group(2)
+        lo = int(lo_s)
+        hi = int(hi_s) if hi_s is not None else lo
+        if hi < lo:
+            raise HostlistError(f"range {item!r} in hostlist {expr!r} runs backwards")
+        if hi - lo + 1 > MAX_HOSTS:
+            raise HostlistError(
+                f"range {item!r} in hostlist {expr!r} has {hi - lo + 1} names; "
+                f"at most {MAX_HOSTS} are accepted"
+            )
+        width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
+        out.extend(str(v).zfill(width) for v in range(lo, hi + 1))
+    return out
+
+
+def _expand_one(part: str, expr: str) -> list[str]:
+    names = [""]
+    pos = 0
+    for m in re.finditer(r"\[([^\]]*)\]", part):
+        literal = part[pos : m.start()]
+        choices = _expand_bracket(m.group(1), expr)
+        if len(names) * len(choices) > MAX_HOSTS:
+            raise HostlistError(
+                f"hostlist {expr!r} expands to more than {MAX_HOSTS} names"
+            )
+        names = [n + literal + c for n in names for c in choices]
+        pos = m.end()
+    tail = part[pos:]
+    if "[" in tail or "]" in tail:
+        raise HostlistError(f"unbalanced brackets in hostlist {expr!r}")
+    return [n + tail for n in names]
+
+
+def expand(expr: str) -> list[str]:
+    """Expand a Slurm hostlist expression into host names, in order.
+
+    >>> expand("dgx[001-003,010]")
+    ['dgx001', 'dgx002', 'dgx003', 'dgx010']
+    """
+    if not isinstance(expr, str):
+        raise HostlistError(f"hostlist must be a string, got {type(expr).__name__}")
+    out: list[str] = []
+    for part in _split_top_level(expr.strip()):
+        out.extend(_expand_one(part, expr))
+        if len(out) > MAX_HOSTS:
+            raise HostlistError(f"hostlist {expr!r} expands to more than {MAX_HOSTS} names")
+    return out
+
+
+_NUM_SUFFIX = re.compile(r"^(.*?)(\d+)$")
+
+
+def _ranges(numbers: list[tuple[int, str]]) -> str:
+    """Render sorted (value, text) pairs of equal width as ``a-b,c``."""
+    pieces, i = [], 0
+    while i < len(numbers):
+        j = i
+        while j + 1 < len(numbers) and numbers[j + 1][0] == numbers[j][0] + 1:
+            j += 1
+        pieces.append(numbers[i][1] if i == j else f"{numbers[i][1]}-{numbers[j][1]}")
+        i = j + 1
+    return ",".join(pieces)
+
+
+def compress(names: Iterable[str]) -> str:
+    """Compress host names into a Slurm hostlist expression (``dgx[001-004,010]``).
+
+    Names are grouped by their prefix and the digit width of their numeric suffix; groups are
+    emitted in order of first appearance, numbers sorted and de-duplicated within a group.
+    ``expand(compress(names))`` returns the same set of names.
+    """
+    groups: dict[tuple[str, int], list[tuple[int, str]]] = {}
+    plain: list[str] = []
+    order: list[tuple[str, int] | str] = []
+    for name in names:
+        m = _NUM_SUFFIX.match(name)
+        if not m or "[" in name or "]" in name or "," in name:
+            if name not in plain:
+                plain.append(name)
+                order.append(name)
+            continue
+        prefix, digits = m.group(1), m.group(2)
+        # An unpadded number keeps width 0 so that 9 and 10 land in one range.
+        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
+        key = (prefix, width)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append((int(digits), digits))
+    out = []
+    for key in order:
+        if isinstance(key, str):
+            out.append(key)
+            continue
+        prefix, _ = key
+        nums = sorted(set(groups[key]))
+        if len(nums) == 1:
+            out.append(prefix + nums[0][1])
+        else:
+            out.append(f"{prefix}[{_ranges(nums)}]")
+    return ",".join(out)
