@@ -127,19 +127,31 @@ def compress(names: Iterable[str]) -> str:
     emitted in order of first appearance, numbers sorted and de-duplicated within a group.
     ``expand(compress(names))`` returns the same set of names.
     """
-    groups: dict[tuple[str, int], list[tuple[int, str]]] = {}
-    plain: list[str] = []
-    order: list[tuple[str, int] | str] = []
+    parsed: list[tuple[str, str] | str] = []
+    padded_widths: dict[str, set[int]] = {}
     for name in names:
         m = _NUM_SUFFIX.match(name)
         if not m or "[" in name or "]" in name or "," in name:
-            if name not in plain:
-                plain.append(name)
-                order.append(name)
+            parsed.append(name)
             continue
         prefix, digits = m.group(1), m.group(2)
-        # An unpadded number keeps width 0 so that 9 and 10 land in one range.
-        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
+        parsed.append((prefix, digits))
+        if digits.startswith("0") and len(digits) > 1:
+            padded_widths.setdefault(prefix, set()).add(len(digits))
+    groups: dict[tuple[str, int], list[tuple[int, str]]] = {}
+    plain: list[str] = []
+    order: list[tuple[str, int] | str] = []
+    for item in parsed:
+        if isinstance(item, str):
+            if item not in plain:
+                plain.append(item)
+                order.append(item)
+            continue
+        prefix, digits = item
+        # A zero-padded number fixes the width of its group; an unpadded number of that many
+        # digits belongs to the same group (dgx099, dgx100 -> dgx[099-100]); other unpadded
+        # numbers share width 0, so that 9 and 10 land in one range.
+        width = len(digits) if len(digits) in padded_widths.get(prefix, ()) else 0
         key = (prefix, width)
         if key not in groups:
             groups[key] = []

@@ -1,0 +1,163 @@
+"""Small helpers that check user-supplied dictionaries and name the offending field.
+
+Every message has the form ``<source>: <field path>: <what was expected>, got <what>`` so a
+user can find the line to fix. The error class is chosen by the caller (InvalidTopology for
+topology files, InvalidJob for job files).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuplace.errors import GpuplaceError
+
+
+class Checker:
+    """Field checks that raise ``error(<source>: <path>: <message>)``."""
+
+    def __init__(self, error: type[GpuplaceError], source: str | None):
+        self.error = error
+        self.source = source
+
+    def fail(self, path: str, message: str) -> GpuplaceError:
+        where = f"{self.source}: " if self.source else ""
+        field = f"{path}: " if path else ""
+        return self.error(f"{where}{field}{message}")
+
+    def mapping(self, value: Any, path: str) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.fail(path, f"expected a mapping, got {_describe(value)}")
+        for key in value:
+            if not isinstance(key, str):
+                raise self.fail(path, f"keys must be strings, got {_describe(key)}")
+        return value
+
+    def sequence(self, value: Any, path: str) -> list[Any]:
+        if not isinstance(value, list | tuple):
+            raise self.fail(path, f"expected a list, got {_describe(value)}")
+        return list(value)
+
+    def string(self, value: Any, path: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(path, f"expected a non-empty string, got {_describe(value)}")
+        return value
+
+    def integer(self, value: Any, path: str, *, minimum: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                raise self.fail(path, f"expected an integer, got {_describe(value)}")
+        if minimum is not None and value < minimum:
+            raise self.fail(path, f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    def number(
+        self, value: Any, path: str, *, minimum: float | None = None, positive: bool = False
+    ) -> float:
+        if isinstance(value, str):
+            # YAML 1.1 reads exponent forms without a sign (70.6e9) as strings.
+            try:
+                value = float(value.replace("_", ""))
+            except ValueError:
+                raise self.fail(path, f"expected a number, got {_describe(value)}") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(path, f"expected a number, got {_describe(value)}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise self.fail(path, f"expected a finite number, got {value}")
+        if positive and value <= 0:
+            raise self.fail(path, f"expected a number > 0, got {value}")
+        if minimum is not None and value < minimum:
+            raise self.fail(path, f"expected a number >= {minimum}, got {value}")
+        return value
+
+    def keys(self, value: Mapping[str, Any], path: str, allowed: set[str]) -> None:
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            raise self.fail(
+                f"{path}.{unknown[0]}" if path else unknown[0],
+                f"unknown field; expected one of {', '.join(sorted(allowed))}",
+            )
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def read_document(path: str | Path, error: type[GpuplaceError]) -> Any:
+    """Read a YAML or JSON file (by suffix), raising ``error`` with the file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: cannot read: {exc}") from None
+    if path.suffix.lower() == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise error(
+                f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON: {exc.msg}"
+            ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise error(f"{path}: {where}invalid YAML: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise error(f"{path}: invalid YAML: {exc}") from None
+
+
+def write_atomically(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a crash leaves either the old or the new file.
+
+    The data goes to a temporary file in the same directory, is flushed and fsynced, then
+    renamed over the target; the directory is fsynced so the rename itself is durable.
+    """
+    import os
+    import tempfile
+
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def dump_document(path: str | Path, document: Any) -> str:
+    """Serialize as JSON for ``.json`` paths, YAML otherwise."""
+    if Path(path).suffix.lower() == ".json":
+        return json.dumps(document, indent=1) + "\n"
+    return yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=100)

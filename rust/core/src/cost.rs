@@ -1,0 +1,294 @@
+//! The one cost model. Every cost gpuplace reports comes from [`evaluate`].
+//!
+//! A collective over `n` ranks moving `S` bytes per rank is priced with the alpha-beta model
+//! of ring algorithms (Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication
+//! Operations in MPICH", IJHPCA 2005; the same bus-bandwidth factors NCCL's performance notes
+//! use):
+//!
+//! | kind | steps (latency terms) | bytes each rank sends |
+//! |---|---|---|
+//! | all-reduce | 2 (n-1) | 2 (n-1)/n · S |
+//! | all-gather, reduce-scatter | n-1 | (n-1)/n · S |
+//! | all-to-all | n-1 | (n-1)/n · S |
+//! | point-to-point | 1 | S |
+//!
+//! The ring visits the group's GPUs in GPU-id order (which follows the topology); its
+//! bandwidth `B` is that of its slowest hop, its latency that of the highest level it spans.
+//! An all-to-all is limited by its slowest pair. Time = count · (steps · latency + bytes / B).
+//!
+//! Collectives of one class (e.g. the tp all-reduces of every tp group) run concurrently: a
+//! class costs its slowest member. Classes run one after another (no overlap of communication
+//! with computation or with each other is assumed). Explicit traffic (rank i sends T bytes to
+//! rank j) is priced as `T / B(i, j)` per entry and summed: the quadratic-assignment form.
+
+use crate::error::{CoreError, Result};
+use crate::job::{CollectiveKind, JobSpec};
+use crate::topology::Topology;
+
+/// Costs of one placement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CostReport {
+    /// Estimated communication time per step (s).
+    pub comm_seconds: f64,
+    /// Time per collective class (s): the slowest collective of the class.
+    pub class_seconds: Vec<f64>,
+    /// Time of the explicit traffic (s), included in `comm_seconds`.
+    pub traffic_seconds: f64,
+    /// Bytes per step whose path's lowest common level is each level.
+    pub bytes_by_level: Vec<f64>,
+    /// The lowest level whose one domain holds every GPU of the job (None for one GPU).
+    pub span_level: Option<usize>,
+    /// Every confined group stays inside its level and the job inside `max_span`.
+    pub confinement_ok: bool,
+    /// What broke confinement, in words (at most [`MAX_VIOLATIONS`] entries).
+    pub violations: Vec<String>,
+}
+
+pub const MAX_VIOLATIONS: usize = 8;
+
+/// Lowest level whose one domain holds all `gpus` (None for fewer than two GPUs).
+pub fn span_of(topo: &Topology, gpus: &[u32]) -> Option<usize> {
+    if gpus.len() < 2 {
+        return None;
+    }
+    let first = gpus[0] as usize;
+    let mut span = 0;
+    for &g in &gpus[1..] {
+        span = span.max(topo.lca(first, g as usize));
+    }
+    Some(span)
+}
+
+/// Check that a placement names `num_ranks` distinct, existing GPUs.
+pub fn check_placement(topo: &Topology, num_ranks: usize, gpus: &[u32]) -> Result<()> {
+    if gpus.len() != num_ranks {
+        return Err(CoreError::InvalidState(format!(
+            "the placement gives {} GPUs for a job of {num_ranks} ranks",
+            gpus.len()
+        )));
+    }
+    let mut sorted = gpus.to_vec();
+    sorted.sort_unstable();
+    if let Some(&last) = sorted.last() {
+        if last as usize >= topo.num_gpus() {
+            return Err(CoreError::InvalidState(format!(
+                "GPU {last} does not exist (the cluster has {})",
+                topo.num_gpus()
+            )));
+        }
+    }
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(CoreError::InvalidState(format!(
+            "GPU {} is given to two ranks",
+            w[0]
+        )));
+    }
+    Ok(())
+}
+
+struct Scratch {
+    members: Vec<u32>,
+}
+
+/// Time (s) of one call of a collective over `members` (GPU ids), and adds its bytes per
+/// call to `bytes_by_level`.
+fn collective_cost(
+    topo: &Topology,
+    kind: CollectiveKind,
+    bytes: f64,
+    members: &mut [u32],
+    bytes_by_level: &mut [f64],
+    weight: f64,
+) -> f64 {
+    let n = members.len();
+    if n < 2 {
+        return 0.0;
+    }
+    let levels = topo.levels();
+    let nf = n as f64;
+    if kind == CollectiveKind::PointToPoint {
+        let (a, b) = (members[0] as usize, members[1] as usize);
+        let l = topo.lca(a, b);
+        bytes_by_level[l] += bytes * weight;
+        return levels[l].latency_us * 1e-6 + bytes / (topo.pair_bandwidth(a, b) * 1e9);
+    }
+    members.sort_unstable();
+    let (steps, per_rank) = match kind {
+        CollectiveKind::AllReduce => (2.0 * (nf - 1.0), 2.0 * (nf - 1.0) / nf * bytes),
+        _ => (nf - 1.0, (nf - 1.0) / nf * bytes),
+    };
+    let mut span = 0usize;
+    let mut slowest = f64::INFINITY;
+    if kind == CollectiveKind::AllToAll {
+        // Every ordered pair exchanges S/n bytes.
+        let pair_bytes = bytes / nf * weight;
+        for i in 0..n {
+            for j in (i + 1)..n {
+                let (a, b) = (members[i] as usize, members[j] as usize);
+                let l = topo.lca(a, b);
+                bytes_by_level[l] += 2.0 * pair_bytes;
+                span = span.max(l);
+                slowest = slowest.min(topo.pair_bandwidth(a, b));
+            }
+        }
+    } else {
+        for i in 0..n {
+            let (a, b) = (members[i] as usize, members[(i + 1) % n] as usize);
+            let l = topo.lca(a, b);
+            bytes_by_level[l] += per_rank * weight;
+            span = span.max(l);
+            slowest = slowest.min(topo.pair_bandwidth(a, b));
+        }
+    }
+    steps * levels[span].latency_us * 1e-6 + per_rank / (slowest * 1e9)
+}
+
+/// Evaluate a placement (`gpus[rank]` = GPU id) of `job` on `topo`.
+pub fn evaluate(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Result<CostReport> {
+    check_placement(topo, job.num_ranks, gpus)?;
+    let nl = topo.num_levels();
+    let mut bytes_by_level = vec![0.0; nl];
+    let mut class_seconds = vec![0.0f64; job.num_classes];
+    let mut scratch = Scratch {
+        members: Vec::new(),
+    };
+    for c in &job.collectives {
+        scratch.members.clear();
+        scratch.members.extend(
+            job.groups
+                .row(c.group as usize)
+                .iter()
+                .map(|&r| gpus[r as usize]),
+        );
+        let t = collective_cost(
+            topo,
+            c.kind,
+            c.bytes,
+            &mut scratch.members,
+            &mut bytes_by_level,
+            c.count,
+        );
+        let slot = &mut class_seconds[c.class as usize];
+        *slot = slot.max(c.count * t);
+    }
+    let mut traffic_seconds = 0.0;
+    for &(i, j, bytes) in &job.traffic {
+        let (a, b) = (gpus[i as usize] as usize, gpus[j as usize] as usize);
+        if a == b || bytes == 0.0 {
+            continue;
+        }
+        bytes_by_level[topo.lca(a, b)] += bytes;
+        traffic_seconds += bytes / (topo.pair_bandwidth(a, b) * 1e9);
+    }
+    let comm_seconds = class_seconds.iter().sum::<f64>() + traffic_seconds;
+
+    let span_level = span_of(topo, gpus);
+    let mut violations = Vec::new();
+    let mut violation_count = 0usize;
+    if let Some(span) = span_level {
+        if span > job.max_span {
+            violation_count += 1;
+            violations.push(format!(
+                "the job spans a {} but may span at most a {}",
+                topo.levels()[span].name,
+                topo.levels()[job.max_span].name
+            ));
+        }
+    }
+    for (d, dim) in job.dims.iter().enumerate() {
+        let Some(limit) = dim.confine else { continue };
+        if dim.size < 2 {
+            continue;
+        }
+        for (index, group) in job.dim_groups(d).enumerate() {
+            scratch.members.clear();
+            scratch
+                .members
+                .extend(group.iter().map(|&r| gpus[r as usize]));
+            let span = span_of(topo, &scratch.members).unwrap_or(0);
+            if span > limit {
+                violation_count += 1;
+                if violations.len() < MAX_VIOLATIONS {
+                    violations.push(format!(
+                        "{} group {index} (ranks {}..) spans a {} but must stay inside one {}",
+                        dim.name,
+                        group[0],
+                        topo.levels()[span].name,
+                        topo.levels()[limit].name
+                    ));
+                }
+            }
+        }
+    }
+    Ok(CostReport {
+        comm_seconds,
+        class_seconds,
+        traffic_seconds,
+        bytes_by_level,
+        span_level,
+        confinement_ok: violation_count == 0,
+        violations,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{Collective, Dim};
+    use crate::topology::tests::tree;
+
+    fn allreduce_job(topo: &Topology, n: usize, bytes: f64) -> JobSpec {
+        JobSpec::new(
+            n,
+            vec![Dim {
+                name: "dp".into(),
+                size: n,
+                confine: None,
+            }],
+            topo.num_levels() - 1,
+            vec![0, n],
+            (0..n as u32).collect(),
+            vec![Collective {
+                group: 0,
+                kind: CollectiveKind::AllReduce,
+                bytes,
+                count: 1.0,
+                class: 0,
+                dim: Some(0),
+            }],
+            vec![],
+            topo,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn ring_allreduce_inside_and_across_nodes() {
+        let topo = tree(4, 8, 2);
+        let job = allreduce_job(&topo, 8, 1e9);
+        let inside: Vec<u32> = (0..8).collect();
+        let r = evaluate(&topo, &job, &inside).unwrap();
+        let expect = 14.0 * 1e-6 + 2.0 * 7.0 / 8.0 * 1e9 / 450e9;
+        assert!((r.comm_seconds - expect).abs() < 1e-12);
+        assert_eq!(r.span_level, Some(0));
+        assert!((r.bytes_by_level[0] - 8.0 * 2.0 * 7.0 / 8.0 * 1e9).abs() < 1.0);
+
+        // Four GPUs in node 0 and four in node 2 (another leaf): two ring hops cross the spine.
+        let split: Vec<u32> = vec![0, 1, 2, 3, 16, 17, 18, 19];
+        let r = evaluate(&topo, &job, &split).unwrap();
+        let expect = 14.0 * 4e-6 + 2.0 * 7.0 / 8.0 * 1e9 / 25e9;
+        assert!((r.comm_seconds - expect).abs() < 1e-12);
+        assert_eq!(r.span_level, Some(2));
+        let per_edge = 2.0 * 7.0 / 8.0 * 1e9;
+        assert!((r.bytes_by_level[2] - 2.0 * per_edge).abs() < 1.0);
+        assert!((r.bytes_by_level[0] - 6.0 * per_edge).abs() < 1.0);
+    }
+
+    #[test]
+    fn rejects_duplicate_gpus() {
+        let topo = tree(1, 8, 1);
+        let job = allreduce_job(&topo, 2, 1.0);
+        assert!(evaluate(&topo, &job, &[3, 3]).is_err());
+        assert!(evaluate(&topo, &job, &[3, 99]).is_err());
+    }
+}

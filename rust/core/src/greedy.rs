@@ -1,0 +1,456 @@
+//! Hierarchical best-fit placement.
+//!
+//! The job is packed in *units*: at level `l` a unit is the block of `u_l` consecutive layout
+//! positions that must share one level-`l` domain (the product of the degrees of the dimensions
+//! confined at or below `l`; the whole job at and above `max_span`). The confined dimensions
+//! are laid out innermost, so a unit always holds whole confined groups.
+//!
+//! 1. Capacity, bottom-up from the per-domain free counters: a level-0 domain holds
+//!    `u_0 * floor(free / u_0)` GPUs; a level-`l` domain holds `u_l * floor(sum of its
+//!    children's capacities / u_l)`. No GPU is scanned.
+//! 2. The lowest level with a domain whose capacity covers the job; the tightest such domain
+//!    (best fit: least capacity, then fewest free GPUs, then lowest id).
+//! 3. Fill it recursively: a child that can take the whole demand gets it (tightest such
+//!    child); otherwise the largest children are taken whole and the remainder goes to the
+//!    tightest child that holds it, so the job touches as few domains as possible and the
+//!    free capacity left behind stays in large blocks.
+//! 4. Ranks follow the layout order: confined dimensions first (by level), then the others by
+//!    bytes per step, heaviest innermost, so heavy traffic lands on the lowest levels.
+
+use crate::error::{CoreError, Result};
+use crate::job::JobSpec;
+use crate::state::ClusterState;
+use crate::topology::Topology;
+
+/// The layout order (innermost first) of a job's dimensions.
+pub fn layout_order(job: &JobSpec) -> Vec<usize> {
+    let weights = job.dim_weights();
+    let mut order: Vec<usize> = (0..job.dims.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (da, db) = (&job.dims[a], &job.dims[b]);
+        let la = da.confine.unwrap_or(usize::MAX);
+        let lb = db.confine.unwrap_or(usize::MAX);
+        la.cmp(&lb)
+            .then(
+                weights[b]
+                    .partial_cmp(&weights[a])
+                    .unwrap_or(std::cmp::Ordering::Equal),
+            )
+            .then(a.cmp(&b))
+    });
+    order
+}
+
+/// Unit size per level: GPUs that must share one domain of that level.
+pub fn unit_sizes(topo: &Topology, job: &JobSpec) -> Vec<usize> {
+    (0..topo.num_levels())
+        .map(|l| {
+            if l >= job.max_span {
+                job.num_ranks
+            } else {
+                job.dims
+                    .iter()
+                    .filter(|d| d.confine.is_some_and(|c| c <= l))
+                    .map(|d| d.size)
+                    .product()
+            }
+        })
+        .collect()
+}
+
+/// Map layout positions (the order GPUs were chosen in) to ranks.
+pub fn ranks_from_slots(job: &JobSpec, order: &[usize], slots: &[u32]) -> Vec<u32> {
+    if job.dims.is_empty() {
+        return slots.to_vec();
+    }
+    let strides = job.dim_strides();
+    let mut gpus = vec![0u32; job.num_ranks];
+    for (s, &gpu) in slots.iter().enumerate() {
+        let mut rest = s;
+        let mut rank = 0;
+        for &d in order {
+            let size = job.dims[d].size;
+            rank += (rest % size) * strides[d];
+            rest /= size;
+        }
+        gpus[rank] = gpu;
+    }
+    gpus
+}
+
+struct Packer<'a> {
+    topo: &'a Topology,
+    state: &'a ClusterState,
+    units: Vec<usize>,
+    /// `capacity[l][d]`, computed for levels 0..capacity.len().
+    capacity: Vec<Vec<u64>>,
+    slots: Vec<u32>,
+}
+
+impl<'a> Packer<'a> {
+    fn compute_level(&mut self, l: usize) {
+        let u = self.units[l] as u64;
+        let caps: Vec<u64> = if l == 0 {
+            self.state
+                .free_counts(0)
+                .iter()
+                .map(|&f| u * (f as u64 / u))
+                .collect()
+        } else {
+            let below = &self.capacity[l - 1];
+            (0..self.topo.domain_count(l))
+                .map(|d| {
+                    let sum: u64 = self
+                        .topo
+                        .children(l, d)
+                        .iter()
+                        .map(|&c| below[c as usize])
+                        .sum();
+                    u * (sum / u)
+                })
+                .collect()
+        };
+        self.capacity.push(caps);
+    }
+
+    /// Raw capacity of a domain: what its children could hold before rounding to its unit.
+    fn raw_capacity(&self, l: usize, d: usize) -> u64 {
+        if l == 0 {
+            self.state.free_count(0, d) as u64
+        } else {
+            self.topo
+                .children(l, d)
+                .iter()
+                .map(|&c| self.capacity[l - 1][c as usize])
+                .sum()
+        }
+    }
+
+    fn tighter(&self, l: usize, a: usize, b: usize) -> bool {
+        let key = |d: usize| (self.capacity[l][d], self.state.free_count(l, d), d);
+        key(a) < key(b)
+    }
+
+    fn fill(&mut self, l: usize, d: usize, k: u64) {
+        if l == 0 {
+            self.pick_gpus(d, k as usize);
+            return;
+        }
+        let children: Vec<usize> = self
+            .topo
+            .children(l, d)
+            .iter()
+            .map(|&c| c as usize)
+            .filter(|&c| self.capacity[l - 1][c] > 0)
+            .collect();
+        let below = l - 1;
+        let mut chosen: Vec<(usize, u64)> = Vec::new();
+        let mut remaining = k;
+        let mut used = vec![false; children.len()];
+        let mut by_size: Vec<usize> = (0..children.len()).collect();
+        by_size.sort_by(|&a, &b| {
+            let (ca, cb) = (children[a], children[b]);
+            self.capacity[below][cb]
+                .cmp(&self.capacity[below][ca])
+                .then(ca.cmp(&cb))
+        });
+        while remaining > 0 {
+            let mut best: Option<usize> = None;
+            for (i, &c) in children.iter().enumerate() {
+                if !used[i]
+                    && self.capacity[below][c] >= remaining
+                    && best.is_none_or(|b| self.tighter(below, c, children[b]))
+                {
+                    best = Some(i);
+                }
+            }
+            if let Some(i) = best {
+                used[i] = true;
+                chosen.push((children[i], remaining));
+                break;
+            }
+            let Some(&i) = by_size.iter().find(|&&i| !used[i]) else {
+                unreachable!("a domain's capacity never exceeds its children's");
+            };
+            used[i] = true;
+            let take = self.capacity[below][children[i]];
+            chosen.push((children[i], take));
+            remaining -= take;
+        }
+        chosen.sort_unstable();
+        for (c, amount) in chosen {
+            self.fill(below, c, amount);
+        }
+    }
+
+    /// Choose `k` free GPUs inside a level-0 domain. Where the host has a bandwidth matrix the
+    /// subset with the best slowest pair (then the best total) wins; otherwise lowest ids.
+    fn pick_gpus(&mut self, d: usize, k: usize) {
+        let free: Vec<u32> = self
+            .topo
+            .lowest_members(d)
+            .iter()
+            .copied()
+            .filter(|&g| self.state.is_free(g as usize))
+            .collect();
+        debug_assert!(free.len() >= k);
+        let has_matrix = free.len() > k
+            && k >= 2
+            && self
+                .topo
+                .node_matrix_bandwidth(free[0] as usize, free[1] as usize)
+                .is_some();
+        if !has_matrix {
+            self.slots.extend_from_slice(&free[..k]);
+            return;
+        }
+        let best = best_subset(self.topo, &free, k);
+        self.slots.extend(best);
+    }
+}
+
+/// The k-subset of `free` (GPUs of one host) with the largest slowest-pair bandwidth, then the
+/// largest total; exhaustive for small cases, greedy growth otherwise.
+fn best_subset(topo: &Topology, free: &[u32], k: usize) -> Vec<u32> {
+    let n = free.len();
+    let bw = |i: usize, j: usize| topo.pair_bandwidth(free[i] as usize, free[j] as usize);
+    let score = |set: &[usize]| {
+        let mut min = f64::INFINITY;
+        let mut sum = 0.0;
+        for (x, &i) in set.iter().enumerate() {
+            for &j in &set[x + 1..] {
+                let b = bw(i, j);
+                min = min.min(b);
+                sum += b;
+            }
+        }
+        (min, sum)
+    };
+    let better = |a: (f64, f64), b: (f64, f64)| a.0 > b.0 || (a.0 == b.0 && a.1 > b.1);
+    // Exhaustive when C(n, k) is small (hosts have at most a few dozen GPUs).
+    let mut combos: f64 = 1.0;
+    for i in 0..k {
+        combos = combos * (n - i) as f64 / (i + 1) as f64;
+    }
+    let chosen: Vec<usize> = if combos <= 20_000.0 {
+        let mut idx: Vec<usize> = (0..k).collect();
+        let mut best = idx.clone();
+        let mut best_score = score(&idx);
+        loop {
+            // Next combination in lexicographic order.
+            let mut i = k;
+            while i > 0 && idx[i - 1] == n - k + i - 1 {
+                i -= 1;
+            }
+            if i == 0 {
+                break;
+            }
+            idx[i - 1] += 1;
+            for j in i..k {
+                idx[j] = idx[j - 1] + 1;
+            }
+            let s = score(&idx);
+            if better(s, best_score) {
+                best_score = s;
+                best = idx.clone();
+            }
+        }
+        best
+    } else {
+        let mut set = vec![0usize];
+        while set.len() < k {
+            let mut best: Option<(usize, (f64, f64))> = None;
+            for c in 0..n {
+                if set.contains(&c) {
+                    continue;
+                }
+                let mut trial = set.clone();
+                trial.push(c);
+                let s = score(&trial);
+                if best.is_none_or(|(_, bs)| better(s, bs)) {
+                    best = Some((c, s));
+                }
+            }
+            set.push(best.expect("enough free GPUs").0);
+        }
+        set.sort_unstable();
+        set
+    };
+    chosen.into_iter().map(|i| free[i]).collect()
+}
+
+fn describe_confinement(topo: &Topology, job: &JobSpec) -> String {
+    let parts: Vec<String> = job
+        .dims
+        .iter()
+        .filter(|d| d.size > 1)
+        .filter_map(|d| {
+            d.confine.filter(|&c| c < job.max_span).map(|c| {
+                format!(
+                    "each {} group ({} GPUs) inside one {}",
+                    d.name,
+                    d.size,
+                    topo.levels()[c].name
+                )
+            })
+        })
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" with {}", parts.join(" and "))
+    }
+}
+
+/// Place `job` on the free GPUs of `state`. Returns the GPU of each rank.
+pub fn place(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
+    let topo = state.topology().as_ref();
+    let n = job.num_ranks as u64;
+    let total_free = state.total_free() as u64;
+    if n > total_free {
+        return Err(CoreError::Infeasible(format!(
+            "needs {n} GPUs but only {total_free} of the cluster's {} GPUs are free and healthy",
+            topo.num_gpus()
+        )));
+    }
+    let units = unit_sizes(topo, job);
+    for (l, &u) in units.iter().enumerate().take(job.max_span + 1) {
+        let largest = topo.domain_sizes(l).iter().copied().max().unwrap_or(0) as usize;
+        if u > largest {
+            let level = &topo.levels()[l].name;
+            let what = if l == job.max_span && u == job.num_ranks {
+                format!("the job may span at most one {level}")
+            } else {
+                format!("its confined groups need {u} GPUs inside one {level}")
+            };
+            return Err(CoreError::Infeasible(format!(
+                "needs {n} GPUs: {what}, but the largest {level} has {largest} GPUs"
+            )));
+        }
+    }
+    let mut packer = Packer {
+        topo,
+        state,
+        units,
+        capacity: Vec::with_capacity(topo.num_levels()),
+        slots: Vec::with_capacity(job.num_ranks),
+    };
+    let mut found: Option<(usize, usize)> = None;
+    for l in 0..=job.max_span {
+        packer.compute_level(l);
+        let mut best: Option<usize> = None;
+        for d in 0..topo.domain_count(l) {
+            if packer.capacity[l][d] >= n && best.is_none_or(|b| packer.tighter(l, d, b)) {
+                best = Some(d);
+            }
+        }
+        if let Some(d) = best {
+            found = Some((l, d));
+            break;
+        }
+    }
+    let Some((level, domain)) = found else {
+        let l = job.max_span;
+        let best = (0..topo.domain_count(l))
+            .map(|d| packer.raw_capacity(l, d))
+            .max()
+            .unwrap_or(0);
+        let scope = if topo.domain_count(l) == 1 {
+            "across the cluster".to_string()
+        } else {
+            format!("inside one {}", topo.levels()[l].name)
+        };
+        return Err(CoreError::Infeasible(format!(
+            "needs {n} GPUs {scope}{}; the free GPUs can hold only {best} that way now \
+             ({total_free} GPUs are free in all)",
+            describe_confinement(topo, job)
+        )));
+    };
+    packer.fill(level, domain, n);
+    debug_assert_eq!(packer.slots.len(), job.num_ranks);
+    let order = layout_order(job);
+    Ok(ranks_from_slots(job, &order, &packer.slots))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::evaluate;
+    use crate::job::{Collective, CollectiveKind, Dim};
+    use crate::topology::tests::tree;
+    use std::sync::Arc;
+
+    fn tp_dp_job(topo: &Topology, tp: usize, dp: usize) -> JobSpec {
+        let n = tp * dp;
+        let mut offsets = vec![0];
+        let mut ranks = vec![];
+        let mut collectives = vec![];
+        for d in 0..dp {
+            ranks.extend((0..tp).map(|t| (d * tp + t) as u32));
+            offsets.push(ranks.len());
+            collectives.push(Collective {
+                group: d as u32,
+                kind: CollectiveKind::AllReduce,
+                bytes: 1e8,
+                count: 1.0,
+                class: 0,
+                dim: Some(0),
+            });
+        }
+        JobSpec::new(
+            n,
+            vec![
+                Dim {
+                    name: "tp".into(),
+                    size: tp,
+                    confine: Some(topo.nvlink_level()),
+                },
+                Dim {
+                    name: "dp".into(),
+                    size: dp,
+                    confine: None,
+                },
+            ],
+            topo.num_levels() - 1,
+            offsets,
+            ranks,
+            collectives,
+            vec![],
+            topo,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn tp_groups_stay_in_nodes_on_a_fragmented_cluster() {
+        let topo = Arc::new(tree(8, 8, 4));
+        let mut s = ClusterState::new(topo.clone());
+        // Leave 4 free GPUs in every node: a tp-8 group fits nowhere.
+        for node in 0..8u32 {
+            s.allocate(
+                &format!("f{node}"),
+                &(node * 8..node * 8 + 4).collect::<Vec<_>>(),
+            )
+            .unwrap();
+        }
+        let job8 = tp_dp_job(&topo, 8, 1);
+        let err = place(&s, &job8).unwrap_err();
+        assert!(err.to_string().contains("inside one node"), "{err}");
+        let job4 = tp_dp_job(&topo, 4, 4);
+        let gpus = place(&s, &job4).unwrap();
+        let report = evaluate(&topo, &job4, &gpus).unwrap();
+        assert!(report.confinement_ok, "{:?}", report.violations);
+        // Best fit keeps it inside one leaf (4 nodes x 4 free GPUs).
+        assert_eq!(report.span_level, Some(1));
+    }
+
+    #[test]
+    fn small_job_takes_tightest_node() {
+        let topo = Arc::new(tree(4, 8, 2));
+        let mut s = ClusterState::new(topo.clone());
+        s.allocate("x", &[16, 17, 18, 19, 20, 21]).unwrap();
+        let job = tp_dp_job(&topo, 2, 1);
+        let gpus = place(&s, &job).unwrap();
+        assert_eq!(gpus, vec![22, 23]);
+    }
+}

@@ -1,0 +1,20 @@
+//! gpuplace-core: topology-aware placement of distributed GPU jobs, without Python.
+//!
+//! The data flows one way: a caller compiles its cluster into a [`Topology`] (flat arrays of
+//! domain ids per level), its job into a [`JobSpec`] (communication groups and collectives),
+//! keeps a [`ClusterState`], and asks a solver for a placement (GPU id per rank). There is one
+//! cost model, [`cost::evaluate`]; every reported cost comes from it.
+
+pub mod cost;
+pub mod error;
+pub mod greedy;
+pub mod job;
+pub mod solvers;
+pub mod state;
+pub mod topology;
+
+pub use cost::{evaluate, CostReport};
+pub use error::{CoreError, Result};
+pub use job::{Collective, CollectiveKind, JobSpec};
+pub use state::{ClusterState, GpuStatus};
+pub use topology::{Level, NodeType, Topology};

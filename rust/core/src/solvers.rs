@@ -1,0 +1,81 @@
+//! The Rust solvers behind one signature, and the naive baselines they are measured against.
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::{CoreError, Result};
+use crate::job::JobSpec;
+use crate::state::ClusterState;
+
+/// Solvers implemented in Rust, by name.
+pub const SOLVERS: &[&str] = &["greedy", "first-fit", "random"];
+
+/// Options every solver accepts.
+#[derive(Debug, Clone, Default)]
+pub struct SolveOptions {
+    pub seed: u64,
+}
+
+/// Run a Rust solver by name; returns the GPU of each rank.
+pub fn solve(
+    name: &str,
+    state: &ClusterState,
+    job: &JobSpec,
+    opts: &SolveOptions,
+) -> Result<Vec<u32>> {
+    match name {
+        "greedy" => crate::greedy::place(state, job),
+        "first-fit" => first_fit(state, job),
+        "random" => random(state, job, opts.seed),
+        other => Err(CoreError::InvalidJob(format!(
+            "unknown solver {other:?}; the Rust solvers are {}",
+            SOLVERS.join(", ")
+        ))),
+    }
+}
+
+fn free_gpus(state: &ClusterState) -> Vec<u32> {
+    (0..state.topology().num_gpus())
+        .filter(|&g| state.is_free(g))
+        .map(|g| g as u32)
+        .collect()
+}
+
+fn not_enough(state: &ClusterState, job: &JobSpec) -> CoreError {
+    CoreError::Infeasible(format!(
+        "needs {} GPUs but only {} of the cluster's {} GPUs are free and healthy",
+        job.num_ranks,
+        state.total_free(),
+        state.topology().num_gpus()
+    ))
+}
+
+/// Baseline: the lowest free GPU ids, rank i on the i-th. Ignores topology and confinement
+/// (its report says when confinement breaks), as a topology-blind scheduler would.
+pub fn first_fit(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
+    if (state.total_free() as usize) < job.num_ranks {
+        return Err(not_enough(state, job));
+    }
+    let mut out = Vec::with_capacity(job.num_ranks);
+    for g in 0..state.topology().num_gpus() {
+        if out.len() == job.num_ranks {
+            break;
+        }
+        if state.is_free(g) {
+            out.push(g as u32);
+        }
+    }
+    Ok(out)
+}
+
+/// Baseline: uniformly random free GPUs in random rank order, deterministic for a seed.
+pub fn random(state: &ClusterState, job: &JobSpec, seed: u64) -> Result<Vec<u32>> {
+    if (state.total_free() as usize) < job.num_ranks {
+        return Err(not_enough(state, job));
+    }
+    let mut free = free_gpus(state);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (chosen, _) = free.partial_shuffle(&mut rng, job.num_ranks);
+    Ok(chosen.to_vec())
+}

@@ -1,0 +1,544 @@
+//! The cluster topology as flat arrays: every GPU has a path of domain ids, one per level,
+//! bottom-up (e.g. numa < node < nvlink-domain < leaf < spine). Traffic between two GPUs is
+//! priced by their lowest common level; a host type may carry a GPU-to-GPU bandwidth matrix
+//! that overrides the levels inside the host, for hosts that are not a clean tree.
+
+use crate::error::{CoreError, Result};
+
+/// One level of the hierarchy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Level {
+    pub name: String,
+    /// Per-GPU, one-direction bandwidth (GB/s) of traffic whose lowest common level is this one.
+    pub bandwidth_gbps: f64,
+    /// Latency of one message at this level (µs).
+    pub latency_us: f64,
+}
+
+/// A host type: how many GPUs a host has and, optionally, their pairwise bandwidth.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeType {
+    pub name: String,
+    pub gpus: usize,
+    /// Row-major `gpus x gpus` bandwidth (GB/s) between local GPUs; overrides the levels at and
+    /// below the node level for pairs inside one host. The diagonal is ignored.
+    pub bandwidth_gbps: Option<Vec<f64>>,
+}
+
+/// Compressed rows: the members of item `i` are `items[offsets[i]..offsets[i + 1]]`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Csr {
+    pub offsets: Vec<usize>,
+    pub items: Vec<u32>,
+}
+
+impl Csr {
+    fn from_pairs(rows: usize, pairs: impl Iterator<Item = (usize, u32)> + Clone) -> Csr {
+        let mut counts = vec![0usize; rows + 1];
+        for (row, _) in pairs.clone() {
+            counts[row + 1] += 1;
+        }
+        for i in 0..rows {
+            counts[i + 1] += counts[i];
+        }
+        let mut fill = counts.clone();
+        let mut items = vec![0u32; counts[rows]];
+        for (row, item) in pairs {
+            items[fill[row]] = item;
+            fill[row] += 1;
+        }
+        Csr {
+            offsets: counts,
+            items,
+        }
+    }
+
+    #[inline]
+    pub fn row(&self, i: usize) -> &[u32] {
+        &self.items[self.offsets[i]..self.offsets[i + 1]]
+    }
+
+    pub fn rows(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+}
+
+/// An immutable, validated topology with its derived indexes.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    levels: Vec<Level>,
+    node_level: usize,
+    nvlink_level: usize,
+    num_gpus: usize,
+    /// GPU-major paths: `path[g * L + l]` is the id of GPU g's domain at level l.
+    path: Vec<u32>,
+    domain_count: Vec<usize>,
+    /// `parent[l][d]`: the level-(l+1) domain containing level-l domain d (empty for the top).
+    parent: Vec<Vec<u32>>,
+    /// `children[l]`: for each level-l domain, its level-(l-1) domains (empty CSR for l = 0).
+    children: Vec<Csr>,
+    /// GPUs per domain, per level.
+    domain_size: Vec<Vec<u32>>,
+    /// GPUs of each level-0 domain, in id order.
+    lowest_members: Csr,
+    node_types: Vec<NodeType>,
+    /// Host type of every node-level domain.
+    node_type_of_node: Vec<u32>,
+    /// Local index of every GPU inside its host.
+    gpu_local: Vec<u32>,
+    /// `effective_bw[l]`: the smallest bandwidth among levels 0..=l (GB/s). A ring that spans
+    /// level l crosses links of every level below it, so this is its slowest hop.
+    effective_bw: Vec<f64>,
+}
+
+fn invalid(msg: impl Into<String>) -> CoreError {
+    CoreError::InvalidTopology(msg.into())
+}
+
+impl Topology {
+    /// Build and validate a topology.
+    ///
+    /// `path` is GPU-major (`num_gpus x levels.len()`), each level's domain ids dense from 0.
+    pub fn new(
+        levels: Vec<Level>,
+        node_level: usize,
+        nvlink_level: usize,
+        path: Vec<u32>,
+        node_types: Vec<NodeType>,
+        node_type_of_node: Vec<u32>,
+        gpu_local: Vec<u32>,
+    ) -> Result<Topology> {
+        let nl = levels.len();
+        if nl == 0 {
+            return Err(invalid("levels: at least one level is required"));
+        }
+        for (i, level) in levels.iter().enumerate() {
+            if !(level.bandwidth_gbps.is_finite() && level.bandwidth_gbps > 0.0) {
+                return Err(invalid(format!(
+                    "levels[{i}] ({}): bandwidth_gbps must be a positive number, got {}",
+                    level.name, level.bandwidth_gbps
+                )));
+            }
+            if !(level.latency_us.is_finite() && level.latency_us >= 0.0) {
+                return Err(invalid(format!(
+                    "levels[{i}] ({}): latency_us must be a number >= 0, got {}",
+                    level.name, level.latency_us
+                )));
+            }
+            if levels[..i].iter().any(|other| other.name == level.name) {
+                return Err(invalid(format!(
+                    "levels[{i}]: duplicate level name {:?}",
+                    level.name
+                )));
+            }
+        }
+        if node_level >= nl {
+            return Err(invalid(format!(
+                "node_level {node_level} is not a level (have {nl})"
+            )));
+        }
+        if nvlink_level < node_level || nvlink_level >= nl {
+            return Err(invalid(format!(
+                "nvlink_domain must be a level at or above the node level {:?}",
+                levels[node_level].name
+            )));
+        }
+        if path.is_empty() || path.len() % nl != 0 {
+            return Err(invalid(format!(
+                "domain paths: expected a multiple of {nl} entries (one per level per GPU), got {}",
+                path.len()
+            )));
+        }
+        let num_gpus = path.len() / nl;
+        if num_gpus > u32::MAX as usize / 2 {
+            return Err(invalid(format!("{num_gpus} GPUs is more than supported")));
+        }
+        if gpu_local.len() != num_gpus {
+            return Err(invalid(format!(
+                "gpu_local: expected {num_gpus} entries, got {}",
+                gpu_local.len()
+            )));
+        }
+
+        // Dense ids per level.
+        let mut domain_count = vec![0usize; nl];
+        for g in 0..num_gpus {
+            for l in 0..nl {
+                let d = path[g * nl + l] as usize;
+                if d >= num_gpus {
+                    return Err(invalid(format!(
+                        "GPU {g}: domain id {d} at level {:?} is out of range",
+                        levels[l].name
+                    )));
+                }
+                domain_count[l] = domain_count[l].max(d + 1);
+            }
+        }
+        let mut domain_size: Vec<Vec<u32>> = domain_count.iter().map(|&n| vec![0; n]).collect();
+        for g in 0..num_gpus {
+            for l in 0..nl {
+                domain_size[l][path[g * nl + l] as usize] += 1;
+            }
+        }
+        for l in 0..nl {
+            if let Some(d) = domain_size[l].iter().position(|&s| s == 0) {
+                return Err(invalid(format!(
+                    "level {:?}: domain id {d} has no GPU (ids must be dense from 0)",
+                    levels[l].name
+                )));
+            }
+        }
+        if domain_count[nl - 1] != 1 {
+            return Err(invalid(format!(
+                "the top level {:?} has {} domains; it must have exactly one (add a level above it)",
+                levels[nl - 1].name,
+                domain_count[nl - 1]
+            )));
+        }
+
+        // Parents must be unique: the domains nest.
+        let mut parent: Vec<Vec<u32>> = Vec::with_capacity(nl);
+        for l in 0..nl {
+            if l + 1 == nl {
+                parent.push(Vec::new());
+                continue;
+            }
+            let mut p = vec![u32::MAX; domain_count[l]];
+            for g in 0..num_gpus {
+                let d = path[g * nl + l] as usize;
+                let up = path[g * nl + l + 1];
+                if p[d] == u32::MAX {
+                    p[d] = up;
+                } else if p[d] != up {
+                    return Err(invalid(format!(
+                        "domains do not nest: {:?} domain {d} lies in two {:?} domains ({} and {up})",
+                        levels[l].name,
+                        levels[l + 1].name,
+                        p[d]
+                    )));
+                }
+            }
+            parent.push(p);
+        }
+        let mut children = vec![Csr::default()];
+        for l in 1..nl {
+            let below = &parent[l - 1];
+            children.push(Csr::from_pairs(
+                domain_count[l],
+                below
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &p)| (p as usize, d as u32)),
+            ));
+        }
+        let lowest_members = Csr::from_pairs(
+            domain_count[0],
+            (0..num_gpus).map(|g| (path[g * nl] as usize, g as u32)),
+        );
+
+        // Host types.
+        let nodes = domain_count[node_level];
+        if node_type_of_node.len() != nodes {
+            return Err(invalid(format!(
+                "node types: expected one per host ({nodes}), got {}",
+                node_type_of_node.len()
+            )));
+        }
+        for (t, nt) in node_types.iter().enumerate() {
+            if nt.gpus == 0 {
+                return Err(invalid(format!(
+                    "node type {:?}: gpus must be >= 1",
+                    nt.name
+                )));
+            }
+            if let Some(m) = &nt.bandwidth_gbps {
+                if m.len() != nt.gpus * nt.gpus {
+                    return Err(invalid(format!(
+                        "node type {:?}: bandwidth matrix must be {0}x{0}, got {1} entries",
+                        nt.gpus,
+                        m.len()
+                    )));
+                }
+                for i in 0..nt.gpus {
+                    for j in 0..nt.gpus {
+                        if i == j {
+                            continue;
+                        }
+                        let v = m[i * nt.gpus + j];
+                        if !(v.is_finite() && v > 0.0) {
+                            return Err(invalid(format!(
+                                "node type {:?} (#{t}): bandwidth_gbps[{i}][{j}] must be > 0, got {v}",
+                                nt.name
+                            )));
+                        }
+                        if (v - m[j * nt.gpus + i]).abs() > 1e-9 * v.abs().max(1.0) {
+                            return Err(invalid(format!(
+                                "node type {:?}: bandwidth matrix is not symmetric at [{i}][{j}]",
+                                nt.name
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        let mut seen_local: Vec<u64> = vec![0; nodes];
+        for g in 0..num_gpus {
+            let node = path[g * nl + node_level] as usize;
+            let t = node_type_of_node[node] as usize;
+            let Some(nt) = node_types.get(t) else {
+                return Err(invalid(format!("host {node}: unknown node type index {t}")));
+            };
+            let local = gpu_local[g] as usize;
+            if local >= nt.gpus || local >= 64 {
+                return Err(invalid(format!(
+                    "GPU {g}: local index {local} out of range for node type {:?} ({} GPUs)",
+                    nt.name, nt.gpus
+                )));
+            }
+            if seen_local[node] & (1 << local) != 0 {
+                return Err(invalid(format!(
+                    "host {node}: local GPU index {local} appears twice"
+                )));
+            }
+            seen_local[node] |= 1 << local;
+        }
+        for (node, &size) in domain_size[node_level].iter().enumerate() {
+            let nt = &node_types[node_type_of_node[node] as usize];
+            if size as usize != nt.gpus {
+                return Err(invalid(format!(
+                    "host {node} has {size} GPUs but its node type {:?} declares {}",
+                    nt.name, nt.gpus
+                )));
+            }
+        }
+
+        let mut effective_bw = Vec::with_capacity(nl);
+        let mut slowest = f64::INFINITY;
+        for level in &levels {
+            slowest = slowest.min(level.bandwidth_gbps);
+            effective_bw.push(slowest);
+        }
+
+        Ok(Topology {
+            levels,
+            node_level,
+            nvlink_level,
+            num_gpus,
+            path,
+            domain_count,
+            parent,
+            children,
+            domain_size,
+            lowest_members,
+            node_types,
+            node_type_of_node,
+            gpu_local,
+            effective_bw,
+        })
+    }
+
+    pub fn levels(&self) -> &[Level] {
+        &self.levels
+    }
+    pub fn num_levels(&self) -> usize {
+        self.levels.len()
+    }
+    pub fn num_gpus(&self) -> usize {
+        self.num_gpus
+    }
+    pub fn node_level(&self) -> usize {
+        self.node_level
+    }
+    pub fn nvlink_level(&self) -> usize {
+        self.nvlink_level
+    }
+    pub fn domain_count(&self, level: usize) -> usize {
+        self.domain_count[level]
+    }
+    pub fn domain_size(&self, level: usize, domain: usize) -> u32 {
+        self.domain_size[level][domain]
+    }
+    pub fn domain_sizes(&self, level: usize) -> &[u32] {
+        &self.domain_size[level]
+    }
+    pub fn parent(&self, level: usize, domain: usize) -> Option<usize> {
+        self.parent[level].get(domain).map(|&p| p as usize)
+    }
+    pub fn parents(&self, level: usize) -> &[u32] {
+        &self.parent[level]
+    }
+    /// The level-(l-1) domains inside level-l domain `domain` (l >= 1).
+    pub fn children(&self, level: usize, domain: usize) -> &[u32] {
+        self.children[level].row(domain)
+    }
+    /// The GPUs of a level-0 domain.
+    pub fn lowest_members(&self, domain: usize) -> &[u32] {
+        self.lowest_members.row(domain)
+    }
+    pub fn path(&self) -> &[u32] {
+        &self.path
+    }
+    #[inline]
+    pub fn domain_of(&self, gpu: usize, level: usize) -> usize {
+        self.path[gpu * self.levels.len() + level] as usize
+    }
+    #[inline]
+    pub fn node_of(&self, gpu: usize) -> usize {
+        self.domain_of(gpu, self.node_level)
+    }
+    pub fn gpu_local(&self) -> &[u32] {
+        &self.gpu_local
+    }
+    pub fn node_types(&self) -> &[NodeType] {
+        &self.node_types
+    }
+    pub fn node_type_of_node(&self) -> &[u32] {
+        &self.node_type_of_node
+    }
+    pub fn effective_bandwidth(&self, level: usize) -> f64 {
+        self.effective_bw[level]
+    }
+    pub fn has_node_matrices(&self) -> bool {
+        self.node_types.iter().any(|t| t.bandwidth_gbps.is_some())
+    }
+
+    /// Lowest common level of two distinct GPUs (the top level always matches).
+    #[inline]
+    pub fn lca(&self, a: usize, b: usize) -> usize {
+        let nl = self.levels.len();
+        let pa = &self.path[a * nl..a * nl + nl];
+        let pb = &self.path[b * nl..b * nl + nl];
+        for l in 0..nl {
+            if pa[l] == pb[l] {
+                return l;
+            }
+        }
+        nl - 1
+    }
+
+    /// The host-matrix bandwidth of two GPUs in one host, if that host type has a matrix.
+    #[inline]
+    pub fn node_matrix_bandwidth(&self, a: usize, b: usize) -> Option<f64> {
+        let node = self.node_of(a);
+        if node != self.node_of(b) {
+            return None;
+        }
+        let nt = &self.node_types[self.node_type_of_node[node] as usize];
+        let m = nt.bandwidth_gbps.as_ref()?;
+        let (la, lb) = (self.gpu_local[a] as usize, self.gpu_local[b] as usize);
+        Some(m[la * nt.gpus + lb])
+    }
+
+    /// Bandwidth (GB/s) of traffic between two distinct GPUs.
+    #[inline]
+    pub fn pair_bandwidth(&self, a: usize, b: usize) -> f64 {
+        self.node_matrix_bandwidth(a, b)
+            .unwrap_or_else(|| self.effective_bw[self.lca(a, b)])
+    }
+
+    /// Index of a level by name.
+    pub fn level_index(&self, name: &str) -> Option<usize> {
+        self.levels.iter().position(|l| l.name == name)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// `nodes` hosts of `per_node` GPUs, `nodes_per_leaf` hosts per leaf, one spine on top.
+    pub fn tree(nodes: usize, per_node: usize, nodes_per_leaf: usize) -> Topology {
+        let levels = vec![
+            Level {
+                name: "node".into(),
+                bandwidth_gbps: 450.0,
+                latency_us: 1.0,
+            },
+            Level {
+                name: "leaf".into(),
+                bandwidth_gbps: 50.0,
+                latency_us: 3.0,
+            },
+            Level {
+                name: "spine".into(),
+                bandwidth_gbps: 25.0,
+                latency_us: 4.0,
+            },
+        ];
+        let mut path = Vec::new();
+        let mut local = Vec::new();
+        for n in 0..nodes {
+            for g in 0..per_node {
+                path.extend_from_slice(&[n as u32, (n / nodes_per_leaf) as u32, 0]);
+                local.push(g as u32);
+            }
+        }
+        let nt = NodeType {
+            name: "box".into(),
+            gpus: per_node,
+            bandwidth_gbps: None,
+        };
+        Topology::new(levels, 0, 0, path, vec![nt], vec![0; nodes], local).unwrap()
+    }
+
+    #[test]
+    fn lca_and_bandwidth() {
+        let t = tree(4, 8, 2);
+        assert_eq!(t.num_gpus(), 32);
+        assert_eq!(t.lca(0, 7), 0);
+        assert_eq!(t.lca(0, 8), 1);
+        assert_eq!(t.lca(0, 16), 2);
+        assert_eq!(t.pair_bandwidth(0, 1), 450.0);
+        assert_eq!(t.pair_bandwidth(0, 31), 25.0);
+        assert_eq!(t.children(2, 0), &[0, 1]);
+        assert_eq!(t.children(1, 1), &[2, 3]);
+        assert_eq!(t.lowest_members(3), &[24, 25, 26, 27, 28, 29, 30, 31]);
+    }
+
+    #[test]
+    fn rejects_non_nesting_domains() {
+        let levels = vec![
+            Level {
+                name: "node".into(),
+                bandwidth_gbps: 1.0,
+                latency_us: 0.0,
+            },
+            Level {
+                name: "leaf".into(),
+                bandwidth_gbps: 1.0,
+                latency_us: 0.0,
+            },
+            Level {
+                name: "top".into(),
+                bandwidth_gbps: 1.0,
+                latency_us: 0.0,
+            },
+        ];
+        // Node 0 has one GPU under leaf 0 and one under leaf 1.
+        let path = vec![0, 0, 0, 0, 1, 0];
+        let nt = NodeType {
+            name: "b".into(),
+            gpus: 2,
+            bandwidth_gbps: None,
+        };
+        let err = Topology::new(levels, 0, 0, path, vec![nt], vec![0], vec![0, 1]).unwrap_err();
+        assert!(err.to_string().contains("do not nest"), "{err}");
+    }
+
+    #[test]
+    fn rejects_several_top_domains() {
+        let levels = vec![Level {
+            name: "node".into(),
+            bandwidth_gbps: 1.0,
+            latency_us: 0.0,
+        }];
+        let nt = NodeType {
+            name: "b".into(),
+            gpus: 1,
+            bandwidth_gbps: None,
+        };
+        let err =
+            Topology::new(levels, 0, 0, vec![0, 1], vec![nt], vec![0, 0], vec![0, 0]).unwrap_err();
+        assert!(err.to_string().contains("exactly one"), "{err}");
+    }
+}

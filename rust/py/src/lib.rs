@@ -1,0 +1,613 @@
+//! `gpuplace._core`: thin PyO3 bindings over gpuplace-core.
+//!
+//! Inputs arrive as numpy arrays and are copied into owned Rust data while attached; long
+//! calls then run with the GIL released (`py.detach`). Core errors map onto the exception
+//! classes of `gpuplace.errors` in one place ([`to_pyerr`]).
+
+use std::sync::Arc;
+
+use numpy::{
+    IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
+    PyUntypedArrayMethods,
+};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use gpuplace_core::job::{Collective, CollectiveKind, Dim};
+use gpuplace_core::solvers::{self, SolveOptions};
+use gpuplace_core::state::GpuStatus;
+use gpuplace_core::topology::{Level, NodeType};
+use gpuplace_core::{ClusterState, CoreError, JobSpec, Topology};
+
+/// Map a core error onto the matching `gpuplace.errors` class.
+fn to_pyerr(py: Python<'_>, err: CoreError) -> PyErr {
+    let class = match &err {
+        CoreError::InvalidTopology(_) => "InvalidTopology",
+        CoreError::InvalidJob(_) => "InvalidJob",
+        CoreError::InvalidState(_) => "InvalidState",
+        CoreError::Infeasible(_) => "Infeasible",
+    };
+    match py.import("gpuplace.errors").and_then(|m| m.getattr(class)) {
+        Ok(ty) => match ty.call1((err.to_string(),)) {
+            Ok(instance) => PyErr::from_value(instance),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    }
+}
+
+trait IntoPy<T> {
+    fn py_ok(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> IntoPy<T> for Result<T, CoreError> {
+    fn py_ok(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| to_pyerr(py, e))
+    }
+}
+
+/// Copy a non-negative integer array into u32s, naming the argument on failure.
+fn to_u32(what: &str, values: &[i64]) -> PyResult<Vec<u32>> {
+    values
+        .iter()
+        .map(|&v| {
+            u32::try_from(v)
+                .map_err(|_| PyValueError::new_err(format!("{what}: {v} is not a valid id")))
+        })
+        .collect()
+}
+
+fn array_u32(what: &str, a: &PyReadonlyArray1<'_, i64>) -> PyResult<Vec<u32>> {
+    let view = a.as_array();
+    let owned: Vec<i64> = view.iter().copied().collect();
+    to_u32(what, &owned)
+}
+
+#[pyclass(name = "Topology", module = "gpuplace._core", frozen)]
+struct PyTopology {
+    inner: Arc<Topology>,
+}
+
+#[pymethods]
+impl PyTopology {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (level_names, bandwidth_gbps, latency_us, node_level, nvlink_level, path, node_type_names, node_type_gpus, node_type_matrices, node_type_of_node, gpu_local))]
+    fn new(
+        py: Python<'_>,
+        level_names: Vec<String>,
+        bandwidth_gbps: Vec<f64>,
+        latency_us: Vec<f64>,
+        node_level: usize,
+        nvlink_level: usize,
+        path: PyReadonlyArray2<'_, i64>,
+        node_type_names: Vec<String>,
+        node_type_gpus: Vec<usize>,
+        node_type_matrices: Vec<Option<PyReadonlyArray2<'_, f64>>>,
+        node_type_of_node: PyReadonlyArray1<'_, i64>,
+        gpu_local: PyReadonlyArray1<'_, i64>,
+    ) -> PyResult<Self> {
+        if level_names.len() != bandwidth_gbps.len() || level_names.len() != latency_us.len() {
+            return Err(PyValueError::new_err("level arrays differ in length"));
+        }
+        if node_type_names.len() != node_type_gpus.len()
+            || node_type_names.len() != node_type_matrices.len()
+        {
+            return Err(PyValueError::new_err("node type arrays differ in length"));
+        }
+        let levels = level_names
+            .into_iter()
+            .zip(bandwidth_gbps)
+            .zip(latency_us)
+            .map(|((name, bandwidth_gbps), latency_us)| Level {
+                name,
+                bandwidth_gbps,
+                latency_us,
+            })
+            .collect::<Vec<_>>();
+        let shape = path.shape();
+        if shape[1] != levels.len() {
+            return Err(PyValueError::new_err(format!(
+                "path must have one column per level ({}), got {}",
+                levels.len(),
+                shape[1]
+            )));
+        }
+        let path_owned: Vec<i64> = path.as_array().iter().copied().collect();
+        let path_u32 = to_u32("path", &path_owned)?;
+        let node_types = node_type_names
+            .into_iter()
+            .zip(node_type_gpus)
+            .zip(node_type_matrices)
+            .map(|((name, gpus), matrix)| NodeType {
+                name,
+                gpus,
+                bandwidth_gbps: matrix.map(|m| m.as_array().iter().copied().collect()),
+            })
+            .collect();
+        let types = array_u32("node_type_of_node", &node_type_of_node)?;
+        let local = array_u32("gpu_local", &gpu_local)?;
+        let topo = py
+            .detach(|| {
+                Topology::new(
+                    levels,
+                    node_level,
+                    nvlink_level,
+                    path_u32,
+                    node_types,
+                    types,
+                    local,
+                )
+            })
+            .py_ok(py)?;
+        Ok(PyTopology {
+            inner: Arc::new(topo),
+        })
+    }
+
+    #[getter]
+    fn num_gpus(&self) -> usize {
+        self.inner.num_gpus()
+    }
+    #[getter]
+    fn num_levels(&self) -> usize {
+        self.inner.num_levels()
+    }
+    #[getter]
+    fn node_level(&self) -> usize {
+        self.inner.node_level()
+    }
+    #[getter]
+    fn nvlink_level(&self) -> usize {
+        self.inner.nvlink_level()
+    }
+    #[getter]
+    fn level_names(&self) -> Vec<String> {
+        self.inner.levels().iter().map(|l| l.name.clone()).collect()
+    }
+    #[getter]
+    fn bandwidth_gbps(&self) -> Vec<f64> {
+        self.inner
+            .levels()
+            .iter()
+            .map(|l| l.bandwidth_gbps)
+            .collect()
+    }
+    #[getter]
+    fn latency_us(&self) -> Vec<f64> {
+        self.inner.levels().iter().map(|l| l.latency_us).collect()
+    }
+    fn domain_count(&self, level: usize) -> PyResult<usize> {
+        self.check_level(level)?;
+        Ok(self.inner.domain_count(level))
+    }
+    /// GPUs per domain at a level.
+    fn domain_sizes<'py>(
+        &self,
+        py: Python<'py>,
+        level: usize,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        self.check_level(level)?;
+        let v: Vec<i64> = self
+            .inner
+            .domain_sizes(level)
+            .iter()
+            .map(|&s| s as i64)
+            .collect();
+        Ok(v.into_pyarray(py))
+    }
+    /// Parent domain (at level + 1) of every domain at a level.
+    fn parents<'py>(&self, py: Python<'py>, level: usize) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        self.check_level(level)?;
+        let v: Vec<i64> = self
+            .inner
+            .parents(level)
+            .iter()
+            .map(|&s| s as i64)
+            .collect();
+        Ok(v.into_pyarray(py))
+    }
+    /// Domain ids of every GPU, shape (num_gpus, num_levels).
+    fn path<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<i64>>> {
+        let nl = self.inner.num_levels();
+        let v: Vec<i64> = self.inner.path().iter().map(|&s| s as i64).collect();
+        v.into_pyarray(py).reshape([self.inner.num_gpus(), nl])
+    }
+    fn lca(&self, a: usize, b: usize) -> PyResult<usize> {
+        self.check_gpu(a)?;
+        self.check_gpu(b)?;
+        Ok(if a == b { 0 } else { self.inner.lca(a, b) })
+    }
+    /// Bandwidth (GB/s) between two distinct GPUs as the cost model sees it.
+    fn pair_bandwidth(&self, a: usize, b: usize) -> PyResult<f64> {
+        self.check_gpu(a)?;
+        self.check_gpu(b)?;
+        if a == b {
+            return Err(PyValueError::new_err(
+                "pair_bandwidth needs two distinct GPUs",
+            ));
+        }
+        Ok(self.inner.pair_bandwidth(a, b))
+    }
+}
+
+impl PyTopology {
+    fn check_level(&self, level: usize) -> PyResult<()> {
+        if level >= self.inner.num_levels() {
+            return Err(PyValueError::new_err(format!(
+                "level {level} does not exist (the topology has {})",
+                self.inner.num_levels()
+            )));
+        }
+        Ok(())
+    }
+    fn check_gpu(&self, gpu: usize) -> PyResult<()> {
+        if gpu >= self.inner.num_gpus() {
+            return Err(PyValueError::new_err(format!(
+                "GPU {gpu} does not exist (the topology has {})",
+                self.inner.num_gpus()
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[pyclass(name = "JobSpec", module = "gpuplace._core", frozen)]
+struct PyJobSpec {
+    inner: Arc<JobSpec>,
+    /// The topology the job was compiled and validated against.
+    topology: Arc<Topology>,
+}
+
+#[pymethods]
+impl PyJobSpec {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (topology, num_ranks, dim_names, dim_sizes, dim_confine, max_span, group_offsets, group_ranks, coll_group, coll_kind, coll_bytes, coll_count, coll_class, coll_dim, traffic_src, traffic_dst, traffic_bytes))]
+    fn new(
+        py: Python<'_>,
+        topology: &PyTopology,
+        num_ranks: usize,
+        dim_names: Vec<String>,
+        dim_sizes: Vec<usize>,
+        dim_confine: Vec<i64>,
+        max_span: usize,
+        group_offsets: PyReadonlyArray1<'_, i64>,
+        group_ranks: PyReadonlyArray1<'_, i64>,
+        coll_group: PyReadonlyArray1<'_, i64>,
+        coll_kind: PyReadonlyArray1<'_, i64>,
+        coll_bytes: PyReadonlyArray1<'_, f64>,
+        coll_count: PyReadonlyArray1<'_, f64>,
+        coll_class: PyReadonlyArray1<'_, i64>,
+        coll_dim: PyReadonlyArray1<'_, i64>,
+        traffic_src: PyReadonlyArray1<'_, i64>,
+        traffic_dst: PyReadonlyArray1<'_, i64>,
+        traffic_bytes: PyReadonlyArray1<'_, f64>,
+    ) -> PyResult<Self> {
+        if dim_names.len() != dim_sizes.len() || dim_names.len() != dim_confine.len() {
+            return Err(PyValueError::new_err("dimension arrays differ in length"));
+        }
+        let dims = dim_names
+            .into_iter()
+            .zip(dim_sizes)
+            .zip(dim_confine)
+            .map(|((name, size), c)| Dim {
+                name,
+                size,
+                confine: usize::try_from(c).ok(),
+            })
+            .collect();
+        let offsets: Vec<usize> = array_u32("group_offsets", &group_offsets)?
+            .into_iter()
+            .map(|v| v as usize)
+            .collect();
+        let ranks = array_u32("group_ranks", &group_ranks)?;
+        let groups = array_u32("coll_group", &coll_group)?;
+        let kinds = array_u32("coll_kind", &coll_kind)?;
+        let classes = array_u32("coll_class", &coll_class)?;
+        let bytes: Vec<f64> = coll_bytes.as_array().iter().copied().collect();
+        let counts: Vec<f64> = coll_count.as_array().iter().copied().collect();
+        let dims_of: Vec<i64> = coll_dim.as_array().iter().copied().collect();
+        let n = groups.len();
+        if [
+            kinds.len(),
+            classes.len(),
+            bytes.len(),
+            counts.len(),
+            dims_of.len(),
+        ]
+        .iter()
+        .any(|&m| m != n)
+        {
+            return Err(PyValueError::new_err("collective arrays differ in length"));
+        }
+        let mut collectives = Vec::with_capacity(n);
+        for i in 0..n {
+            let kind = CollectiveKind::from_code(kinds[i] as u8)
+                .filter(|_| kinds[i] < 256)
+                .ok_or_else(|| {
+                    PyValueError::new_err(format!("unknown collective kind {}", kinds[i]))
+                })?;
+            collectives.push(Collective {
+                group: groups[i],
+                kind,
+                bytes: bytes[i],
+                count: counts[i],
+                class: classes[i],
+                dim: u32::try_from(dims_of[i]).ok(),
+            });
+        }
+        let src = array_u32("traffic_src", &traffic_src)?;
+        let dst = array_u32("traffic_dst", &traffic_dst)?;
+        let tb: Vec<f64> = traffic_bytes.as_array().iter().copied().collect();
+        if src.len() != dst.len() || src.len() != tb.len() {
+            return Err(PyValueError::new_err("traffic arrays differ in length"));
+        }
+        let traffic = src
+            .into_iter()
+            .zip(dst)
+            .zip(tb)
+            .map(|((a, b), t)| (a, b, t))
+            .collect();
+        let topo = topology.inner.clone();
+        let spec = py
+            .detach(|| {
+                JobSpec::new(
+                    num_ranks,
+                    dims,
+                    max_span,
+                    offsets,
+                    ranks,
+                    collectives,
+                    traffic,
+                    &topo,
+                )
+            })
+            .py_ok(py)?;
+        Ok(PyJobSpec {
+            inner: Arc::new(spec),
+            topology: topo,
+        })
+    }
+
+    #[getter]
+    fn num_ranks(&self) -> usize {
+        self.inner.num_ranks
+    }
+
+    /// Layout order (innermost first) the greedy placer uses, as dimension indices.
+    fn layout_order(&self) -> Vec<usize> {
+        gpuplace_core::greedy::layout_order(&self.inner)
+    }
+}
+
+#[pyclass(name = "ClusterState", module = "gpuplace._core")]
+struct PyClusterState {
+    inner: ClusterState,
+}
+
+fn gpus_from(py: Python<'_>, gpus: &PyReadonlyArray1<'_, i64>) -> PyResult<Vec<u32>> {
+    let _ = py;
+    array_u32("gpus", gpus)
+}
+
+#[pymethods]
+impl PyClusterState {
+    #[new]
+    fn new(topology: &PyTopology) -> Self {
+        PyClusterState {
+            inner: ClusterState::new(topology.inner.clone()),
+        }
+    }
+
+    fn copy(&self) -> Self {
+        PyClusterState {
+            inner: self.inner.clone(),
+        }
+    }
+
+    fn allocate(
+        &mut self,
+        py: Python<'_>,
+        name: &str,
+        gpus: PyReadonlyArray1<'_, i64>,
+    ) -> PyResult<()> {
+        let gpus = gpus_from(py, &gpus)?;
+        self.inner.allocate(name, &gpus).py_ok(py)
+    }
+
+    fn release<'py>(&mut self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let gpus = self.inner.release(name).py_ok(py)?;
+        Ok(gpus
+            .into_iter()
+            .map(|g| g as i64)
+            .collect::<Vec<_>>()
+            .into_pyarray(py))
+    }
+
+    /// Set the health code (0 ok, 1 failed, 2 drained) of GPUs; returns [(job, ranks)].
+    fn set_health<'py>(
+        &mut self,
+        py: Python<'py>,
+        gpus: PyReadonlyArray1<'_, i64>,
+        code: u8,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let status = GpuStatus::from_code(code)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown health code {code}")))?;
+        let gpus = gpus_from(py, &gpus)?;
+        let affected = self.inner.set_health(&gpus, status).py_ok(py)?;
+        let out = PyList::empty(py);
+        for (name, ranks) in affected {
+            let ranks = ranks
+                .into_iter()
+                .map(|r| r as i64)
+                .collect::<Vec<_>>()
+                .into_pyarray(py);
+            out.append((name, ranks))?;
+        }
+        Ok(out)
+    }
+
+    /// Health code of every GPU.
+    fn health<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<u8>> {
+        self.inner
+            .health()
+            .iter()
+            .map(|&h| h as u8)
+            .collect::<Vec<_>>()
+            .into_pyarray(py)
+    }
+
+    /// Free usable GPU mask.
+    fn free_mask<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<bool>> {
+        let n = self.inner.topology().num_gpus();
+        (0..n)
+            .map(|g| self.inner.is_free(g))
+            .collect::<Vec<_>>()
+            .into_pyarray(py)
+    }
+
+    fn free_counts<'py>(
+        &self,
+        py: Python<'py>,
+        level: usize,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        if level >= self.inner.topology().num_levels() {
+            return Err(PyValueError::new_err(format!(
+                "level {level} does not exist"
+            )));
+        }
+        Ok(self
+            .inner
+            .free_counts(level)
+            .iter()
+            .map(|&c| c as i64)
+            .collect::<Vec<_>>()
+            .into_pyarray(py))
+    }
+
+    /// Free counters recounted from scratch, per level (for consistency checks).
+    fn recount<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, PyArray1<i64>>> {
+        self.inner
+            .recount()
+            .into_iter()
+            .map(|v| {
+                v.into_iter()
+                    .map(|c| c as i64)
+                    .collect::<Vec<_>>()
+                    .into_pyarray(py)
+            })
+            .collect()
+    }
+
+    #[getter]
+    fn total_free(&self) -> u32 {
+        self.inner.total_free()
+    }
+
+    fn owner_of(&self, gpu: usize) -> PyResult<Option<String>> {
+        if gpu >= self.inner.topology().num_gpus() {
+            return Err(PyValueError::new_err(format!("GPU {gpu} does not exist")));
+        }
+        Ok(self.inner.owner_of(gpu).map(str::to_string))
+    }
+
+    /// {job name: GPU per rank}, in allocation-slot order.
+    fn jobs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        for alloc in self.inner.jobs() {
+            let gpus = alloc
+                .gpus
+                .iter()
+                .map(|&g| g as i64)
+                .collect::<Vec<_>>()
+                .into_pyarray(py);
+            out.set_item(&alloc.name, gpus)?;
+        }
+        Ok(out)
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.inner.memory_bytes()
+    }
+}
+
+/// Evaluate a placement with the one cost model. Returns a dict of plain values.
+#[pyfunction]
+fn evaluate<'py>(
+    py: Python<'py>,
+    topology: &PyTopology,
+    job: &PyJobSpec,
+    gpus: PyReadonlyArray1<'_, i64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let gpus = gpus_from(py, &gpus)?;
+    if !Arc::ptr_eq(&topology.inner, &job.topology) {
+        return Err(to_pyerr(
+            py,
+            CoreError::InvalidJob("the job was compiled for another topology".into()),
+        ));
+    }
+    let (topo, spec) = (topology.inner.clone(), job.inner.clone());
+    let report = py
+        .detach(|| gpuplace_core::evaluate(&topo, &spec, &gpus))
+        .py_ok(py)?;
+    let out = PyDict::new(py);
+    out.set_item("comm_seconds", report.comm_seconds)?;
+    out.set_item("class_seconds", report.class_seconds)?;
+    out.set_item("traffic_seconds", report.traffic_seconds)?;
+    out.set_item("bytes_by_level", report.bytes_by_level.into_pyarray(py))?;
+    out.set_item("span_level", report.span_level)?;
+    out.set_item("confinement_ok", report.confinement_ok)?;
+    out.set_item("violations", report.violations)?;
+    Ok(out)
+}
+
+/// Run a Rust solver; returns the GPU of each rank. The state is not changed.
+#[pyfunction]
+#[pyo3(signature = (state, job, solver, seed=0))]
+fn place<'py>(
+    py: Python<'py>,
+    state: PyRef<'py, PyClusterState>,
+    job: &PyJobSpec,
+    solver: &str,
+    seed: u64,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    let spec = job.inner.clone();
+    if !Arc::ptr_eq(state.inner.topology(), &job.topology) {
+        return Err(to_pyerr(
+            py,
+            CoreError::InvalidJob(
+                "the job was compiled for another topology than the state's".into(),
+            ),
+        ));
+    }
+    let inner = &state.inner;
+    let opts = SolveOptions { seed };
+    let gpus = py
+        .detach(|| solvers::solve(solver, inner, &spec, &opts))
+        .py_ok(py)?;
+    Ok(gpus
+        .into_iter()
+        .map(|g| g as i64)
+        .collect::<Vec<_>>()
+        .into_pyarray(py))
+}
+
+/// Names of the solvers implemented in Rust.
+#[pyfunction]
+fn rust_solvers() -> Vec<&'static str> {
+    solvers::SOLVERS.to_vec()
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyTopology>()?;
+    m.add_class::<PyJobSpec>()?;
+    m.add_class::<PyClusterState>()?;
+    m.add_function(wrap_pyfunction!(evaluate, m)?)?;
+    m.add_function(wrap_pyfunction!(place, m)?)?;
+    m.add_function(wrap_pyfunction!(rust_solvers, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
