@@ -7,7 +7,7 @@ import functools
 import os
 import re
 from collections.abc import Callable
-from typing import IO, TypeVar
+from typing import TypeVar
 
 from gpuplace.errors import InvalidTopology
 from gpuplace.hostlist import HostlistError, expand
@@ -68,7 +68,9 @@ def read_source(source: object, *, limit: int = MAX_INPUT_BYTES) -> tuple[str, s
             text = bytes(data).decode("utf-8")
         except UnicodeDecodeError as exc:
             line = bytes(data[: exc.start]).count(b"\n") + 1
-            raise fail(name, line, "expected UTF-8 text; found undecodable bytes") from None
+            raise fail(
+                name, line, "expected UTF-8 text; found undecodable bytes"
+            ) from None
     else:
         raise fail(name, None, "the stream returned neither text nor bytes")
     if "\x00" in text:
@@ -91,8 +93,10 @@ def guarded(reader: Callable[..., T]) -> Callable[..., T]:
         except InvalidTopology:
             raise
         except (RecursionError, MemoryError) as exc:
-            raise InvalidTopology(f"{_display(source)}: input too deeply nested or too large ({type(exc).__name__})") from None
-        except Exception as exc:  # noqa: BLE001 - the contract is "only InvalidTopology"
+            raise InvalidTopology(
+                f"{_display(source)}: input too deeply nested or too large ({type(exc).__name__})"
+            ) from None
+        except Exception as exc:
             raise InvalidTopology(
                 f"{_display(source)}: unexpected parse failure "
                 f"({type(exc).__name__}: {exc}); the input is not in the expected format"
@@ -119,7 +123,9 @@ def parse_id_list(text: str, name: str, line: int, what: str) -> list[int]:
     for item in text.split(","):
         m = _CPU_ITEM.match(item.strip())
         if not m:
-            raise fail(name, line, f"{what}: expected a list like 0-47,96-143, got {text!r}")
+            raise fail(
+                name, line, f"{what}: expected a list like 0-47,96-143, got {text!r}"
+            )
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if hi < lo or hi - lo + 1 + len(out) > MAX_NAMES:
@@ -135,5 +141,7 @@ def expand_hostlist(expr: str, name: str, line: int | None, what: str) -> list[s
     except HostlistError as exc:
         raise fail(name, line, f"{what}: {exc}") from None
     if len(hosts) > MAX_NAMES:
-        raise fail(name, line, f"{what}: expands to {len(hosts)} names, more than {MAX_NAMES}")
+        raise fail(
+            name, line, f"{what}: expands to {len(hosts)} names, more than {MAX_NAMES}"
+        )
     return hosts

@@ -44,7 +44,7 @@ _MAX_PORTS = 4096
 
 
 class _Node:
-    __slots__ = ("kind", "key", "desc", "line", "ports")
+    __slots__ = ("desc", "key", "kind", "line", "ports")
 
     def __init__(self, kind: str, key: str, desc: str, line: int):
         self.kind, self.key, self.desc, self.line = kind, key, desc, line
@@ -66,13 +66,24 @@ def read_ibnetdiscover(source) -> Fabric:
             continue
         if line.startswith("#") or _HEADER_KV.match(line):
             continue
-        if line in ("Non-Chassis Nodes",) or line.startswith(("Chassis ", "Non-Chassis")):
+        if line in ("Non-Chassis Nodes",) or line.startswith(
+            ("Chassis ", "Non-Chassis")
+        ):
             continue
         m = _NODE.match(line)
         if m:
-            kind, nports, key, desc = m.group(1), int(m.group(2)), m.group(3), m.group(4)
+            kind, nports, key, desc = (
+                m.group(1),
+                int(m.group(2)),
+                m.group(3),
+                m.group(4),
+            )
             if nports > _MAX_PORTS:
-                raise fail(fname, no, f"{kind} {key} claims {nports} ports; at most {_MAX_PORTS}")
+                raise fail(
+                    fname,
+                    no,
+                    f"{kind} {key} claims {nports} ports; at most {_MAX_PORTS}",
+                )
             if key in nodes:
                 n = 2
                 while f"{key}#{n}" in nodes:
@@ -93,14 +104,20 @@ def read_ibnetdiscover(source) -> Fabric:
             if current.kind == "Switch":
                 pm = _SWITCH_PORT.match(line)
                 if not pm:
-                    raise fail(fname, no, 'expected [port] "peer"[port] # "description" ... rate')
+                    raise fail(
+                        fname,
+                        no,
+                        'expected [port] "peer"[port] # "description" ... rate',
+                    )
                 port, peer, peer_port = int(pm.group(1)), pm.group(2), int(pm.group(3))
                 peer_desc = pm.group(5)
                 rate_m = _RATE.search(pm.group(6) or "")
             else:
                 pm = _CA_PORT.match(line)
                 if not pm:
-                    raise fail(fname, no, 'expected [port](guid) "peer"[port] # ... rate')
+                    raise fail(
+                        fname, no, 'expected [port](guid) "peer"[port] # ... rate'
+                    )
                 port, peer, peer_port = int(pm.group(1)), pm.group(3), int(pm.group(4))
                 comment = pm.group(5) or ""
                 dm = re.search(r'"(.*)"', comment)
@@ -110,12 +127,23 @@ def read_ibnetdiscover(source) -> Fabric:
                 raise fail(fname, no, f"port number above {_MAX_PORTS}")
             if port in current.ports:
                 raise fail(fname, no, f"port {port} of {current.key} listed twice")
-            current.ports[port] = (peer, peer_port, rate_m.group(1) if rate_m else None, peer_desc)
+            current.ports[port] = (
+                peer,
+                peer_port,
+                rate_m.group(1) if rate_m else None,
+                peer_desc,
+            )
             continue
-        raise fail(fname, no, f"expected a Switch/Ca block or a port line, got {line[:60]!r}")
+        raise fail(
+            fname, no, f"expected a Switch/Ca block or a port line, got {line[:60]!r}"
+        )
 
     if not nodes:
-        raise fail(fname, None, "expected at least one Switch or Ca block (ibnetdiscover output)")
+        raise fail(
+            fname,
+            None,
+            "expected at least one Switch or Ca block (ibnetdiscover output)",
+        )
     return _build_fabric(fname, nodes, warnings)
 
 
@@ -164,7 +192,14 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
                 if rate and (known.rate is None or (gbit or 0.0) < (known.gbit or 0.0)):
                     known.rate, known.gbit = rate, gbit
                 continue
-            cables[key] = Link(node.key, port, peer, peer_port, rate, ib_rate_gbit(rate) if rate else None)
+            cables[key] = Link(
+                node.key,
+                port,
+                peer,
+                peer_port,
+                rate,
+                ib_rate_gbit(rate) if rate else None,
+            )
     links = list(cables.values())
     fabric.links = links
 
@@ -210,7 +245,11 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
         if ca in sharp:
             continue
         words = desc.split()
-        if not words or _DEFAULT_DESC.match(desc) or words[0].lower() in _ANONYMOUS_HOSTS:
+        if (
+            not words
+            or _DEFAULT_DESC.match(desc)
+            or words[0].lower() in _ANONYMOUS_HOSTS
+        ):
             unnamed.append(ca)
             continue
         host_of[ca] = (words[0], " ".join(words[1:]) or ca)
@@ -251,15 +290,14 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
         )
     depth = max(distance.values())
     level_names = [
-        _LEVEL_NAMES[d] if d < len(_LEVEL_NAMES) else f"tier{d}" for d in range(depth + 1)
+        _LEVEL_NAMES[d] if d < len(_LEVEL_NAMES) else f"tier{d}"
+        for d in range(depth + 1)
     ]
     fabric.levels = level_names
 
     names = {s: _clean_switch_name(nodes[s].desc) or s for s in distance}
     dup = Counter(names.values())
-    for s in names:
-        if dup[names[s]] > 1 or not names[s]:
-            names[s] = s
+    names = {s: (s if dup[n] > 1 or not n else n) for s, n in names.items()}
     for s, d in distance.items():
         sw = Switch(key=s, name=names[s], level=level_names[d])
         for p in adjacency[s]:
@@ -278,7 +316,9 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
         h = fabric.hosts.setdefault(host, Host(host))
         attached = sorted(p for p in adjacency[ca] if p in leaves)
         if not attached:
-            warnings.append(f"CA {ca} ({nodes[ca].desc}) is not cabled to a leaf; ignored")
+            warnings.append(
+                f"CA {ca} ({nodes[ca].desc}) is not cabled to a leaf; ignored"
+            )
             continue
         for leaf in attached:
             h.rails.append((nic, leaf))
@@ -288,13 +328,16 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
     if not fabric.hosts:
         raise fail(fname, None, "no host is cabled to a leaf switch")
     fabric.hosts = dict(sorted(fabric.hosts.items()))
-    usual_rails = Counter(len(h.rails) for h in fabric.hosts.values()).most_common(1)[0][0]
+    usual_rails = Counter(len(h.rails) for h in fabric.hosts.values()).most_common(1)[
+        0
+    ][0]
     odd = [h for h, v in fabric.hosts.items() if len(v.rails) != usual_rails]
     if odd:
         warnings.append(
             f"{len(odd)} hosts have a rail count other than the usual {usual_rails} (missing "
             f"cables, unnamed HCAs, or not GPU hosts such as UFM/storage servers): "
-            + ", ".join(odd[:8]) + (" ..." if len(odd) > 8 else "")
+            + ", ".join(odd[:8])
+            + (" ..." if len(odd) > 8 else "")
         )
 
     # Host port rate: the most common rate on host cables.
@@ -323,7 +366,9 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
         for other in ls:
             union(first, other)
     unit_of_leaf = {leaf: find(leaf) for leaf in leaves}
-    groups_at: list[dict[str, str]] = [unit_of_leaf]  # per level: leaf -> group representative
+    groups_at: list[dict[str, str]] = [
+        unit_of_leaf
+    ]  # per level: leaf -> group representative
     for d in range(1, depth + 1):
         prev = groups_at[-1]
         rep = {leaf: prev[leaf] for leaf in leaves}
@@ -358,7 +403,11 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
                 ordered = sorted(names[x] for x in ls)
             else:
                 tops = sorted(
-                    {names[s] for x in ls for s in _ancestors_at(x, level_idx, distance, adjacency)}
+                    {
+                        names[s]
+                        for x in ls
+                        for s in _ancestors_at(x, level_idx, distance, adjacency)
+                    }
                 ) or sorted(names[x] for x in ls)
                 ordered = tops
             label[g] = ordered[0] + (f"+{len(ordered) - 1}" if len(ordered) > 1 else "")
@@ -398,7 +447,5 @@ def _ancestors_at(
     """Switches at distance ``d`` reachable from ``leaf`` going strictly upward."""
     current = {leaf}
     for step in range(1, d + 1):
-        current = {
-            p for s in current for p in adjacency[s] if distance.get(p) == step
-        }
+        current = {p for s in current for p in adjacency[s] if distance.get(p) == step}
     return current

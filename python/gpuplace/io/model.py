@@ -8,22 +8,23 @@ of each into the ``gpuplace.topology/1`` dictionary that ``Topology.from_dict`` 
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
 from gpuplace.errors import InvalidTopology
 
 __all__ = [
-    "NodeType",
-    "Fabric",
-    "Host",
-    "Switch",
-    "Link",
-    "to_topology_dict",
+    "DEFAULT_LATENCY_US",
     "NVLINK_GBPS_PER_LINK",
     "PCIE_GBPS",
+    "Fabric",
+    "Host",
+    "Link",
+    "NodeType",
+    "Switch",
     "ib_rate_gbit",
-    "DEFAULT_LATENCY_US",
+    "to_topology_dict",
 ]
 
 #: NVLink bandwidth per link and direction (GB/s) by GPU generation, as NCCL models it in
@@ -38,8 +39,14 @@ NVLINK_GBPS_PER_LINK = {
 }
 
 #: PCIe x16 bandwidth per direction (GB/s) by the PCIe generation a GPU generation uses.
-PCIE_GBPS = {"pascal": 16.0, "volta": 16.0, "ampere": 32.0, "ampere-sm86": 32.0,
-             "hopper": 64.0, "blackwell": 64.0}
+PCIE_GBPS = {
+    "pascal": 16.0,
+    "volta": 16.0,
+    "ampere": 32.0,
+    "ampere-sm86": 32.0,
+    "hopper": 64.0,
+    "blackwell": 64.0,
+}
 
 #: Default per-message latency (µs) by level name; unknown level names get the next rung.
 DEFAULT_LATENCY_US = {
@@ -128,6 +135,8 @@ class Switch:
     children: set[str] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     link_gbit: float | None = None
+    #: Slurm ``LinkSpeed=`` as written (arbitrary units, per topology.conf(5)).
+    link_speed: str | None = None
 
 
 @dataclass
@@ -173,7 +182,9 @@ def _level_latency(name: str, rung: int, latencies: dict[str, float] | None) -> 
     return DEFAULT_LATENCY_US.get(name, 1.0 + 1.5 * rung)
 
 
-def _offdiag_min(matrix: list[list[float]], members: list[int] | None = None) -> float | None:
+def _offdiag_min(
+    matrix: list[list[float]], members: list[int] | None = None
+) -> float | None:
     idx = members if members is not None else list(range(len(matrix)))
     vals = [matrix[i][j] for i in idx for j in idx if i != j]
     return min(vals) if vals else None
@@ -210,12 +221,16 @@ def to_topology_dict(
         raise InvalidTopology(f"{name}: need a node type, a fabric or both")
     if node_type is not None and node_type.gpus < 1:
         raise InvalidTopology(f"{name}: node type {node_type.name!r} has no GPUs")
-    fabric = fabric or Fabric(hosts={f"{node_type.name}-0": Host(f"{node_type.name}-0")})
+    fabric = fabric or Fabric(
+        hosts={f"{node_type.name}-0": Host(f"{node_type.name}-0")}
+    )
     if not fabric.hosts:
         raise InvalidTopology(f"{name}: the fabric has no hosts")
     for level in fabric.levels:
         if not _LEVEL_NAME.match(level) or level in ("node", "numa", "root"):
-            raise InvalidTopology(f"{name}: fabric level {level!r} is not a usable level name")
+            raise InvalidTopology(
+                f"{name}: fabric level {level!r} is not a usable level name"
+            )
 
     # -- node types ---------------------------------------------------------------------------
     node_types: dict[str, dict] = {}
@@ -283,7 +298,7 @@ def to_topology_dict(
         domains[host.name] = d
     # Nesting: a domain must have one parent. Readers build nested domains; a violation here
     # means the source is not a tree (a leaf under two spine groups), which we refuse.
-    for lower, upper in zip(levels, levels[1:]):
+    for lower, upper in itertools.pairwise(levels):
         parent: dict[str, str] = {}
         for host, d in domains.items():
             seen = parent.setdefault(d[lower], d[upper])
@@ -321,8 +336,10 @@ def to_topology_dict(
         rails = sorted(len(h.rails) for h in fabric.hosts.values() if h.rails)
         if rails:
             nics = rails[len(rails) // 2]
-        elif node_type is not None and node_type.gpu_nic and any(
-            v is not None for v in node_type.gpu_nic
+        elif (
+            node_type is not None
+            and node_type.gpu_nic
+            and any(v is not None for v in node_type.gpu_nic)
         ):
             nics = len({v for v in node_type.gpu_nic if v is not None})
         else:
@@ -333,14 +350,20 @@ def to_topology_dict(
                 "host link speed unknown; assumed 400 Gbit/s (NDR) per NIC for the network levels"
             )
         net = port_gbps * nics / max(gpus, 1)
-        net = min(net, bw["node"]) if node_type is not None and node_type.bandwidth_gbps else net
+        net = (
+            min(net, bw["node"])
+            if node_type is not None and node_type.bandwidth_gbps
+            else net
+        )
         for lv in levels:
             net = net * min(1.0, fabric.oversubscription.get(lv, 1.0))
             bw[lv] = round(net, 3)
     if bandwidths:
         for lv, value in bandwidths.items():
             if lv not in all_levels:
-                raise InvalidTopology(f"{name}: bandwidth given for unknown level {lv!r}")
+                raise InvalidTopology(
+                    f"{name}: bandwidth given for unknown level {lv!r}"
+                )
             bw[lv] = float(value)
 
     level_dicts = [
@@ -353,12 +376,12 @@ def to_topology_dict(
     ]
 
     nvlink_domain = "node"
-    if node_type is not None and node_type.nvlink_domain_gpus and (
-        node_type.nvlink_domain_gpus > node_type.gpus
+    if (
+        node_type is not None
+        and node_type.nvlink_domain_gpus
+        and (node_type.nvlink_domain_gpus > node_type.gpus)
     ):
-        nvlink_domain = _nvlink_level(
-            node_type, fabric, levels, domains, warnings
-        )
+        nvlink_domain = _nvlink_level(node_type, fabric, levels, domains, warnings)
     elif fabric.nvlink_level and fabric.nvlink_level in levels:
         nvlink_domain = fabric.nvlink_level
 

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import re
 
-from gpuplace.io._common import MAX_DEVICES_PER_HOST, fail, guarded, parse_id_list, read_source
+from gpuplace.io._common import (
+    MAX_DEVICES_PER_HOST,
+    fail,
+    guarded,
+    parse_id_list,
+    read_source,
+)
 from gpuplace.io.model import NVLINK_GBPS_PER_LINK, PCIE_GBPS, NodeType
 
-__all__ = ["read_nvidia_smi_topo", "gpu_generation_of"]
+__all__ = ["gpu_generation_of", "read_nvidia_smi_topo"]
 
 # Header tokens. The alternatives come first so that glued headers such as ``NIC8NIC9`` (seen
 # in a real tab-separated output whose tabs were lost) still split into two columns.
@@ -73,22 +79,42 @@ def read_nvidia_smi_topo(
             header_at = i
             break
     if header_at is None:
-        raise fail(fname, None, "expected a header line starting with GPU0 (nvidia-smi topo -m)")
+        raise fail(
+            fname,
+            None,
+            "expected a header line starting with GPU0 (nvidia-smi topo -m)",
+        )
     header = _HEADER_TOKEN.findall(lines[header_at])
     trailing = [t for t in header if t in _TRAILING]
     devices = [t for t in header if t not in _TRAILING]
     if header[: len(devices)] != devices:
-        raise fail(fname, header_at + 1, "expected device columns before CPU/NUMA affinity columns")
+        raise fail(
+            fname,
+            header_at + 1,
+            "expected device columns before CPU/NUMA affinity columns",
+        )
     if len(set(devices)) != len(devices):
-        raise fail(fname, header_at + 1, "expected distinct device columns; found a repeated name")
+        raise fail(
+            fname,
+            header_at + 1,
+            "expected distinct device columns; found a repeated name",
+        )
     if len(devices) > 2 * MAX_DEVICES_PER_HOST:
-        raise fail(fname, header_at + 1, f"{len(devices)} device columns; too many for one host")
+        raise fail(
+            fname,
+            header_at + 1,
+            f"{len(devices)} device columns; too many for one host",
+        )
     gpu_cols = [d for d in devices if _GPU.match(d)]
     if not gpu_cols:
         raise fail(fname, header_at + 1, "expected at least one GPU column")
     for k, d in enumerate(devices[: len(gpu_cols)]):
         if d != f"GPU{k}":
-            raise fail(fname, header_at + 1, f"expected GPU columns GPU0..GPU{len(gpu_cols) - 1} first, got {d}")
+            raise fail(
+                fname,
+                header_at + 1,
+                f"expected GPU columns GPU0..GPU{len(gpu_cols) - 1} first, got {d}",
+            )
 
     rows: dict[str, tuple[int, list[str], list[str]]] = {}
     ndev = len(devices)
@@ -103,7 +129,11 @@ def read_nvidia_smi_topo(
         tokens = stripped.split()
         dev = tokens[0]
         if dev not in devices:
-            raise fail(fname, i + 1, f"expected a row of one of the header devices, got {dev!r}")
+            raise fail(
+                fname,
+                i + 1,
+                f"expected a row of one of the header devices, got {dev!r}",
+            )
         if dev in rows:
             raise fail(fname, i + 1, f"row {dev} appears twice")
         cells: list[str] = []
@@ -114,19 +144,28 @@ def read_nvidia_smi_topo(
             pieces = _CELL.findall(token)
             if not pieces or "".join(pieces) != token:
                 raise fail(
-                    fname, i + 1,
+                    fname,
+                    i + 1,
                     f"row {dev}: expected a link class (X, NV#, PIX, PXB, PHB, NODE, SYS), "
                     f"got {token!r}",
                 )
             cells.extend(pieces)
             used += 1
         if len(cells) != ndev:
-            raise fail(fname, i + 1, f"row {dev}: expected {ndev} link classes, got {len(cells)}")
+            raise fail(
+                fname,
+                i + 1,
+                f"row {dev}: expected {ndev} link classes, got {len(cells)}",
+            )
         rows[dev] = (i + 1, ["SYS" if c == "SOC" else c for c in cells], rest[used:])
 
     missing = [d for d in devices if d not in rows]
     if missing:
-        raise fail(fname, None, f"expected a row for every device; missing {', '.join(missing)}")
+        raise fail(
+            fname,
+            None,
+            f"expected a row for every device; missing {', '.join(missing)}",
+        )
     for d in devices:
         line_no, cells, _ = rows[d]
         if cells[devices.index(d)] != "X":
@@ -135,13 +174,14 @@ def read_nvidia_smi_topo(
             back = rows[other][1][devices.index(d)]
             if cells[j] != back:
                 raise fail(
-                    fname, line_no,
+                    fname,
+                    line_no,
                     f"matrix is not symmetric: {d}->{other} is {cells[j]} but "
                     f"{other}->{d} is {back}",
                 )
 
     nic_names = _nic_legend(lines)
-    nic_cols = devices[len(gpu_cols):]
+    nic_cols = devices[len(gpu_cols) :]
     nics = [nic_names.get(n, n) for n in nic_cols]
 
     ngpu = len(gpu_cols)
@@ -152,7 +192,9 @@ def read_nvidia_smi_topo(
     if generation is None and node.gpu_model:
         generation = gpu_generation_of(node.gpu_model)
     classes = [[rows[g][1][j] for j in range(ngpu)] for g in gpu_cols]
-    nv_max = max((int(c[2:]) for row in classes for c in row if c.startswith("NV")), default=0)
+    nv_max = max(
+        (int(c[2:]) for row in classes for c in row if c.startswith("NV")), default=0
+    )
     if generation is None:
         if nv_max >= 18:
             generation = "hopper"
@@ -165,13 +207,21 @@ def read_nvidia_smi_topo(
             f"{generation or 'a PCIe Gen4 GPU'} from the NV# counts "
             "(pass gpu_model or gpu_generation to be exact)"
         )
-    if generation is not None and generation not in NVLINK_GBPS_PER_LINK and generation != "ada":
+    if (
+        generation is not None
+        and generation not in NVLINK_GBPS_PER_LINK
+        and generation != "ada"
+    ):
         raise fail(fname, None, f"unknown GPU generation {generation!r}")
     node.gpu_generation = generation
     per_link = NVLINK_GBPS_PER_LINK.get(generation or "", 0.0)
     pcie = PCIE_GBPS.get(generation or "", 32.0)
     if nv_max and not per_link:
-        raise fail(fname, None, f"GPU generation {generation!r} has no NVLink but the matrix shows NV#")
+        raise fail(
+            fname,
+            None,
+            f"GPU generation {generation!r} has no NVLink but the matrix shows NV#",
+        )
     node.link_classes = classes
     node.bandwidth_gbps = [
         [_class_bandwidth(c, per_link, pcie) for c in row] for row in classes
@@ -182,12 +232,18 @@ def read_nvidia_smi_topo(
         line_no, _, extra = rows[g]
         values = dict(zip(trailing, extra))
         if len(extra) > len(trailing):
-            raise fail(fname, line_no, f"row {g}: unexpected extra fields {extra[len(trailing):]}")
+            raise fail(
+                fname,
+                line_no,
+                f"row {g}: unexpected extra fields {extra[len(trailing) :]}",
+            )
         cpu = values.get("CPU Affinity", "")
         if cpu:
             parse_id_list(cpu, fname, line_no, "CPU Affinity")
         node.cpu_affinity.append(cpu)
-        numa_ids = parse_id_list(values.get("NUMA Affinity", ""), fname, line_no, "NUMA Affinity")
+        numa_ids = parse_id_list(
+            values.get("NUMA Affinity", ""), fname, line_no, "NUMA Affinity"
+        )
         node.numa.append(numa_ids[0] if numa_ids else None)
 
     node.nics = nics
@@ -207,7 +263,8 @@ def read_nvidia_smi_topo(
     if nvlink_domain_gpus is not None:
         if nvlink_domain_gpus < ngpu or nvlink_domain_gpus % ngpu:
             raise fail(
-                fname, None,
+                fname,
+                None,
                 f"nvlink_domain_gpus={nvlink_domain_gpus} must be a multiple of the "
                 f"{ngpu} GPUs of one host",
             )
@@ -218,7 +275,9 @@ def read_nvidia_smi_topo(
             "pass nvlink_domain_gpus to say so"
         )
     if name is None and node.gpu_model:
-        node.name = re.sub(r"[^a-z0-9]+", "-", node.gpu_model.lower()).strip("-") + f"-x{ngpu}"
+        node.name = (
+            re.sub(r"[^a-z0-9]+", "-", node.gpu_model.lower()).strip("-") + f"-x{ngpu}"
+        )
     return node
 
 
