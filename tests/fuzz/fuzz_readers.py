@@ -56,20 +56,27 @@ def test_one_input(data: bytes) -> None:
 
 
 def _importable_without_extension() -> None:
-    """Same trick as tests/io/conftest.py: the readers are pure Python, so when the package's
-    ``__init__`` cannot load (no compiled extension) register ``gpuplace`` as a bare package."""
+    """Same trick as tests/io/conftest.py: use this tree's pure-Python readers even when
+    another gpuplace is installed or the package's ``__init__`` cannot load its extension."""
     import types
 
+    ours = (ROOT / "python" / "gpuplace").resolve()
     try:
-        import gpuplace.errors  # noqa: F401
+        import gpuplace
+        import gpuplace.errors
+
+        if any(Path(p).resolve() == ours for p in getattr(gpuplace, "__path__", [])):
+            return
     except ImportError:
-        for name in [
-            m for m in sys.modules if m == "gpuplace" or m.startswith("gpuplace.")
-        ]:
+        pass
+    for name in [
+        m for m in sys.modules if m == "gpuplace" or m.startswith("gpuplace.")
+    ]:
+        if name == "gpuplace" or getattr(sys.modules[name], "__file__", None):
             del sys.modules[name]
-        package = types.ModuleType("gpuplace")
-        package.__path__ = [str(ROOT / "python" / "gpuplace")]
-        sys.modules["gpuplace"] = package
+    package = types.ModuleType("gpuplace")
+    package.__path__ = [str(ours)]
+    sys.modules["gpuplace"] = package
 
 
 def main(argv: list[str]) -> None:

@@ -172,14 +172,7 @@ def _tree_fabric(fname: str, switches: dict[str, dict]) -> Fabric:
             if done:
                 on_path.discard(node)
                 kids = switches[node]["children"]
-                base = (
-                    0
-                    if switches[node]["nodes"] or not kids
-                    else 1 + max(height[k] for k in kids)
-                )
-                if switches[node]["nodes"] and kids:
-                    base = 1 + max(height[k] for k in kids)
-                height[node] = base
+                height[node] = 1 + max(height[k] for k in kids) if kids else 0
                 continue
             if node in height:
                 continue
