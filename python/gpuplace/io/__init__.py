@@ -1,0 +1,34 @@
+"""Readers of real cluster descriptions into the native topology dictionary, and writers back.
+
+Host readers return a :class:`NodeType`, fabric readers a :class:`Fabric`;
+:func:`to_topology_dict` combines them into the ``gpuplace.topology/1`` dictionary that
+``gpuplace.Topology.from_dict`` loads. Every reader takes a path or an open file and raises
+only :class:`gpuplace.errors.InvalidTopology` on bad input.
+"""
+
+from gpuplace.io.cloud import read_ec2_topology, read_k8s_nodes
+from gpuplace.io.ibnetdiscover import read_ibnetdiscover
+from gpuplace.io.model import Fabric, Host, Link, NodeType, Switch, to_topology_dict
+from gpuplace.io.nvidia_smi import read_nvidia_smi_topo
+from gpuplace.io.qaplib import read_qaplib, read_qaplib_solution
+from gpuplace.io.rocm_smi import read_rocm_smi_topo
+from gpuplace.io.slurm import read_slurm_topology
+from gpuplace.io.writers import write_slurm_topology
+
+__all__ = [
+    "Fabric",
+    "Host",
+    "Link",
+    "NodeType",
+    "Switch",
+    "read_ec2_topology",
+    "read_ibnetdiscover",
+    "read_k8s_nodes",
+    "read_nvidia_smi_topo",
+    "read_qaplib",
+    "read_qaplib_solution",
+    "read_rocm_smi_topo",
+    "read_slurm_topology",
+    "to_topology_dict",
+    "write_slurm_topology",
+]

@@ -1,0 +1,146 @@
+"""Readers raise nothing but InvalidTopology, whatever the input: generated text and real
+samples cut short, with bytes flipped or lines dropped."""
+
+from __future__ import annotations
+
+import io
+
+from conftest import DATA
+from gpuplace.errors import InvalidTopology
+from gpuplace.io import (
+    read_ec2_topology,
+    read_ibnetdiscover,
+    read_k8s_nodes,
+    read_nvidia_smi_topo,
+    read_rocm_smi_topo,
+    read_slurm_topology,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+READERS = [
+    read_nvidia_smi_topo,
+    read_rocm_smi_topo,
+    read_ibnetdiscover,
+    read_slurm_topology,
+    read_k8s_nodes,
+    read_ec2_topology,
+]
+
+SAMPLES = {
+    "nvidia-smi-topo-hgx-h100-8gpu-8nic-rail.txt": read_nvidia_smi_topo,
+    "nvidia-smi-topo-dgx1-v100-4nic-pytorch-ddp-readme.txt": read_nvidia_smi_topo,
+    "nvidia-smi-topo-gb200-4gpu-8nic.txt": read_nvidia_smi_topo,
+    "nvidia-smi-topo-rtx4090-8gpu-2nic-tabs.txt": read_nvidia_smi_topo,
+    "rocm-smi-showtopo-4gpu-pcie-rocm-smi-lib-issue108.txt": read_rocm_smi_topo,
+    "rocm-smi-showtopo-8gpu-2xgmi-hives.txt": read_rocm_smi_topo,
+    "ibnetdiscover-rdma-core-manpage-example-sdr.txt": read_ibnetdiscover,
+    "ibnetdiscover-topograph-dgx-superpod-ndr-40sw.txt": read_ibnetdiscover,
+    "slurm-topology-conf-tree-manpage-example.conf": read_slurm_topology,
+    "topograph-generated-topology-tree-oci-sim.conf": read_slurm_topology,
+    "topograph-generated-topology-block-dra-sim.conf": read_slurm_topology,
+    "ec2-describe-instance-topology-awscli-example.json": read_ec2_topology,
+}
+SAMPLE_BYTES = {name: (DATA / name).read_bytes() for name in SAMPLES}
+
+# Tokens that steer generated text toward the parsers' grammar.
+TOKENS = st.sampled_from(
+    [
+        "GPU0",
+        "GPU1",
+        "GPU2",
+        " X ",
+        "NV18",
+        "NV1",
+        "PIX",
+        "SYS",
+        "NODE",
+        "mlx5_0",
+        "NIC0",
+        "CPU Affinity",
+        "NUMA Affinity",
+        "0-47,96",
+        "N/A",
+        "\t",
+        " ",
+        "\n",
+        "Switch",
+        "Ca",
+        '"S-1"',
+        '"H-2"',
+        "[1]",
+        "[2]",
+        "(abc)",
+        "# ",
+        '"host mlx5_0"',
+        "lid 3",
+        "4xNDR",
+        "1xSDR",
+        "SwitchName=",
+        "Nodes=",
+        "Switches=",
+        "n[1-3]",
+        "BlockName=",
+        "BlockSizes=",
+        "- topology: t",
+        "  tree:",
+        "    switches:",
+        "{",
+        "}",
+        "[",
+        "]",
+        '"items"',
+        ":",
+        "Weight between two GPUs",
+        "=====",
+        "XGMI",
+        "PCIE",
+        "15",
+        "Numa Node: 0",
+    ]
+)
+TEXT = st.one_of(st.text(max_size=400), st.lists(TOKENS, max_size=80).map("".join))
+
+FUZZ = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+def _only_invalid_topology(reader, data):
+    stream = io.BytesIO(data) if isinstance(data, bytes) else io.StringIO(data)
+    try:
+        reader(stream)
+    except InvalidTopology:
+        pass
+
+
+@FUZZ
+@given(text=TEXT, which=st.sampled_from(READERS))
+def test_generated_text(text, which):
+    _only_invalid_topology(which, text)
+
+
+@FUZZ
+@given(
+    name=st.sampled_from(sorted(SAMPLES)),
+    cut=st.floats(0, 1),
+    flips=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 255)), max_size=6),
+    drops=st.lists(st.floats(0, 1), max_size=4),
+)
+def test_mutated_samples(name, cut, flips, drops):
+    data = bytearray(SAMPLE_BYTES[name])
+    for where, value in flips:
+        if data:
+            data[int(where * (len(data) - 1))] = value
+    lines = bytes(data).split(b"\n")
+    for where in drops:
+        if lines:
+            del lines[int(where * (len(lines) - 1))]
+    data = b"\n".join(lines)
+    data = data[: int(cut * len(data)) + 1] if cut < 0.95 else data
+    _only_invalid_topology(SAMPLES[name], bytes(data))
+
+
+def test_samples_parse_clean():
+    for name, reader in SAMPLES.items():
+        reader(DATA / name)
