@@ -1,8 +1,10 @@
 """Atheris fuzz target: every reader on arbitrary bytes raises nothing but InvalidTopology.
 
-Run a bounded session (the corpus seeds are the real samples):
+Run a bounded session (the corpus seeds are the real samples; libFuzzer writes new inputs into
+the FIRST corpus directory, so name a scratch directory first, never tests/data):
 
-    PYTHONPATH=python python tests/fuzz/fuzz_readers.py -runs=20000 tests/data/topologies
+    mkdir -p /tmp/fuzz-corpus
+    PYTHONPATH=python python tests/fuzz/fuzz_readers.py -runs=20000 /tmp/fuzz-corpus tests/data/topologies
 
 Under pytest the module is skipped cleanly when atheris is not installed; with atheris it runs
 a short bounded session in a subprocess.
@@ -108,6 +110,7 @@ else:
                 __file__,
                 "-runs=2000",
                 "-max_len=4096",
+                str(tmp_path),  # new inputs go to the first directory: a scratch one
                 str(ROOT / "tests" / "data" / "topologies"),
             ],
             env=env,
