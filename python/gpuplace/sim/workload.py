@@ -1,0 +1,118 @@
+"""Realistic cluster occupancy: jobs drawn from a real trace, placed and released until the
+free GPUs are fragmented the way a busy cluster's are.
+
+Benchmarks of every solver start from states made here, so they compare placements on the
+same, reproducible (seeded) clusters.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+
+from gpuplace.errors import Infeasible
+from gpuplace.job import Job, TransformerModel
+from gpuplace.placement import place
+from gpuplace.state import ClusterState
+
+__all__ = ["JobSizeMix", "fragment", "philly_running_mix", "training_job"]
+
+
+@dataclass(frozen=True)
+class JobSizeMix:
+    """GPU counts and the probability of each among the jobs running at one moment."""
+
+    sizes: np.ndarray
+    probabilities: np.ndarray
+
+    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        return rng.choice(self.sizes, size=count, p=self.probabilities)
+
+
+def philly_running_mix() -> JobSizeMix:
+    """Sizes of the jobs running at one moment in Microsoft's Philly cluster (ATC'19 trace):
+    by Little's law, proportional to the summed duration of the jobs of each size."""
+    text = resources.files("gpuplace.sim").joinpath("data/philly_job_sizes.csv").read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    sizes = np.array([int(r["num_gpus"]) for r in rows], dtype=np.int64)
+    weight = np.array([float(r["total_duration_s"]) for r in rows])
+    return JobSizeMix(sizes, weight / weight.sum())
+
+
+#: A mid-sized transformer used to give background and benchmark jobs realistic bytes.
+DEFAULT_MODEL = TransformerModel(
+    parameters=13e9, layers=40, hidden_size=5120, sequence_length=4096,
+    micro_batch_size=1, micro_batches=8,
+)
+
+
+def training_job(name: str, gpus: int, *, pp: int = 1, model: TransformerModel | None = DEFAULT_MODEL) -> Job:
+    """A data/tensor/pipeline-parallel training job of ``gpus`` GPUs: tp up to 8 (a divisor of
+    the size), then pipeline stages, then data parallel replicas."""
+    tp = next(t for t in (8, 4, 2, 1) if gpus % t == 0)
+    rest = gpus // tp
+    if rest % pp:
+        pp = 1
+    return Job(name=name, tp=tp, pp=pp, dp=rest // pp, model=model)
+
+
+def fragment(
+    state: ClusterState,
+    occupancy: float,
+    *,
+    seed: int = 0,
+    mix: JobSizeMix | None = None,
+    rounds: int = 3,
+    solver: str = "greedy",
+) -> int:
+    """Bring ``state`` to ``occupancy`` (fraction of GPUs allocated) the way a busy cluster
+    gets there: fill it above the target with jobs drawn from ``mix``, release random jobs
+    down to the target, and repeat ``rounds`` times. Jobs end at random, so the free GPUs are
+    left scattered across nodes and leaves whatever solver placed them. Returns the number of
+    jobs allocated. Deterministic for a seed."""
+    if not 0.0 <= occupancy < 1.0:
+        raise ValueError(f"occupancy must be in [0, 1), got {occupancy}")
+    mix = mix or philly_running_mix()
+    rng = np.random.default_rng(seed)
+    total = state.topology.num_gpus
+    target = int(occupancy * total)
+    high_water = int((occupancy + 0.6 * (1.0 - occupancy)) * total)
+    counter = 0
+    sizes: dict[str, int] = {name: len(g) for name, g in state.jobs.items()}
+
+    def fill(limit: int) -> None:
+        nonlocal counter
+        misses = 0
+        allocated = sum(sizes.values())
+        while allocated < limit and misses < 50:
+            size = max(1, min(int(mix.sample(rng, 1)[0]), limit - allocated))
+            counter += 1
+            job = training_job(f"bg{seed}-{counter}", size, model=None)
+            try:
+                p = place(state, job, solver, seed=counter)
+            except Infeasible:
+                misses += 1
+                continue
+            state.allocate(p)
+            sizes[job.name] = size
+            allocated += size
+
+    def drain(limit: int) -> None:
+        allocated = sum(sizes.values())
+        names = list(sizes)
+        order = rng.permutation(len(names))
+        for i in order:
+            if allocated <= limit:
+                break
+            state.release(names[i])
+            allocated -= sizes.pop(names[i])
+
+    if occupancy == 0.0:
+        return 0
+    for _ in range(max(1, rounds)):
+        fill(high_water)
+        drain(target)
+    return len(state.jobs)
