@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import io
 import json
 from collections import Counter
 
 import pytest
-from conftest import DATA
 from gpuplace.errors import InvalidTopology
 from gpuplace.io import (
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "topologies"
     read_ec2_topology,
     read_ibnetdiscover,
     read_k8s_nodes,

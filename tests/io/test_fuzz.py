@@ -3,9 +3,10 @@ samples cut short, with bytes flipped or lines dropped."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import io
 
-from conftest import DATA
 from gpuplace.errors import InvalidTopology
 from gpuplace.io import (
     read_ec2_topology,
@@ -17,6 +18,8 @@ from gpuplace.io import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "topologies"
 
 READERS = [
     read_nvidia_smi_topo,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import io
 
 import pytest
-from conftest import DATA
 from gpuplace.errors import InvalidTopology
 from gpuplace.io import read_nvidia_smi_topo, read_rocm_smi_topo, to_topology_dict
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "topologies"
 
 
 def test_hgx_h100_rail_sample():

@@ -3,10 +3,13 @@ it group the hosts the same way."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import io
 
-from conftest import DATA
 from gpuplace.io import (
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "topologies"
     read_ibnetdiscover,
     read_slurm_topology,
     to_topology_dict,
