@@ -11,8 +11,6 @@ from collections import Counter
 import pytest
 from gpuplace.errors import InvalidTopology
 from gpuplace.io import (
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "topologies"
     read_ec2_topology,
     read_ibnetdiscover,
     read_k8s_nodes,
@@ -21,16 +19,14 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "topologies"
     to_topology_dict,
 )
 
+DATA = Path(__file__).resolve().parents[1] / "data" / "topologies"
+
 SUPERPOD = DATA / "ibnetdiscover-topograph-dgx-superpod-ndr-40sw.txt"
 
 
 def test_sdr_manpage_sample():
-    fabric = read_ibnetdiscover(
-        DATA / "ibnetdiscover-rdma-core-manpage-example-sdr.txt"
-    )
-    assert fabric.levels == [
-        "leaf"
-    ]  # both switches carry hosts and are cabled together
+    fabric = read_ibnetdiscover(DATA / "ibnetdiscover-rdma-core-manpage-example-sdr.txt")
+    assert fabric.levels == ["leaf"]  # both switches carry hosts and are cabled together
     assert sorted(fabric.hosts) == [
         "H-0008f10403960558",
         "H-0008f10403960984",
@@ -56,9 +52,7 @@ def test_superpod_sample():
     assert any("40 SHARP" in w for w in fabric.warnings)
     assert any("72 CAs carry no host name" in w for w in fabric.warnings)
     assert fabric.host_link_gbit == 400.0 and not fabric.degraded_links
-    assert all(
-        n == 2 for _, _, n in fabric.parallel_links
-    )  # two cables per leaf-spine pair
+    assert all(n == 2 for _, _, n in fabric.parallel_links)  # two cables per leaf-spine pair
     host = fabric.hosts["a08-p1-dgx-04-c01"]
     assert sorted(nic for nic, _ in host.rails) == [
         "mlx5_0",
@@ -93,9 +87,7 @@ def test_slurm_tree_manpage():
 
 
 def test_slurm_tree_topograph_oci():
-    fabric = read_slurm_topology(
-        DATA / "topograph-generated-topology-tree-oci-sim.conf"
-    )
+    fabric = read_slurm_topology(DATA / "topograph-generated-topology-tree-oci-sim.conf")
     assert fabric.levels == ["leaf", "spine", "core"]
     assert len(fabric.hosts) == 96
     assert Counter(s.level for s in fabric.switches.values()) == {
@@ -111,9 +103,7 @@ def test_slurm_tree_topograph_oci():
 
 
 def test_slurm_block_topograph_dra():
-    fabric = read_slurm_topology(
-        DATA / "topograph-generated-topology-block-dra-sim.conf"
-    )
+    fabric = read_slurm_topology(DATA / "topograph-generated-topology-block-dra-sim.conf")
     assert fabric.levels == ["block", "block16", "block32"]
     assert fabric.block_sizes == [8, 16, 32]
     assert len({h.domains["block"] for h in fabric.hosts.values()}) == 12
@@ -212,9 +202,7 @@ def test_k8s_older_nvidia_keys_eks_and_gke():
         _node(
             "n1",
             8,
-            **{
-                f"topology.k8s.aws/network-node-layer-{k}": f"nn-{k}" for k in (1, 2, 3)
-            },
+            **{f"topology.k8s.aws/network-node-layer-{k}": f"nn-{k}" for k in (1, 2, 3)},
         )
     ]
     fab = read_k8s_nodes(io.StringIO(json.dumps({"items": eks})))
@@ -236,14 +224,10 @@ def test_k8s_older_nvidia_keys_eks_and_gke():
 
 
 def test_ec2_awscli_example():
-    fabric = read_ec2_topology(
-        DATA / "ec2-describe-instance-topology-awscli-example.json"
-    )
+    fabric = read_ec2_topology(DATA / "ec2-describe-instance-topology-awscli-example.json")
     assert fabric.levels == ["leaf", "spine", "core"]
     i1 = fabric.hosts["i-1111111111example"]
-    assert (
-        i1.gpus == 8 and i1.domains["leaf"] == "nn-3333333333example"
-    )  # last = bottom
+    assert i1.gpus == 8 and i1.domains["leaf"] == "nn-3333333333example"  # last = bottom
     assert i1.domains["core"] == "nn-1111111111example"
     assert fabric.hosts["i-2222222222example"].domains == i1.domains
     d = to_topology_dict(None, fabric, name="ec2")
@@ -257,8 +241,6 @@ def test_ec2_awscli_example():
 
 
 def test_ec2_p4de_pair_share_all_layers():
-    fabric = read_ec2_topology(
-        DATA / "ec2-describe-instance-topology-p4de-awesome-networking.json"
-    )
+    fabric = read_ec2_topology(DATA / "ec2-describe-instance-topology-p4de-awesome-networking.json")
     a, b = fabric.hosts.values()
     assert a.domains == b.domains and a.gpu_model == "A100-SXM4-80GB"

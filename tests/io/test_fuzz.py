@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "topologies"
 
+
 READERS = [
     read_nvidia_smi_topo,
     read_rocm_smi_topo,
@@ -104,9 +105,7 @@ TOKENS = st.sampled_from(
 )
 TEXT = st.one_of(st.text(max_size=400), st.lists(TOKENS, max_size=80).map("".join))
 
-FUZZ = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _only_invalid_topology(reader, data):

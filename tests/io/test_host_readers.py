@@ -18,16 +18,12 @@ def test_hgx_h100_rail_sample():
         DATA / "nvidia-smi-topo-hgx-h100-8gpu-8nic-rail.txt", gpu_model="H100 80GB HBM3"
     )
     assert node.gpus == 8
-    assert {c for r, row in enumerate(node.link_classes) for c in row if c != "X"} == {
-        "NV18"
-    }
+    assert {c for r, row in enumerate(node.link_classes) for c in row if c != "X"} == {"NV18"}
     assert node.nics == [f"mlx5_{i}" for i in range(8)]  # from the NIC Legend
     assert node.gpu_nic == list(range(8))  # one PIX NIC per GPU: a rail layout
     assert node.numa == [0, 0, 0, 0, 1, 1, 1, 1]
     assert node.cpu_affinity[4] == "48-95,144-191"
-    assert node.bandwidth_gbps[0][7] == pytest.approx(
-        18 * 20.6
-    )  # Hopper NVLink, NCCL topo.h
+    assert node.bandwidth_gbps[0][7] == pytest.approx(18 * 20.6)  # Hopper NVLink, NCCL topo.h
     d = to_topology_dict(node, None, name="hgx")
     assert [lv["name"] for lv in d["levels"]] == ["numa", "node"]
     assert d["node_types"][node.name]["sublevels"] == {"numa": [0, 0, 0, 0, 1, 1, 1, 1]}
@@ -70,9 +66,7 @@ def test_dgx1_partial_mesh_with_mlx5_columns():
     ]
     assert node.numa == [None] * 8  # this driver printed no NUMA Affinity column
     bw = node.bandwidth_gbps
-    assert bw[0][1] == pytest.approx(20.0) and bw[0][3] == pytest.approx(
-        40.0
-    )  # Volta 20/link
+    assert bw[0][1] == pytest.approx(20.0) and bw[0][3] == pytest.approx(40.0)  # Volta 20/link
     assert bw[0][5] == pytest.approx(8.0)  # SYS: half of PCIe Gen3's 16
     d = to_topology_dict(node, None, name="dgx1")
     assert [lv["name"] for lv in d["levels"]] == ["node"]
@@ -91,9 +85,7 @@ def test_gb200_tray_with_rack_nvlink_domain():
     assert node.gpu_nic == [None] * 4  # every NIC is SYS from every GPU
     assert node.nvlink_domain_gpus == 72
     with pytest.raises(InvalidTopology, match="multiple"):
-        read_nvidia_smi_topo(
-            DATA / "nvidia-smi-topo-gb200-4gpu-8nic.txt", nvlink_domain_gpus=70
-        )
+        read_nvidia_smi_topo(DATA / "nvidia-smi-topo-gb200-4gpu-8nic.txt", nvlink_domain_gpus=70)
 
 
 def test_gb200_rack_domain_maps_to_a_block_level():
@@ -163,9 +155,7 @@ def test_bad_matrices_name_the_problem(text, expected):
 
 
 def test_rocm_pcie_only_sample():
-    node = read_rocm_smi_topo(
-        DATA / "rocm-smi-showtopo-4gpu-pcie-rocm-smi-lib-issue108.txt"
-    )
+    node = read_rocm_smi_topo(DATA / "rocm-smi-showtopo-4gpu-pcie-rocm-smi-lib-issue108.txt")
     assert node.gpus == 4
     assert node.link_classes[0] == ["X", "PCIE", "PCIE", "PCIE"]
     assert node.numa == [0, 1, 3, 2]
@@ -178,9 +168,7 @@ def test_rocm_two_xgmi_hives():
     assert node.bandwidth_gbps[0][3] == pytest.approx(64.0)
     assert node.bandwidth_gbps[0][4] == pytest.approx(16.0)
     d = to_topology_dict(node, None, name="hives")
-    assert (
-        "link_classes" not in d["node_types"][node.name]
-    )  # XGMI is not an nvidia-smi class
+    assert "link_classes" not in d["node_types"][node.name]  # XGMI is not an nvidia-smi class
 
 
 def test_rocm_mi250x_weight_only_excerpt():

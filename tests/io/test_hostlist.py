@@ -37,9 +37,7 @@ def test_examples():
     assert compress(["switch.1.9", "switch.1.10", "switch.1.11"]) == "switch.1.[9-11]"
 
 
-@pytest.mark.parametrize(
-    "bad", ["n[1-1000000000]", "n[3-1]", "n[1", "n]", "n[a-b]", "n[[1]]"]
-)
+@pytest.mark.parametrize("bad", ["n[1-1000000000]", "n[3-1]", "n[1", "n]", "n[a-b]", "n[[1]]"])
 def test_bad_expressions(bad):
     with pytest.raises(HostlistError):
         expand(bad)

@@ -8,13 +8,13 @@ from pathlib import Path
 import io
 
 from gpuplace.io import (
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "topologies"
     read_ibnetdiscover,
     read_slurm_topology,
     to_topology_dict,
     write_slurm_topology,
 )
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "topologies"
 
 
 def _tree(fabric):
@@ -37,17 +37,13 @@ def test_tree_conf_round_trip():
         "slurm-topology-conf-tree-manpage-example.conf",
     ):
         fabric = read_slurm_topology(DATA / sample)
-        text = write_slurm_topology(
-            to_topology_dict(None, fabric, name="rt"), mode="tree"
-        )
+        text = write_slurm_topology(to_topology_dict(None, fabric, name="rt"), mode="tree")
         again = read_slurm_topology(io.StringIO(text))
         assert _tree(again) == _tree(fabric), sample
 
 
 def test_block_conf_round_trip():
-    fabric = read_slurm_topology(
-        DATA / "topograph-generated-topology-block-dra-sim.conf"
-    )
+    fabric = read_slurm_topology(DATA / "topograph-generated-topology-block-dra-sim.conf")
     text = write_slurm_topology(to_topology_dict(None, fabric, name="rt"), mode="block")
     assert "BlockSizes=8,16,32" in text
     again = read_slurm_topology(io.StringIO(text))
@@ -56,9 +52,7 @@ def test_block_conf_round_trip():
 
 
 def test_ibnetdiscover_and_its_conf_group_hosts_alike():
-    fabric = read_ibnetdiscover(
-        DATA / "ibnetdiscover-topograph-dgx-superpod-ndr-40sw.txt"
-    )
+    fabric = read_ibnetdiscover(DATA / "ibnetdiscover-topograph-dgx-superpod-ndr-40sw.txt")
     text = write_slurm_topology(to_topology_dict(None, fabric, name="pod"), mode="tree")
     conf = read_slurm_topology(io.StringIO(text))
     assert conf.levels == fabric.levels == ["leaf", "spine"]
