@@ -7,7 +7,6 @@ from typing import final
 import numpy as np
 import numpy.typing as npt
 
-
 __all__ = [
     "ClusterState",
     "JobSpec",

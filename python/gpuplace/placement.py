@@ -142,7 +142,9 @@ class Placement:
         """Per host, ``CUDA_VISIBLE_DEVICES`` listing its GPUs in rank order."""
         out: dict[str, list[str]] = {}
         for g in self.gpus:
-            out.setdefault(self.topology.host_of(int(g)), []).append(str(self.topology.local_index(int(g))))
+            out.setdefault(self.topology.host_of(int(g)), []).append(
+                str(self.topology.local_index(int(g)))
+            )
         return {h: ",".join(v) for h, v in out.items()}
 
     def rank_table(self) -> list[dict[str, Any]]:
@@ -153,7 +155,14 @@ class Placement:
             host = self.topology.host_of(int(g))
             lr = local_rank.get(host, 0)
             local_rank[host] = lr + 1
-            rows.append({"rank": rank, "host": host, "local_rank": lr, "device": self.topology.local_index(int(g))})
+            rows.append(
+                {
+                    "rank": rank,
+                    "host": host,
+                    "local_rank": lr,
+                    "device": self.topology.local_index(int(g)),
+                }
+            )
         return rows
 
     def to_dict(self) -> dict[str, Any]:
@@ -237,7 +246,9 @@ register_solver(
 register_solver("first-fit", "baseline: the lowest free GPU ids, ranks in order (topology-blind)")(
     _rust_solver("first-fit")
 )
-register_solver("random", "baseline: random free GPUs in random rank order (seeded)")(_rust_solver("random"))
+register_solver("random", "baseline: random free GPUs in random rank order (seeded)")(
+    _rust_solver("random")
+)
 
 
 def refine(

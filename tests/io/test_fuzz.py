@@ -3,9 +3,8 @@ samples cut short, with bytes flipped or lines dropped."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import io
+from pathlib import Path
 
 from gpuplace.errors import InvalidTopology
 from gpuplace.io import (

@@ -182,9 +182,7 @@ def _level_latency(name: str, rung: int, latencies: dict[str, float] | None) -> 
     return DEFAULT_LATENCY_US.get(name, 1.0 + 1.5 * rung)
 
 
-def _offdiag_min(
-    matrix: list[list[float]], members: list[int] | None = None
-) -> float | None:
+def _offdiag_min(matrix: list[list[float]], members: list[int] | None = None) -> float | None:
     idx = members if members is not None else list(range(len(matrix)))
     vals = [matrix[i][j] for i in idx for j in idx if i != j]
     return min(vals) if vals else None
@@ -221,16 +219,12 @@ def to_topology_dict(
         raise InvalidTopology(f"{name}: need a node type, a fabric or both")
     if node_type is not None and node_type.gpus < 1:
         raise InvalidTopology(f"{name}: node type {node_type.name!r} has no GPUs")
-    fabric = fabric or Fabric(
-        hosts={f"{node_type.name}-0": Host(f"{node_type.name}-0")}
-    )
+    fabric = fabric or Fabric(hosts={f"{node_type.name}-0": Host(f"{node_type.name}-0")})
     if not fabric.hosts:
         raise InvalidTopology(f"{name}: the fabric has no hosts")
     for level in fabric.levels:
         if not _LEVEL_NAME.match(level) or level in ("node", "numa", "root"):
-            raise InvalidTopology(
-                f"{name}: fabric level {level!r} is not a usable level name"
-            )
+            raise InvalidTopology(f"{name}: fabric level {level!r} is not a usable level name")
 
     # -- node types ---------------------------------------------------------------------------
     node_types: dict[str, dict] = {}
@@ -247,11 +241,7 @@ def to_topology_dict(
         if node_type.gpu_model:
             entry["gpu_model"] = node_type.gpu_model
         numa = node_type.numa
-        if (
-            len(numa) == node_type.gpus
-            and all(v is not None for v in numa)
-            and len(set(numa)) > 1
-        ):
+        if len(numa) == node_type.gpus and all(v is not None for v in numa) and len(set(numa)) > 1:
             order = {v: i for i, v in enumerate(dict.fromkeys(numa))}
             entry["sublevels"] = {"numa": [order[v] for v in numa]}
             sublevels = ["numa"]
@@ -291,16 +281,14 @@ def to_topology_dict(
             dom = host.domains.get(level)
             if dom is None:
                 dom = f"unattached-{host.name}"
-                warnings.append(
-                    f"host {host.name} has no {level} domain; it gets one of its own"
-                )
+                warnings.append(f"host {host.name} has no {level} domain; it gets one of its own")
             d[level] = dom
         domains[host.name] = d
     # Nesting: a domain must have one parent. Readers build nested domains; a violation here
     # means the source is not a tree (a leaf under two spine groups), which we refuse.
     for lower, upper in itertools.pairwise(levels):
         parent: dict[str, str] = {}
-        for host, d in domains.items():
+        for d in domains.values():
             seen = parent.setdefault(d[lower], d[upper])
             if seen != d[upper]:
                 raise InvalidTopology(
@@ -314,7 +302,7 @@ def to_topology_dict(
             d["root"] = "root"
 
     # -- bandwidths ---------------------------------------------------------------------------
-    all_levels = sublevels + ["node"] + levels
+    all_levels = [*sublevels, "node", *levels]
     bw: dict[str, float] = {}
     if node_type is not None and node_type.bandwidth_gbps:
         matrix = node_type.bandwidth_gbps
@@ -350,20 +338,14 @@ def to_topology_dict(
                 "host link speed unknown; assumed 400 Gbit/s (NDR) per NIC for the network levels"
             )
         net = port_gbps * nics / max(gpus, 1)
-        net = (
-            min(net, bw["node"])
-            if node_type is not None and node_type.bandwidth_gbps
-            else net
-        )
+        net = min(net, bw["node"]) if node_type is not None and node_type.bandwidth_gbps else net
         for lv in levels:
             net = net * min(1.0, fabric.oversubscription.get(lv, 1.0))
             bw[lv] = round(net, 3)
     if bandwidths:
         for lv, value in bandwidths.items():
             if lv not in all_levels:
-                raise InvalidTopology(
-                    f"{name}: bandwidth given for unknown level {lv!r}"
-                )
+                raise InvalidTopology(f"{name}: bandwidth given for unknown level {lv!r}")
             bw[lv] = float(value)
 
     level_dicts = [
@@ -385,10 +367,7 @@ def to_topology_dict(
     elif fabric.nvlink_level and fabric.nvlink_level in levels:
         nvlink_domain = fabric.nvlink_level
 
-    nodes = [
-        {"name": h, "type": host_type[h], "domains": dict(domains[h])}
-        for h in fabric.hosts
-    ]
+    nodes = [{"name": h, "type": host_type[h], "domains": dict(domains[h])} for h in fabric.hosts]
     return {
         "format": "gpuplace.topology/1",
         "name": name,

@@ -37,9 +37,7 @@ def _levels_above_node(topo: dict) -> list[str]:
     return names[names.index(node_level) + 1 :]
 
 
-def write_slurm_topology(
-    topo_dict: dict, mode: str = "tree", *, level: str | None = None
-) -> str:
+def write_slurm_topology(topo_dict: dict, mode: str = "tree", *, level: str | None = None) -> str:
     """Render a native topology dictionary as Slurm topology.conf text.
 
     ``mode="tree"``: one ``SwitchName`` line per domain of every level above the node,
@@ -52,9 +50,7 @@ def write_slurm_topology(
     above = _levels_above_node(topo_dict)
     hosts = _hosts(topo_dict)
     if not above:
-        raise InvalidTopology(
-            "the topology has no level above the node; nothing to write"
-        )
+        raise InvalidTopology("the topology has no level above the node; nothing to write")
     lines: list[str] = []
     if mode == "tree":
         seen: dict[str, set[str]] = {}
