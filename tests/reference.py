@@ -30,6 +30,17 @@ The model, in words:
 * span: the lowest level whose one domain holds every GPU (None for a single GPU).
 * confinement: every group of every confined dimension (degree >= 2) stays inside one domain
   of its level, and the job's span is at most ``max_span``.
+
+Where the documentation leaves a choice open, the Rust code (``rust/core/src/cost.rs``) was
+read and this oracle follows it:
+
+* point-to-point pays the latency of the two GPUs' lowest common level; a ring pays the latency
+  of the highest level any of its hops reaches (the same as the group's span);
+* a host matrix replaces only the bandwidth of a pair inside one host, never its latency, and
+  only the hops of the GPU-id ring count (not every pair of the group);
+* a ring of two GPUs has two hops (a -> b and b -> a), both counted in ``bytes_by_level``;
+* explicit traffic has no latency term, and a row whose two ranks share a GPU costs nothing;
+* a group of one GPU costs nothing; dimensions of degree 1 carry no traffic even when given.
 """
 
 from __future__ import annotations
