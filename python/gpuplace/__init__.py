@@ -8,6 +8,11 @@
 >>> state.allocate(placement)
 """
 
+# The Python solvers register themselves on import. Loading the subpackage binds the attribute
+# `gpuplace.solvers` to it, so it comes first and the `solvers()` function imported from
+# gpuplace.placement below takes the name back (import its modules with
+# `from gpuplace.solvers.baselines import ...`).
+from gpuplace import solvers as _python_solvers  # noqa: F401
 from gpuplace._core import __version__
 from gpuplace.errors import (
     GpuplaceError,

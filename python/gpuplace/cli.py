@@ -17,6 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gpuplace.commands.bench import bench
 from gpuplace.errors import GpuplaceError, InvalidTopology
 from gpuplace.job import Job
 from gpuplace.placement import Placement, place, solvers
@@ -24,7 +25,7 @@ from gpuplace.presets import PRESETS
 from gpuplace.state import ClusterState
 from gpuplace.topology import Topology
 
-__all__ = ["cli", "main", "load_cluster"]
+__all__ = ["cli", "load_cluster", "main"]
 
 _out = Console(highlight=False, soft_wrap=True)
 
@@ -177,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return 0
 
+
+cli.add_command(bench)
 
 if __name__ == "__main__":
     sys.exit(main())
