@@ -354,8 +354,10 @@ def kueue_bestfit_nodes(
        values; the first level whose first domain fits takes the tightest fitting domain (first
        of the least state >= pods). At the top level, if none fits, domains are taken in order,
        the last one best-fit.
-    3. Down level by level, the chosen domains' children are sorted the same way and taken whole
-       until the rest fits in one, which is chosen best-fit (``updateCountsToMinimum``).
+    3. Down level by level, the children of all chosen domains are sorted together the same
+       way and taken whole until the rest of the PodSet fits in one, which is chosen best-fit
+       (``updateCountsToMinimum``). The whole PodSet's count is spread again at every level:
+       how many pods each parent was given is not carried down.
     4. The assignment lists hosts by their level values.
     """
     view = _kueue_levels(topology)
