@@ -8,6 +8,8 @@
 >>> state.allocate(placement)
 """
 
+# The solvers written in Python (gpuplace.placers) register themselves on import.
+from gpuplace import placers as _placers  # noqa: F401
 from gpuplace._core import __version__
 from gpuplace.errors import (
     GpuplaceError,

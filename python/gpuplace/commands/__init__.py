@@ -1,0 +1,1 @@
+"""Subcommands of the ``gpuplace`` CLI that live in their own modules."""

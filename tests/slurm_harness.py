@@ -1,0 +1,285 @@
+"""A throw-away Slurm cluster on loopback, for checking the slurm-tree baseline against Slurm.
+
+One munged, one slurmctld and one ``slurmd -N NAME`` per configured node, all in a private
+directory with its own slurm.conf, topology.conf and munge key; nodes listen on 127.0.0.1 with
+a port each and report the configured hardware (``SlurmdParameters=config_overrides``). Every
+daemon is started by :class:`LoopbackSlurm` and stopped by it, also when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "scontrol")
+
+_TEST_ONLY = re.compile(r"to start at \S+ using (\d+) processors on nodes (\S+) in partition (\S+)")
+
+
+def missing_daemons() -> list[str]:
+    """Slurm and munge programs that are not on PATH (or in /usr/sbin)."""
+    path = os.environ.get("PATH", "") + os.pathsep + "/usr/sbin" + os.pathsep + "/sbin"
+    return [name for name in DAEMONS if shutil.which(name, path=path) is None]
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or the cluster did not reach the expected state in time."""
+
+
+class LoopbackSlurm:
+    """A Slurm cluster of ``leaves`` leaf switches of ``per_leaf`` nodes each (named ``n01``..
+    in leaf order), under ``spines`` spine switches (consecutive leaves share one) and, with
+    more than one spine, a core switch. Use as a context manager."""
+
+    def __init__(self, workdir: Path, leaves: int, per_leaf: int, spines: int = 1, cpus: int = 8):
+        self.dir = workdir
+        self.nodes = [f"n{i + 1:02d}" for i in range(leaves * per_leaf)]
+        self.leaves = leaves
+        self.per_leaf = per_leaf
+        self.spines = spines
+        self.cpus = cpus
+        self.procs: list[subprocess.Popen[bytes]] = []
+        path = os.environ.get("PATH", "") + os.pathsep + "/usr/sbin" + os.pathsep + "/sbin"
+        self.env = {**os.environ, "PATH": path, "SLURM_CONF": str(workdir / "slurm.conf")}
+        for key in list(self.env):
+            # An outer allocation's variables would change what sbatch asks for.
+            if key.startswith(("SLURM_", "SBATCH_")) and key != "SLURM_CONF":
+                del self.env[key]
+
+    # ----------------------------------------------------------------- set-up
+    def _write_config(self) -> None:
+        d = self.dir
+        for sub in ("state", "spool", "log"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        key = d / "munge.key"
+        key.write_bytes(secrets.token_bytes(1024))
+        key.chmod(0o400)
+        ctld_port, *node_ports = _free_ports(1 + len(self.nodes))
+        host = socket.gethostname().split(".")[0]
+        lines = [
+            "ClusterName=gpuplace",
+            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldPort={ctld_port}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={d / 'munge.sock'}",
+            f"StateSaveLocation={d / 'state'}",
+            f"SlurmdSpoolDir={d / 'spool'}/%n",
+            f"SlurmctldPidFile={d / 'slurmctld.pid'}",
+            f"SlurmdPidFile={d / 'spool'}/slurmd-%n.pid",
+            f"SlurmctldLogFile={d / 'log' / 'slurmctld.log'}",
+            f"SlurmdLogFile={d / 'log'}/slurmd-%n.log",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobContainerType=job_container/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "TopologyPlugin=topology/tree",
+            "SchedulerType=sched/builtin",
+            "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            "SlurmdParameters=config_overrides",
+            "JobCompType=jobcomp/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "PropagateResourceLimits=NONE",
+            "SlurmctldTimeout=30",
+            "SlurmdTimeout=60",
+            "InactiveLimit=0",
+            "KillWait=1",
+            "MinJobAge=2",
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
+        ]
+        for name, port in zip(self.nodes, node_ports, strict=True):
+            lines.append(
+                f"NodeName={name} NodeAddr=127.0.0.1 Port={port} CPUs={self.cpus} "
+                "RealMemory=1000 State=UNKNOWN"
+            )
+        lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        (d / "slurm.conf").write_text("\n".join(lines) + "\n")
+        topo = []
+        for leaf in range(self.leaves):
+            members = self.nodes[leaf * self.per_leaf : (leaf + 1) * self.per_leaf]
+            topo.append(f"SwitchName=leaf{leaf + 1} Nodes={','.join(members)}")
+        per_spine = -(-self.leaves // self.spines)
+        for spine in range(self.spines):
+            first, last = spine * per_spine, min(self.leaves, (spine + 1) * per_spine)
+            leaves = ",".join(f"leaf{i + 1}" for i in range(first, last))
+            topo.append(f"SwitchName=spine{spine + 1} Switches={leaves}")
+        if self.spines > 1:
+            spines = ",".join(f"spine{i + 1}" for i in range(self.spines))
+            topo.append(f"SwitchName=core Switches={spines}")
+        (d / "topology.conf").write_text("\n".join(topo) + "\n")
+
+    def _spawn(self, *argv: str) -> subprocess.Popen[bytes]:
+        log = open(self.dir / "log" / f"{Path(argv[0]).name}-{len(self.procs)}.out", "wb")
+        proc = subprocess.Popen(
+            argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def start(self, timeout: float = 30.0) -> None:
+        self._write_config()
+        d = self.dir
+        self._spawn(
+            "munged",
+            "-F",
+            "--force",
+            f"--key-file={d / 'munge.key'}",
+            f"--socket={d / 'munge.sock'}",
+            f"--pid-file={d / 'munged.pid'}",
+            f"--log-file={d / 'log' / 'munged.log'}",
+            f"--seed-file={d / 'munge.seed'}",
+        )
+        self._wait(lambda: (d / "munge.sock").exists(), timeout, "munged did not create its socket")
+        self._spawn("slurmctld", "-D", "-i", "-f", str(d / "slurm.conf"))
+        self._wait(lambda: self._ok("sinfo", "-h"), timeout, "slurmctld did not answer")
+        for name in self.nodes:
+            self._spawn("slurmd", "-D", "-N", name, "-f", str(d / "slurm.conf"))
+        self.wait_idle(timeout)
+
+    # ----------------------------------------------------------------- commands
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=30)
+        if check and out.returncode != 0:
+            raise SlurmError(f"{' '.join(argv)} failed ({out.returncode}): {out.stderr.strip()}")
+        return out
+
+    def _ok(self, *argv: str) -> bool:
+        try:
+            return self.run(*argv, check=False).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+
+    def _wait(self, done, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise SlurmError(f"{what}: {proc.args[0]} exited with {proc.returncode}")
+            if done():
+                return
+            time.sleep(0.1)
+        raise SlurmError(f"{what} within {timeout:.0f} s (logs in {self.dir / 'log'})")
+
+    def node_states(self) -> dict[str, str]:
+        out = self.run("sinfo", "-h", "-N", "-o", "%N %T").stdout
+        return dict(line.split() for line in out.splitlines() if line.strip())
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        self._wait(
+            lambda: (
+                set(self.node_states().values()) == {"idle"}
+                and len(self.node_states()) == len(self.nodes)
+            ),
+            timeout,
+            "nodes did not all become idle",
+        )
+
+    def occupy(self, nodes: list[str], timeout: float = 20.0) -> str | None:
+        """Run one exclusive job holding exactly ``nodes``; returns its id once it runs."""
+        if not nodes:
+            return None
+        out = self.run(
+            "sbatch",
+            "--parsable",
+            "--exclusive",
+            "-N",
+            str(len(nodes)),
+            "-w",
+            ",".join(nodes),
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 1000",
+        ).stdout
+        job = out.strip().split(";")[0]
+        self._wait(
+            lambda: self.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING",
+            timeout,
+            f"job {job} did not start",
+        )
+        return job
+
+    def release(self, job: str | None) -> None:
+        if job is not None:
+            self.run("scancel", job)
+        self.wait_idle()
+
+    def choose(self, count: int) -> tuple[list[str], str]:
+        """Slurm's choice for an exclusive job of ``count`` nodes (``sbatch --test-only``):
+        the node names, and the raw answer."""
+        out = self.run(
+            "sbatch", "--test-only", "--exclusive", "-N", str(count), "--wrap", "true", check=False
+        )
+        text = out.stderr + out.stdout
+        match = _TEST_ONLY.search(text)
+        if match is None:
+            raise SlurmError(f"unexpected sbatch --test-only answer: {text.strip()}")
+        names = self.run("scontrol", "show", "hostnames", match.group(2)).stdout.split()
+        return names, text.strip()
+
+    # ----------------------------------------------------------------- tear-down
+    def stop(self) -> None:
+        # Jobs first, so no slurmstepd or sleep outlives the daemons; then slurmds, the
+        # controller and munge, each by its own process group.
+        if self.procs and all(proc.poll() is None for proc in self.procs[:2]):
+            try:
+                self.run("scancel", "--partition=gpu", check=False)
+                self._wait(lambda: not self.run("squeue", "-h").stdout.strip(), 15, "jobs ended")
+            except (SlurmError, subprocess.TimeoutExpired):
+                pass
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 10
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(timeout=5)
+        self.procs.clear()
+
+    def __enter__(self) -> LoopbackSlurm:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,85 @@
+"""A small slice of the solver comparison suite, as a test of correctness only: placements are
+valid, confinement holds for the solvers that claim it, costs are finite. No timing is
+asserted."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+from gpuplace.cli import main
+from gpuplace.sim.compare import (
+    CLUSTERS,
+    CONFINING_SOLVERS,
+    JOBS,
+    Instance,
+    run_suite,
+)
+
+SLICE_CLUSTERS = {"h100-superpod-256", "gb200-nvl72-32", "pcie-cluster-32"}
+SLICE_JOBS = {
+    "train-8 (tp8)",
+    "train-64 (tp8 pp4 dp2)",
+    "moe-64 (tp2 ep8 dp4)",
+    "traffic-32 (explicit matrix)",
+}
+
+
+@pytest.fixture(scope="module")
+def report():
+    instances = [
+        Instance(cluster, occupancy, job)
+        for cluster in CLUSTERS
+        if cluster.label in SLICE_CLUSTERS
+        for occupancy in (0.0, 0.85)
+        for job in JOBS
+        if job.label in SLICE_JOBS
+    ]
+    return run_suite(instances, seed=3)
+
+
+def test_every_placement_is_valid_and_priced(report):
+    placed = [r for r in report.results if r.status == "ok"]
+    assert placed
+    for r in placed:
+        assert r.gpus_valid, f"{r.solver} on {r.instance}: a GPU twice or not free"
+        assert r.comm_seconds is not None and math.isfinite(r.comm_seconds) and r.comm_seconds >= 0
+        assert r.fabric_bytes is not None and math.isfinite(r.fabric_bytes)
+        assert r.spine_bytes is not None and r.spine_bytes <= r.fabric_bytes + 1e-6
+        assert r.ratio_to_best is not None and r.ratio_to_best >= 1 - 1e-12
+        if r.solver in CONFINING_SOLVERS:
+            assert r.confinement_ok, f"{r.solver} broke confinement on {r.instance}: {r.note}"
+    for r in report.results:
+        if r.status != "ok":
+            assert r.note, "a skipped solver says why"
+
+
+def test_greedy_places_every_job_on_the_fresh_clusters(report):
+    greedy = [r for r in report.results if r.solver == "greedy" and r.occupancy == 0]
+    assert greedy and all(r.status == "ok" for r in greedy)
+
+
+def test_summary_rows_are_geometric_means_at_least_one(report):
+    for name, s in report.summary.items():
+        if s["placed"]:
+            assert s["geomean_ratio_to_best"] >= 1 - 1e-12, name
+    assert "slurm-tree" in report.greedy_vs
+
+
+def test_files_round_trip(report, tmp_path):
+    csv_path, json_path = report.write(tmp_path)
+    with csv_path.open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == len(report.results)
+    document = json.loads(json_path.read_text(encoding="utf-8"))
+    assert set(document["summary"]) == set(report.solvers)
+
+
+def test_cli_runs_a_quick_slice_and_rejects_unknown_solvers(tmp_path, capsys):
+    assert main(["bench", "--quick", "--solvers", "greedy,slurm-tree", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "compare.csv").exists() and (tmp_path / "compare.json").exists()
+    assert "summary" in capsys.readouterr().out
+    assert main(["bench", "--quick", "--solvers", "greedy,nonesuch"]) == 2
+    assert "unknown solver 'nonesuch'" in capsys.readouterr().err
