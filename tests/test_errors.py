@@ -11,10 +11,10 @@ from typing import Any
 import gpuplace
 import pytest
 import yaml
-from conftest import topology_dicts
 from gpuplace import ClusterState, Job, Topology
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import topology_dicts
 
 
 def pcie() -> dict[str, Any]:

@@ -6,10 +6,10 @@ import gpuplace
 import numpy as np
 import pytest
 import yaml
-from conftest import jobs, topologies
 from gpuplace import Communication, Job, TransformerModel
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import jobs, topologies
 
 
 def test_megatron_rank_order_tp_fastest_pp_slowest():

@@ -11,10 +11,10 @@ import math
 import gpuplace
 import numpy as np
 import pytest
-from conftest import fragmented_states, jobs, topologies, topology_dicts
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from reference import ReferenceTopology, reference_evaluate
+from strategies import fragmented_states, jobs, topologies, topology_dicts
 
 SOLVERS = ("greedy", "first-fit", "random")
 

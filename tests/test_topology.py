@@ -8,9 +8,9 @@ from collections import Counter
 import gpuplace
 import pytest
 import yaml
-from conftest import topologies
 from gpuplace import Communication, Job, Topology
 from hypothesis import given
+from strategies import topologies
 
 H100_NVLINK = 18 * 20.6  # GB/s per GPU, NCCL's SM90 per-link figure x 18 links
 NDR = 50.0  # GB/s per GPU, one 400 Gb/s port
