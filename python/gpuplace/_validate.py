@@ -112,8 +112,12 @@ def read_document(path: str | Path, error: type[GpuplaceError]) -> Any:
             raise error(
                 f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON: {exc.msg}"
             ) from None
+        except RecursionError:
+            raise error(f"{path}: invalid JSON: nested too deeply") from None
     try:
         return yaml.safe_load(text)
+    except RecursionError:
+        raise error(f"{path}: invalid YAML: nested too deeply") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -189,6 +189,8 @@ class ClusterState:
             raise InvalidState(f"{source}: cannot read: {exc}") from None
         try:
             document = json.loads(text)
+        except RecursionError:
+            raise InvalidState(f"{source}: not a valid state file (nested too deeply)") from None
         except json.JSONDecodeError as exc:
             raise InvalidState(
                 f"{source}: line {exc.lineno}: not a valid state file (truncated or corrupted JSON: {exc.msg})"
