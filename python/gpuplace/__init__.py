@@ -26,6 +26,7 @@ from gpuplace.placement import (
     register_solver,
     solvers,
 )
+from gpuplace.repair import MovedRank, Repair, repair
 from gpuplace.state import ClusterState
 from gpuplace.topology import Level, NodeType, Topology
 
@@ -40,8 +41,10 @@ __all__ = [
     "InvalidTopology",
     "Job",
     "Level",
+    "MovedRank",
     "NodeType",
     "Placement",
+    "Repair",
     "SolveResult",
     "Topology",
     "TransformerModel",
@@ -49,5 +52,6 @@ __all__ = [
     "evaluate",
     "place",
     "register_solver",
+    "repair",
     "solvers",
 ]
