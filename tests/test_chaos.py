@@ -4,10 +4,9 @@ must equal its incremental counters, and no GPU may belong to two jobs."""
 
 from __future__ import annotations
 
+import gpuplace
 import numpy as np
 import pytest
-
-import gpuplace
 from gpuplace.sim.workload import training_job
 
 STEPS = 300
@@ -18,7 +17,9 @@ def _consistent(state: gpuplace.ClusterState) -> None:
     for level in range(len(state.topology.levels)):
         assert np.array_equal(recount[level], state.free_counts(level))
     state.check()  # spare and degraded counters, derived health, owners
-    owners = np.concatenate(list(state.jobs.values())) if state.jobs else np.zeros(0, dtype=np.int64)
+    owners = (
+        np.concatenate(list(state.jobs.values())) if state.jobs else np.zeros(0, dtype=np.int64)
+    )
     assert len(owners) == len(np.unique(owners)), "a GPU belongs to two jobs"
     assert not (state.free_mask() & np.isin(np.arange(state.topology.num_gpus), owners)).any()
 
@@ -32,7 +33,18 @@ def test_chaos(superpod: gpuplace.Topology, seed: int) -> None:
     counter = 0
     for _ in range(STEPS):
         action = rng.choice(
-            ["place", "place", "place", "release", "fail", "degrade", "recover", "drain", "repair", "spare"]
+            [
+                "place",
+                "place",
+                "place",
+                "release",
+                "fail",
+                "degrade",
+                "recover",
+                "drain",
+                "repair",
+                "spare",
+            ]
         )
         target = {
             0: lambda: {"host": hosts[rng.integers(len(hosts))]},

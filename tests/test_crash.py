@@ -10,9 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import gpuplace
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,12 +46,20 @@ def topology() -> gpuplace.Topology:
     return gpuplace.Topology.preset("h100-superpod", nodes=128)
 
 
-def test_kill_between_write_and_rename_keeps_old_state(tmp_path: Path, topology: gpuplace.Topology) -> None:
+def test_kill_between_write_and_rename_keeps_old_state(
+    tmp_path: Path, topology: gpuplace.Topology
+) -> None:
     path = tmp_path / "s.json"
     _run("fail", "--state", str(path), "-c", "h100-superpod", "--nodes", "128", "--node", "dgx001")
     old = gpuplace.ClusterState.load(topology, path).snapshot()
-    proc = _cli("fail", "--state", str(path), "--node", "dgx002",
-                env={"GPUPLACE_TEST_PAUSE_BEFORE_RENAME_S": "30"})
+    proc = _cli(
+        "fail",
+        "--state",
+        str(path),
+        "--node",
+        "dgx002",
+        env={"GPUPLACE_TEST_PAUSE_BEFORE_RENAME_S": "30"},
+    )
     _wait_for_tmp(tmp_path)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
@@ -62,9 +69,23 @@ def test_kill_between_write_and_rename_keeps_old_state(tmp_path: Path, topology:
     assert gpuplace.ClusterState.load(topology, path).health().sum() == 16
 
 
-def test_kill_at_random_times_leaves_old_or_new(tmp_path: Path, topology: gpuplace.Topology) -> None:
+def test_kill_at_random_times_leaves_old_or_new(
+    tmp_path: Path, topology: gpuplace.Topology
+) -> None:
     path = tmp_path / "s.json"
-    _run("degrade", "--state", str(path), "-c", "h100-superpod", "--nodes", "128", "--switch", "su001", "--factor", "0.5")
+    _run(
+        "degrade",
+        "--state",
+        str(path),
+        "-c",
+        "h100-superpod",
+        "--nodes",
+        "128",
+        "--switch",
+        "su001",
+        "--factor",
+        "0.5",
+    )
     import random
 
     rnd = random.Random(7)

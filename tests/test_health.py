@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
+import gpuplace
 import pytest
+from gpuplace.sim.workload import training_job
 from hypothesis import given
 from hypothesis import strategies as st
-
-import gpuplace
-from gpuplace.sim.workload import training_job
 
 
 @pytest.fixture
@@ -66,7 +64,12 @@ def test_loss_factor_halves_at_one_percent() -> None:
 
 def test_degraded_nic_slows_only_fabric_paths(state: gpuplace.ClusterState) -> None:
     topo = state.topology
-    job = gpuplace.Job(name="pair", dp=2, communication={"dp": gpuplace.Communication("all-reduce", 1e9)}, confine={})
+    job = gpuplace.Job(
+        name="pair",
+        dp=2,
+        communication={"dp": gpuplace.Communication("all-reduce", 1e9)},
+        confine={},
+    )
     healthy_intra = gpuplace.evaluate(topo, job, [0, 1], state=state).comm_seconds
     healthy_inter = gpuplace.evaluate(topo, job, [0, 8], state=state).comm_seconds
     state.degrade(nic="dgx001:mlx5_0", loss="1%")
@@ -86,7 +89,10 @@ def test_greedy_avoids_degraded_leaf_when_it_pays(state: gpuplace.ClusterState) 
     assert leaves == {"su002"}
     # A job that fits in one host never crosses the leaf: the degradation costs it nothing.
     small = gpuplace.place(state, training_job("small", 8))
-    assert small.cost.comm_seconds == gpuplace.evaluate(state.topology, small.job, small.gpus).comm_seconds
+    assert (
+        small.cost.comm_seconds
+        == gpuplace.evaluate(state.topology, small.job, small.gpus).comm_seconds
+    )
 
 
 def test_degraded_hardware_is_used_when_nothing_else_fits(state: gpuplace.ClusterState) -> None:
@@ -107,7 +113,9 @@ def test_spares_are_not_used_by_placement(state: gpuplace.ClusterState) -> None:
     assert state.free_gpus == 1024
 
 
-def test_state_file_round_trips_health_spares_specs_and_cluster(tmp_path, state: gpuplace.ClusterState) -> None:
+def test_state_file_round_trips_health_spares_specs_and_cluster(
+    tmp_path, state: gpuplace.ClusterState
+) -> None:
     state.allocate(gpuplace.place(state, training_job("llama", 64)))
     state.fail(host="dgx001", reason="PSU")
     state.drain(gpu=["dgx100:3"])
@@ -120,7 +128,10 @@ def test_state_file_round_trips_health_spares_specs_and_cluster(tmp_path, state:
     again.check()
     assert again.snapshot() == state.snapshot()
     assert again.specs["llama"] == state.specs["llama"]
-    assert gpuplace.ClusterState.cluster_of(path) == {"preset": "h100-superpod", "params": {"nodes": 128}}
+    assert gpuplace.ClusterState.cluster_of(path) == {
+        "preset": "h100-superpod",
+        "params": {"nodes": 128},
+    }
     assert json.loads(path.read_text())["state"]["format"] == "gpuplace.state/2"
 
 
@@ -129,7 +140,11 @@ def test_reads_format_1(tmp_path, state: gpuplace.ClusterState) -> None:
 
     body = {
         "format": "gpuplace.state/1",
-        "topology": {"name": state.topology.name, "gpus": 1024, "fingerprint": state.topology.fingerprint},
+        "topology": {
+            "name": state.topology.name,
+            "gpus": 1024,
+            "fingerprint": state.topology.fingerprint,
+        },
         "health": {"failed": [3], "drained": [9]},
         "jobs": [{"name": "a", "gpus": [0, 1, 2, 3]}],
     }
@@ -157,7 +172,9 @@ def test_refuses_truncated_and_corrupted_files(tmp_path, state: gpuplace.Cluster
 
 
 @given(data=st.data())
-def test_failed_or_drained_hardware_appears_in_no_placement(superpod: gpuplace.Topology, data: st.DataObject) -> None:
+def test_failed_or_drained_hardware_appears_in_no_placement(
+    superpod: gpuplace.Topology, data: st.DataObject
+) -> None:
     state = gpuplace.ClusterState(superpod)
     hosts = data.draw(st.lists(st.sampled_from(superpod.hosts), max_size=20, unique=True))
     state.fail(host=hosts) if hosts else None

@@ -3,13 +3,12 @@ groups move whole when they must, infeasible repairs change nothing."""
 
 from __future__ import annotations
 
+import gpuplace
 import numpy as np
 import pytest
+from gpuplace.sim.workload import fragment, training_job
 from hypothesis import given
 from hypothesis import strategies as st
-
-import gpuplace
-from gpuplace.sim.workload import fragment, training_job
 
 
 def _placed(topo: gpuplace.Topology, size: int, occupancy: float = 0.0, seed: int = 0):
@@ -22,7 +21,7 @@ def _placed(topo: gpuplace.Topology, size: int, occupancy: float = 0.0, seed: in
 
 
 def test_failed_node_moves_only_its_ranks(superpod: gpuplace.Topology) -> None:
-    state, job = _placed(superpod, 128)
+    state, _job = _placed(superpod, 128)
     old = state.jobs["llama"].copy()
     host = superpod.host_of(int(old[50]))
     state.fail(host=host)
@@ -36,7 +35,7 @@ def test_failed_node_moves_only_its_ranks(superpod: gpuplace.Topology) -> None:
 
 
 def test_tp_group_moves_whole_when_its_node_has_no_room(superpod: gpuplace.Topology) -> None:
-    state, job = _placed(superpod, 64)
+    state, _job = _placed(superpod, 64)
     old = state.jobs["llama"].copy()
     state.fail(gpu=int(old[3]))  # one GPU of a full node: the tp group cannot stay
     r = gpuplace.repair(state, "llama")
@@ -50,7 +49,9 @@ def test_tp_group_moves_whole_when_its_node_has_no_room(superpod: gpuplace.Topol
 
 def test_lost_rank_stays_in_its_node_when_there_is_room(superpod: gpuplace.Topology) -> None:
     state = gpuplace.ClusterState(superpod)
-    job = gpuplace.Job(name="tp4", tp=4, dp=2, communication={"tp": gpuplace.Communication("all-reduce", 1e8)})
+    job = gpuplace.Job(
+        name="tp4", tp=4, dp=2, communication={"tp": gpuplace.Communication("all-reduce", 1e8)}
+    )
     state.allocate(name="tp4", gpus=[0, 1, 2, 3, 8, 9, 10, 11])
     state.specs["tp4"] = job
     state.fail(gpu=2)
@@ -59,7 +60,9 @@ def test_lost_rank_stays_in_its_node_when_there_is_room(superpod: gpuplace.Topol
     assert superpod.host_of(r.moved[0].new_gpu) == "dgx001"
 
 
-def test_infeasible_repair_names_what_is_missing_and_changes_nothing(superpod: gpuplace.Topology) -> None:
+def test_infeasible_repair_names_what_is_missing_and_changes_nothing(
+    superpod: gpuplace.Topology,
+) -> None:
     state = gpuplace.ClusterState(superpod)
     state.allocate(gpuplace.place(state, training_job("llama", 64)))
     state.allocate(name="rest", gpus=[g for g in range(1024) if g >= 64])
@@ -74,7 +77,9 @@ def test_spares_are_used_by_repair_only(superpod: gpuplace.Topology) -> None:
     state = gpuplace.ClusterState(superpod)
     spares = state.reserve_spares(hosts=["dgx032"])
     state.allocate(gpuplace.place(state, training_job("llama", 64)))
-    state.allocate(name="rest", gpus=[g for g in range(1024) if g >= 64 and g not in set(spares.tolist())])
+    state.allocate(
+        name="rest", gpus=[g for g in range(1024) if g >= 64 and g not in set(spares.tolist())]
+    )
     state.fail(host="dgx001")
     with pytest.raises(gpuplace.Infeasible):
         gpuplace.repair(state, "llama", spares=False)
@@ -93,9 +98,12 @@ def test_repair_prefers_healthy_leaf(superpod: gpuplace.Topology) -> None:
     state.degrade(host="dgx032", loss=0.05)
     state.fail(host=superpod.host_of(int(state.jobs["llama"][0])))
     r = gpuplace.repair(state, "llama")
-    assert r.cost_after.comm_seconds <= gpuplace.evaluate(
-        superpod, r.placement.job, _swap_to(state, r, "dgx032"), state=state
-    ).comm_seconds
+    assert (
+        r.cost_after.comm_seconds
+        <= gpuplace.evaluate(
+            superpod, r.placement.job, _swap_to(state, r, "dgx032"), state=state
+        ).comm_seconds
+    )
 
 
 def _swap_to(state: gpuplace.ClusterState, r: gpuplace.Repair, host: str) -> np.ndarray:
@@ -114,7 +122,7 @@ def _swap_to(state: gpuplace.ClusterState, r: gpuplace.Repair, host: str) -> np.
 def test_surviving_ranks_move_only_within_max_moves(
     superpod: gpuplace.Topology, seed: int, max_moves: int, kind: str
 ) -> None:
-    state, job = _placed(superpod, 96, occupancy=0.4, seed=seed)
+    state, _job = _placed(superpod, 96, occupancy=0.4, seed=seed)
     old = state.jobs["llama"].copy()
     rng = np.random.default_rng(seed)
     victim = int(old[rng.integers(len(old))])

@@ -81,13 +81,14 @@ class CostReport:
         }
 
 
-def evaluate(topology: Topology, job: Job, gpus: Any, *, state: ClusterState | None = None) -> CostReport:
+def evaluate(
+    topology: Topology, job: Job, gpus: Any, *, state: ClusterState | None = None
+) -> CostReport:
     """Price a placement (``gpus[rank]`` = GPU id) with the one cost model; with ``state``,
     on that state's hardware (degraded NICs and switches slow the paths through them)."""
     spec = job.compile(topology)
-    raw = _core.evaluate(
-        topology._core, spec, np.asarray(gpus, dtype=np.int64), None if state is None else state._core
-    )
+    core_state = None if state is None else state._core
+    raw = _core.evaluate(topology._core, spec, np.asarray(gpus, dtype=np.int64), core_state)
     names = topology.level_names
     classes = job.class_names()
     span = raw["span_level"]

@@ -134,7 +134,9 @@ class ClusterState:
         return allocated / self.topology.num_gpus
 
     # ----------------------------------------------------------------- changes
-    def allocate(self, placement: Placement | None = None, *, name: str | None = None, gpus: Any = None) -> None:
+    def allocate(
+        self, placement: Placement | None = None, *, name: str | None = None, gpus: Any = None
+    ) -> None:
         """Allocate a placement (or ``name`` + ``gpus``); raises InvalidState and changes
         nothing if any GPU is taken, failed or drained, or the job name is in use."""
         if placement is not None:
@@ -241,7 +243,12 @@ class ClusterState:
         return self._event("degraded", targets, factor=max(min(factors), 1e-3), reason=text)
 
     def _event(
-        self, condition: str, targets: dict[str, Any], *, factor: float = 1.0, reason: str | None = None
+        self,
+        condition: str,
+        targets: dict[str, Any],
+        *,
+        factor: float = 1.0,
+        reason: str | None = None,
     ) -> dict[str, np.ndarray]:
         if reason is None:
             reason = str(targets.pop("reason", "") or "")
@@ -267,12 +274,17 @@ class ClusterState:
                 elif key == "nic":
                     nics = nics_of(self.topology)
                     if v not in nics.index:
-                        raise InvalidState(f"unknown NIC {v!r} (NICs are named host:nic, e.g. {_example(nics.names)})")
+                        raise InvalidState(
+                            f"unknown NIC {v!r} (NICs are named host:nic, "
+                            f"e.g. {_example(nics.names)})"
+                        )
                     out.append((2, nics.index[v], 0))
                 elif key == "switch":
                     out.append((3, *self.resolve_switch(v)))
                 else:
-                    raise InvalidState(f"unknown hardware kind {key!r}; use gpu, host, nic or switch")
+                    raise InvalidState(
+                        f"unknown hardware kind {key!r}; use gpu, host, nic or switch"
+                    )
         return out
 
     def _host(self, name: Any) -> int:
@@ -285,7 +297,9 @@ class ClusterState:
         """A GPU id from an int or ``"host:index"``."""
         if isinstance(gpu, int | np.integer) and not isinstance(gpu, bool):
             if not 0 <= int(gpu) < self.topology.num_gpus:
-                raise InvalidState(f"GPU {gpu} does not exist (the cluster has {self.topology.num_gpus})")
+                raise InvalidState(
+                    f"GPU {gpu} does not exist (the cluster has {self.topology.num_gpus})"
+                )
             return int(gpu)
         text = str(gpu)
         if text.isdigit():
@@ -293,7 +307,9 @@ class ClusterState:
         host, _, local = text.rpartition(":")
         gpus = self.topology.host_gpus(host) if host in self.topology._host_index else None
         if gpus is None or not local.isdigit() or int(local) >= len(gpus):
-            raise InvalidState(f"unknown GPU {gpu!r} (give an id or host:index, e.g. {self.topology.hosts[0]}:0)")
+            raise InvalidState(
+                f"unknown GPU {gpu!r} (give an id or host:index, e.g. {self.topology.hosts[0]}:0)"
+            )
         return int(gpus[int(local)])
 
     def resolve_switch(self, name: Any) -> tuple[int, int]:
@@ -305,11 +321,15 @@ class ClusterState:
         hits = [
             (lvl, topo.domain_names[lvl].index(short))
             for lvl in levels
-            if (not wanted_level or topo.levels[lvl].name == wanted_level) and short in topo.domain_names[lvl]
+            if (not wanted_level or topo.levels[lvl].name == wanted_level)
+            and short in topo.domain_names[lvl]
         ]
         if not hits:
             above = ", ".join(topo.levels[lvl].name for lvl in levels) or "none"
-            raise InvalidState(f"unknown switch {name!r} (switches are domains of the levels above the host: {above})")
+            raise InvalidState(
+                f"unknown switch {name!r} "
+                f"(switches are domains of the levels above the host: {above})"
+            )
         if len(hits) > 1:
             raise InvalidState(f"switch {name!r} names domains at several levels; write level:name")
         return hits[0]
@@ -358,14 +378,18 @@ class ClusterState:
         for g in gpus or ():
             chosen.append(self.resolve_gpu(g))
         for h in hosts or ():
-            chosen.extend(int(g) for g in self.topology.host_gpus(self.topology.hosts[self._host(h)]))
+            chosen.extend(
+                int(g) for g in self.topology.host_gpus(self.topology.hosts[self._host(h)])
+            )
         if per is not None:
             try:
                 level = self.topology.level_index(per)
             except KeyError:
                 raise InvalidState(f"per: {per!r} is not a level of {self.topology.name}") from None
             if level < self.topology.node_level:
-                raise InvalidState("per: spares are whole hosts; name the host level or one above it")
+                raise InvalidState(
+                    "per: spares are whole hosts; name the host level or one above it"
+                )
             free = self.free_mask()
             path = self.topology.path
             hosts_of = path[:, self.topology.node_level]
@@ -435,7 +459,9 @@ class ClusterState:
         return out
 
     @classmethod
-    def restore(cls, topology: Topology, snapshot: Any, *, source: str | None = None) -> ClusterState:
+    def restore(
+        cls, topology: Topology, snapshot: Any, *, source: str | None = None
+    ) -> ClusterState:
         """Rebuild a state from :meth:`snapshot` (format /1 or /2); raises InvalidState
         naming the field."""
         from gpuplace.errors import InvalidJob
@@ -444,7 +470,9 @@ class ClusterState:
         c = Checker(InvalidState, source)
         snap = c.mapping(snapshot, "")
         if snap.get("format") not in _READABLE:
-            raise c.fail("format", f"expected one of {', '.join(_READABLE)}, got {snap.get('format')!r}")
+            raise c.fail(
+                "format", f"expected one of {', '.join(_READABLE)}, got {snap.get('format')!r}"
+            )
         topo = c.mapping(snap.get("topology"), "topology")
         if topo.get("fingerprint") != topology.fingerprint:
             raise c.fail(
@@ -471,7 +499,10 @@ class ClusterState:
                 except InvalidJob as exc:
                     raise c.fail(f"jobs[{i}].spec", str(exc)) from None
                 if spec.gpus != len(gpus):
-                    raise c.fail(f"jobs[{i}].spec", f"has {spec.gpus} ranks but the job holds {len(gpus)} GPUs")
+                    raise c.fail(
+                        f"jobs[{i}].spec",
+                        f"has {spec.gpus} ranks but the job holds {len(gpus)} GPUs",
+                    )
                 state.specs[name] = spec
         health = c.mapping(snap.get("health", {}), "health")
         for key in ("failed", "drained"):
@@ -491,11 +522,14 @@ class ClusterState:
             if kind not in _KINDS:
                 raise c.fail(f"{p}.kind", f"expected one of {', '.join(_KINDS)}, got {kind!r}")
             if condition not in ("degraded", "failed", "drained"):
-                raise c.fail(f"{p}.condition", f"expected degraded, failed or drained, got {condition!r}")
+                raise c.fail(
+                    f"{p}.condition", f"expected degraded, failed or drained, got {condition!r}"
+                )
             if kind == "gpu":
                 target = c.integer(entry.get("gpu"), f"{p}.gpu", minimum=0)
             elif kind == "switch":
-                target = f"{c.string(entry.get('level'), f'{p}.level')}:{c.string(entry.get('name'), f'{p}.name')}"
+                level = c.string(entry.get("level"), f"{p}.level")
+                target = f"{level}:{c.string(entry.get('name'), f'{p}.name')}"
             else:
                 target = c.string(entry.get("name"), f"{p}.name")
             reason = entry.get("reason", "")
@@ -541,7 +575,10 @@ class ClusterState:
             target = Path(path).resolve().parent
             cluster["file"] = os.path.relpath(Path(cluster["file"]).resolve(), target)
         text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        document = {"checksum": "sha256:" + hashlib.sha256(text.encode()).hexdigest(), "state": body}
+        document = {
+            "checksum": "sha256:" + hashlib.sha256(text.encode()).hexdigest(),
+            "state": body,
+        }
         write_atomically(path, json.dumps(document, sort_keys=True) + "\n")
 
     @classmethod
@@ -570,7 +607,8 @@ def _read_state_document(path: str | Path) -> Any:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidState(
-            f"{source}: line {exc.lineno}: not a valid state file (truncated or corrupted JSON: {exc.msg})"
+            f"{source}: line {exc.lineno}: not a valid state file "
+            f"(truncated or corrupted JSON: {exc.msg})"
         ) from None
     c = Checker(InvalidState, source)
     doc = c.mapping(document, "")

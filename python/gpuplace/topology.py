@@ -438,7 +438,8 @@ class Topology:
         from gpuplace.presets import build_preset
 
         topology = cls.from_dict(build_preset(name, **params), source=f"preset {name}")
-        topology.origin = {"preset": name, "params": {k: v for k, v in params.items() if v is not None}}
+        given = {k: v for k, v in params.items() if v is not None}
+        topology.origin = {"preset": name, "params": given}
         return topology
 
     # ----------------------------------------------------------------- networkx

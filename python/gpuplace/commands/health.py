@@ -30,10 +30,19 @@ _out = Console(highlight=False, soft_wrap=True)
 
 def _state_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--state", "state_path", required=True, type=click.Path(dir_okay=False),
-                     help="State file (read, changed all or nothing, written atomically)."),
-        click.option("--cluster", "-c", default=None,
-                     help="A preset name or a topology file (default: the one the state file names)."),
+        click.option(
+            "--state",
+            "state_path",
+            required=True,
+            type=click.Path(dir_okay=False),
+            help="State file (read, changed all or nothing, written atomically).",
+        ),
+        click.option(
+            "--cluster",
+            "-c",
+            default=None,
+            help="A preset name or a topology file (default: the one the state file names).",
+        ),
         click.option("--nodes", type=int, default=None, help="Preset size in hosts."),
         click.option("--racks", type=int, default=None, help="Preset size in racks (gb200-nvl72)."),
     ]
@@ -45,10 +54,21 @@ def _state_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def _hardware_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--gpu", "gpus", multiple=True, help="A GPU: id or host:index (repeatable)."),
-        click.option("--node", "--host", "hosts", multiple=True, help="A host, e.g. dgx017 (repeatable)."),
-        click.option("--nic", "nics", multiple=True, help="A NIC, host:name, e.g. dgx017:mlx5_3 (repeatable)."),
-        click.option("--switch", "switches", multiple=True,
-                     help="A switch: a domain above the host, e.g. su003 or leaf:su003 (repeatable)."),
+        click.option(
+            "--node", "--host", "hosts", multiple=True, help="A host, e.g. dgx017 (repeatable)."
+        ),
+        click.option(
+            "--nic",
+            "nics",
+            multiple=True,
+            help="A NIC, host:name, e.g. dgx017:mlx5_3 (repeatable).",
+        ),
+        click.option(
+            "--switch",
+            "switches",
+            multiple=True,
+            help="A switch: a domain above the host, e.g. su003 or leaf:su003 (repeatable).",
+        ),
         click.option("--reason", default=None, help="Free text kept with the health record."),
     ]
     for option in reversed(options):
@@ -56,7 +76,9 @@ def _hardware_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def open_state(state_path: str, cluster: str | None, nodes: int | None, racks: int | None) -> ClusterState:
+def open_state(
+    state_path: str, cluster: str | None, nodes: int | None, racks: int | None
+) -> ClusterState:
     """The state in ``state_path`` on its cluster; a new empty state when the file does not
     exist (then ``--cluster`` is required)."""
     # Imported here: cli.py imports this module at its end to register the commands.
@@ -69,7 +91,9 @@ def open_state(state_path: str, cluster: str | None, nodes: int | None, racks: i
     elif remembered is not None:
         topology = _rebuild(remembered, state_path)
     elif exists:
-        raise InvalidState(f"{state_path}: the state file does not name its cluster; give --cluster")
+        raise InvalidState(
+            f"{state_path}: the state file does not name its cluster; give --cluster"
+        )
     else:
         raise InvalidState(f"{state_path}: no such state file; give --cluster to start a new one")
     if not exists:
@@ -87,11 +111,15 @@ def _rebuild(cluster: dict[str, Any], state_path: str) -> Topology:
         try:
             return Topology.load(cluster["file"])
         except InvalidTopology as exc:
-            raise InvalidState(f"{state_path}: the cluster it names cannot be read: {exc}") from None
+            raise InvalidState(
+                f"{state_path}: the cluster it names cannot be read: {exc}"
+            ) from None
     raise InvalidState(f"{state_path}: cluster: expected a preset or a file; give --cluster")
 
 
-def _targets(gpus: tuple[str, ...], hosts: tuple[str, ...], nics: tuple[str, ...], switches: tuple[str, ...]) -> dict[str, list[str]]:
+def _targets(
+    gpus: tuple[str, ...], hosts: tuple[str, ...], nics: tuple[str, ...], switches: tuple[str, ...]
+) -> dict[str, list[str]]:
     targets = {"gpu": list(gpus), "host": list(hosts), "nic": list(nics), "switch": list(switches)}
     targets = {k: v for k, v in targets.items() if v}
     if not targets:
@@ -99,7 +127,13 @@ def _targets(gpus: tuple[str, ...], hosts: tuple[str, ...], nics: tuple[str, ...
     return targets
 
 
-def _report_affected(verb: str, targets: dict[str, list[str]], affected: dict[str, Any], state: ClusterState, path: str) -> None:
+def _report_affected(
+    verb: str,
+    targets: dict[str, list[str]],
+    affected: dict[str, Any],
+    state: ClusterState,
+    path: str,
+) -> None:
     what = ", ".join(f"{k} {v}" for k, vs in targets.items() for v in vs)
     _out.print(f"{verb} {what}; {state.free_gpus} of {state.topology.num_gpus} GPUs free")
     if not affected:
@@ -115,16 +149,29 @@ def _event_command(name: str, verb: str, method: str, doc: str) -> click.Command
     @click.command(name, help=doc)
     @_state_options
     @_hardware_options
-    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-    def command(state_path: str, cluster: str | None, nodes: int | None, racks: int | None,
-                gpus: tuple[str, ...], hosts: tuple[str, ...], nics: tuple[str, ...],
-                switches: tuple[str, ...], reason: str | None, fmt: str) -> None:
+    @click.option(
+        "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+    )
+    def command(
+        state_path: str,
+        cluster: str | None,
+        nodes: int | None,
+        racks: int | None,
+        gpus: tuple[str, ...],
+        hosts: tuple[str, ...],
+        nics: tuple[str, ...],
+        switches: tuple[str, ...],
+        reason: str | None,
+        fmt: str,
+    ) -> None:
         targets = _targets(gpus, hosts, nics, switches)
         state = open_state(state_path, cluster, nodes, racks)
         affected = getattr(state, method)(**targets, reason=reason)
         state.save(state_path)
         if fmt == "json":
-            click.echo(json.dumps({"affected": {k: [int(r) for r in v] for k, v in affected.items()}}))
+            click.echo(
+                json.dumps({"affected": {k: [int(r) for r in v] for k, v in affected.items()}})
+            )
         else:
             _report_affected(verb, targets, affected, state, state_path)
 
@@ -132,27 +179,58 @@ def _event_command(name: str, verb: str, method: str, doc: str) -> click.Command
 
 
 fail = _event_command("fail", "failed", "fail", "Mark hardware failed; lists the jobs hit.")
-drain = _event_command("drain", "drained", "drain", "Take hardware out of service (no solver will use it).")
-recover = _event_command("recover", "recovered", "recover", "Return hardware to ok (clears failed, drained, degraded).")
+drain = _event_command(
+    "drain", "drained", "drain", "Take hardware out of service (no solver will use it)."
+)
+recover = _event_command(
+    "recover", "recovered", "recover", "Return hardware to ok (clears failed, drained, degraded)."
+)
 
 
 @click.command("degrade")
 @_state_options
 @_hardware_options
-@click.option("--loss", default=None, help="Packet loss rate, e.g. 1% or 0.01 (1 % halves the bandwidth).")
-@click.option("--factor", type=float, default=None, help="Bandwidth factor in (0, 1], e.g. a measured goodput ratio.")
+@click.option(
+    "--loss", default=None, help="Packet loss rate, e.g. 1% or 0.01 (1 % halves the bandwidth)."
+)
+@click.option(
+    "--factor",
+    type=float,
+    default=None,
+    help="Bandwidth factor in (0, 1], e.g. a measured goodput ratio.",
+)
 @click.option("--width", default=None, help="Link width trained/nominal, e.g. 2/4.")
 @click.option("--speed", default=None, help="Link speed trained/nominal, e.g. 200/400.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def degrade(state_path: str, cluster: str | None, nodes: int | None, racks: int | None,
-            gpus: tuple[str, ...], hosts: tuple[str, ...], nics: tuple[str, ...],
-            switches: tuple[str, ...], reason: str | None, loss: str | None, factor: float | None,
-            width: str | None, speed: str | None, fmt: str) -> None:
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+def degrade(
+    state_path: str,
+    cluster: str | None,
+    nodes: int | None,
+    racks: int | None,
+    gpus: tuple[str, ...],
+    hosts: tuple[str, ...],
+    nics: tuple[str, ...],
+    switches: tuple[str, ...],
+    reason: str | None,
+    loss: str | None,
+    factor: float | None,
+    width: str | None,
+    speed: str | None,
+    fmt: str,
+) -> None:
     """Mark hardware degraded: still used, but paths through it are slower."""
     targets = _targets(gpus, hosts, nics, switches)
     state = open_state(state_path, cluster, nodes, racks)
-    affected = state.degrade(loss=loss, factor=factor, width=_pair(width, "--width"),
-                             speed=_pair(speed, "--speed"), reason=reason, **targets)
+    affected = state.degrade(
+        loss=loss,
+        factor=factor,
+        width=_pair(width, "--width"),
+        speed=_pair(speed, "--speed"),
+        reason=reason,
+        **targets,
+    )
     state.save(state_path)
     if fmt == "json":
         click.echo(json.dumps({"affected": {k: [int(r) for r in v] for k, v in affected.items()}}))
@@ -163,24 +241,47 @@ def degrade(state_path: str, cluster: str | None, nodes: int | None, racks: int 
 def _pair(text: str | None, what: str) -> tuple[float, float] | None:
     if text is None:
         return None
-    trained, sep, nominal = text.lstrip("x").partition("/")
+    trained, _, nominal = text.lstrip("x").partition("/")
     try:
         return float(trained), float(nominal.lstrip("x"))
     except ValueError:
-        raise click.BadParameter(f"expected trained/nominal, e.g. 2/4, got {text!r}", param_hint=what) from None
+        raise click.BadParameter(
+            f"expected trained/nominal, e.g. 2/4, got {text!r}", param_hint=what
+        ) from None
 
 
 @click.command("repair")
 @_state_options
 @click.option("--job", "-j", "job_name", required=True, help="Name of the running job to repair.")
-@click.option("--max-moves", type=int, default=0, show_default=True,
-              help="Surviving ranks that may move too when that lowers the cost.")
-@click.option("--spares", type=click.Choice(["allow", "forbid", "only"]), default="allow", show_default=True,
-              help="Whether reserved spare GPUs may be used.")
+@click.option(
+    "--max-moves",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Surviving ranks that may move too when that lowers the cost.",
+)
+@click.option(
+    "--spares",
+    type=click.Choice(["allow", "forbid", "only"]),
+    default="allow",
+    show_default=True,
+    help="Whether reserved spare GPUs may be used.",
+)
 @click.option("--time-limit", type=float, default=None, help="Seconds for the improvement steps.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def repair_cmd(state_path: str, cluster: str | None, nodes: int | None, racks: int | None,
-               job_name: str, max_moves: int, spares: str, time_limit: float | None, fmt: str) -> None:
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+def repair_cmd(
+    state_path: str,
+    cluster: str | None,
+    nodes: int | None,
+    racks: int | None,
+    job_name: str,
+    max_moves: int,
+    spares: str,
+    time_limit: float | None,
+    fmt: str,
+) -> None:
     """Repair a job: keep surviving ranks, give lost ranks free healthy GPUs."""
     state = open_state(state_path, cluster, nodes, racks)
     policy = {"allow": True, "forbid": False, "only": "only"}[spares]
@@ -210,8 +311,12 @@ def repair_cmd(state_path: str, cluster: str | None, nodes: int | None, racks: i
 
 @click.command("status")
 @_state_options
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def status(state_path: str, cluster: str | None, nodes: int | None, racks: int | None, fmt: str) -> None:
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+def status(
+    state_path: str, cluster: str | None, nodes: int | None, racks: int | None, fmt: str
+) -> None:
     """Jobs, free capacity per level and unhealthy hardware."""
     if not Path(state_path).exists():
         raise InvalidState(f"{state_path}: no such state file")
@@ -221,14 +326,27 @@ def status(state_path: str, cluster: str | None, nodes: int | None, racks: int |
     jobs = []
     for name, gpus in state.jobs.items():
         bad = int((health[gpus] != 0).sum())
-        jobs.append({"name": name, "gpus": len(gpus), "hosts": len({topo.host_of(int(g)) for g in gpus}),
-                     "ranks_on_unusable_gpus": bad})
+        jobs.append(
+            {
+                "name": name,
+                "gpus": len(gpus),
+                "hosts": len({topo.host_of(int(g)) for g in gpus}),
+                "ranks_on_unusable_gpus": bad,
+            }
+        )
     levels = []
     for i, level in enumerate(topo.levels):
         free = state.free_counts(i)
         sizes = topo._core.domain_sizes(i)
-        levels.append({"level": level.name, "domains": len(free), "free_gpus": int(free.sum()),
-                       "largest_free": int(free.max()), "fully_free_domains": int((free == sizes).sum())})
+        levels.append(
+            {
+                "level": level.name,
+                "domains": len(free),
+                "free_gpus": int(free.sum()),
+                "largest_free": int(free.max()),
+                "fully_free_domains": int((free == sizes).sum()),
+            }
+        )
     doc = {
         "cluster": topo.name,
         "gpus": topo.num_gpus,
@@ -246,19 +364,42 @@ def status(state_path: str, cluster: str | None, nodes: int | None, racks: int |
         return
     _out.print(
         f"{topo.name}: {doc['free']} of {doc['gpus']} GPUs free, {doc['spares']} spares, "
-        f"{doc['failed_gpus']} failed, {doc['drained_gpus']} drained, {doc['degraded_gpus']} on degraded paths"
+        f"{doc['failed_gpus']} failed, {doc['drained_gpus']} drained, "
+        f"{doc['degraded_gpus']} on degraded paths"
     )
-    table = Table("job", "GPUs", "hosts", "ranks on unusable GPUs", title="jobs", title_justify="left")
+    table = Table(
+        "job", "GPUs", "hosts", "ranks on unusable GPUs", title="jobs", title_justify="left"
+    )
     for j in jobs:
         table.add_row(j["name"], str(j["gpus"]), str(j["hosts"]), str(j["ranks_on_unusable_gpus"]))
     _out.print(table)
-    table = Table("level", "domains", "free GPUs", "largest free", "fully free domains",
-                  title="free capacity", title_justify="left")
+    table = Table(
+        "level",
+        "domains",
+        "free GPUs",
+        "largest free",
+        "fully free domains",
+        title="free capacity",
+        title_justify="left",
+    )
     for lv in levels:
-        table.add_row(lv["level"], str(lv["domains"]), str(lv["free_gpus"]), str(lv["largest_free"]),
-                      str(lv["fully_free_domains"]))
+        table.add_row(
+            lv["level"],
+            str(lv["domains"]),
+            str(lv["free_gpus"]),
+            str(lv["largest_free"]),
+            str(lv["fully_free_domains"]),
+        )
     _out.print(table)
-    table = Table("kind", "name", "condition", "factor", "reason", title="unhealthy hardware", title_justify="left")
+    table = Table(
+        "kind",
+        "name",
+        "condition",
+        "factor",
+        "reason",
+        title="unhealthy hardware",
+        title_justify="left",
+    )
     for h in doc["unhealthy"]:
         factor = f"{h['factor']:.3g}" if h["condition"] == "degraded" else "-"
         table.add_row(h["kind"], h["name"], h["condition"], factor, h["reason"])
