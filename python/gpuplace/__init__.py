@@ -29,6 +29,7 @@ from gpuplace.placement import (
     register_solver,
     solvers,
 )
+from gpuplace.repair import MovedRank, Repair, repair
 from gpuplace.state import ClusterState
 from gpuplace.topology import Level, NodeType, Topology
 
@@ -43,8 +44,10 @@ __all__ = [
     "InvalidTopology",
     "Job",
     "Level",
+    "MovedRank",
     "NodeType",
     "Placement",
+    "Repair",
     "SolveResult",
     "Topology",
     "TransformerModel",
@@ -53,5 +56,6 @@ __all__ = [
     "place",
     "refine",
     "register_solver",
+    "repair",
     "solvers",
 ]

@@ -143,6 +143,12 @@ def write_atomically(path: str | Path, text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        # Crash tests set this to hold the process between the write and the rename.
+        pause = os.environ.get("GPUPLACE_TEST_PAUSE_BEFORE_RENAME_S")
+        if pause:
+            import time
+
+            time.sleep(float(pause))
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -205,5 +205,14 @@ def main(argv: list[str] | None = None) -> int:
 
 cli.add_command(bench)
 
+from gpuplace.commands import health as _health  # noqa: E402  (after cli is defined)
+
+cli.add_command(_health.fail)
+cli.add_command(_health.degrade)
+cli.add_command(_health.recover)
+cli.add_command(_health.drain)
+cli.add_command(_health.repair_cmd)
+cli.add_command(_health.status)
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -82,10 +82,14 @@ class CostReport:
         }
 
 
-def evaluate(topology: Topology, job: Job, gpus: Any) -> CostReport:
-    """Price a placement (``gpus[rank]`` = GPU id) with the one cost model."""
+def evaluate(
+    topology: Topology, job: Job, gpus: Any, *, state: ClusterState | None = None
+) -> CostReport:
+    """Price a placement (``gpus[rank]`` = GPU id) with the one cost model; with ``state``,
+    on that state's hardware (degraded NICs and switches slow the paths through them)."""
     spec = job.compile(topology)
-    raw = _core.evaluate(topology._core, spec, np.asarray(gpus, dtype=np.int64))
+    core_state = None if state is None else state._core
+    raw = _core.evaluate(topology._core, spec, np.asarray(gpus, dtype=np.int64), core_state)
     names = topology.level_names
     classes = job.class_names()
     span = raw["span_level"]
@@ -308,7 +312,7 @@ def place(
     start = time.perf_counter()
     result = info.func(state, job, seed, time_limit)
     elapsed = time.perf_counter() - start
-    cost = evaluate(state.topology, job, result.gpus)
+    cost = evaluate(state.topology, job, result.gpus, state=state)
     return Placement(
         job=job,
         topology=state.topology,

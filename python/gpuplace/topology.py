@@ -111,6 +111,8 @@ class Topology:
         self.host_types: tuple[str, ...] = tuple(host_types)
         self.host_domains: tuple[tuple[str, ...], ...] = tuple(tuple(d) for d in host_domains)
         self._host_index = {h: i for i, h in enumerate(self.hosts)}
+        #: How to rebuild this topology (a preset and its parameters, or a file), if known.
+        self.origin: dict[str, Any] | None = None
         self._core = self._compile()
 
     # ----------------------------------------------------------------- compilation
@@ -424,7 +426,10 @@ class Topology:
     @classmethod
     def load(cls, path: str | Path) -> Topology:
         """Read a topology file (YAML, or JSON when the suffix is ``.json``)."""
-        return cls.from_dict(read_document(path, InvalidTopology), source=str(path))
+        topology = cls.from_dict(read_document(path, InvalidTopology), source=str(path))
+        # Where it came from, so a state file can name its cluster (ClusterState.snapshot).
+        topology.origin = {"file": str(path)}
+        return topology
 
     def save(self, path: str | Path) -> None:
         """Write the native form (YAML, or JSON for ``.json``), atomically."""
@@ -443,7 +448,10 @@ class Topology:
         """Build a preset cluster, e.g. ``Topology.preset("h100-superpod", nodes=256)``."""
         from gpuplace.presets import build_preset
 
-        return cls.from_dict(build_preset(name, **params), source=f"preset {name}")
+        topology = cls.from_dict(build_preset(name, **params), source=f"preset {name}")
+        given = {k: v for k, v in params.items() if v is not None}
+        topology.origin = {"preset": name, "params": given}
+        return topology
 
     # ----------------------------------------------------------------- networkx
     def to_networkx(self) -> Any:

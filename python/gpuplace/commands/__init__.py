@@ -1,1 +1,2 @@
-"""Subcommands of the ``gpuplace`` CLI that live in their own modules."""
+"""Subcommands of the ``gpuplace`` CLI that live in their own modules, registered at the end of
+``cli.py``."""

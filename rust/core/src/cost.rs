@@ -20,9 +20,34 @@
 //! class costs its slowest member. Classes run one after another (no overlap of communication
 //! with computation or with each other is assumed). Explicit traffic (rank i sends T bytes to
 //! rank j) is priced as `T / B(i, j)` per entry and summed: the quadratic-assignment form.
+//!
+//! ## Degraded hardware
+//!
+//! A degraded component (GPU, host, NIC or switch; see [`crate::state`]) carries a bandwidth
+//! factor `f` in (0, 1]. A path between GPUs `a` and `b` whose lowest common level is `l`
+//! crosses: both GPUs and both hosts (always); both NICs once `l` is above the NVLink domain;
+//! and the switches of both GPUs at every level from just above the host up to `l` (at `l`
+//! itself the two are the same switch). The path's bandwidth is the healthy bandwidth times
+//! the smallest factor on it: a path runs at the pace of its bottleneck, so two hops degraded
+//! to 0.5 still give 0.5, not 0.25. The state keeps, per GPU and level, the smallest factor on
+//! its half of the path (its *side factor*), so pricing a pair is one `min` of two lookups.
+//! Failed and drained hardware is not priced: no solver may use it.
+//!
+//! Packet loss maps to a factor with [`loss_factor`]: `f = 1 / (1 + p / 0.01)`, so 1 % loss
+//! halves the goodput, 0.1 % costs about 9 % and 5 % leaves a sixth. RDMA NICs recover losses
+//! by go-back-N (or, on newer NICs, selective repeat) in hardware, which makes goodput far more
+//! sensitive to loss than TCP's `1/sqrt(p)`: Wang et al., "Error Recovery of RDMA Packets in
+//! Data Center Networks" (ICCCN 2019) measure plain go-back-N RoCEv2 falling to nearly zero
+//! relative throughput above 1 % loss and an improved go-back-N keeping about 60 % at 1 %;
+//! Mittal et al., "Revisiting Network Support for RDMA" (SIGCOMM 2018) show the same collapse
+//! and the recovery selective repeat gives. Halving at 1 % sits between the two, and the curve
+//! is smooth so that ranking two degraded links by loss stays monotone. A link that trained at
+//! reduced width or speed has factor `trained / nominal` (x2 of x4 gives 0.5). Callers with a
+//! measured goodput should pass the factor directly.
 
 use crate::error::{CoreError, Result};
 use crate::job::{CollectiveKind, JobSpec};
+use crate::state::ClusterState;
 use crate::topology::Topology;
 
 /// Costs of one placement.
@@ -86,6 +111,50 @@ pub fn check_placement(topo: &Topology, num_ranks: usize, gpus: &[u32]) -> Resul
     Ok(())
 }
 
+/// Bandwidth factor of a path with packet loss rate `loss` (a fraction, 0.01 = 1 %), per the
+/// model in the module docs; never below [`MIN_FACTOR`] so costs stay finite.
+pub fn loss_factor(loss: f64) -> f64 {
+    if !loss.is_finite() || loss <= 0.0 {
+        return 1.0;
+    }
+    (1.0 / (1.0 + loss / LOSS_HALVING)).max(MIN_FACTOR)
+}
+
+/// The loss rate that halves RDMA goodput in [`loss_factor`].
+pub const LOSS_HALVING: f64 = 0.01;
+/// The smallest bandwidth factor a degradation may have.
+pub const MIN_FACTOR: f64 = 1e-3;
+
+/// The per-GPU side factors of a state (`num_gpus x levels`), or none when nothing is degraded.
+#[derive(Clone, Copy)]
+pub(crate) struct Health<'a> {
+    factors: Option<&'a [f32]>,
+    levels: usize,
+}
+
+impl<'a> Health<'a> {
+    /// The hardware of `state`, degraded components included.
+    pub(crate) fn of(state: &'a ClusterState) -> Health<'a> {
+        Health {
+            factors: state.path_factors(),
+            levels: state.topology().num_levels(),
+        }
+    }
+
+    /// Bandwidth (GB/s) between two distinct GPUs, degraded hardware included.
+    #[inline]
+    fn bandwidth(&self, topo: &Topology, a: usize, b: usize, lca: usize) -> f64 {
+        let healthy = topo.pair_bandwidth(a, b);
+        match self.factors {
+            None => healthy,
+            Some(f) => {
+                let nl = self.levels;
+                healthy * f[a * nl + lca].min(f[b * nl + lca]) as f64
+            }
+        }
+    }
+}
+
 struct Scratch {
     members: Vec<u32>,
 }
@@ -99,6 +168,7 @@ pub(crate) fn collective_cost(
     members: &mut [u32],
     mut bytes_by_level: Option<&mut [f64]>,
     weight: f64,
+    health: Health<'_>,
 ) -> f64 {
     let n = members.len();
     if n < 2 {
@@ -112,7 +182,7 @@ pub(crate) fn collective_cost(
         if let Some(acc) = bytes_by_level {
             acc[l] += bytes * weight;
         }
-        return levels[l].latency_us * 1e-6 + bytes / (topo.pair_bandwidth(a, b) * 1e9);
+        return levels[l].latency_us * 1e-6 + bytes / (health.bandwidth(topo, a, b, l) * 1e9);
     }
     members.sort_unstable();
     let (steps, per_rank) = match kind {
@@ -132,7 +202,7 @@ pub(crate) fn collective_cost(
                     acc[l] += 2.0 * pair_bytes;
                 }
                 span = span.max(l);
-                slowest = slowest.min(topo.pair_bandwidth(a, b));
+                slowest = slowest.min(health.bandwidth(topo, a, b, l));
             }
         }
     } else {
@@ -143,7 +213,7 @@ pub(crate) fn collective_cost(
                 acc[l] += per_rank * weight;
             }
             span = span.max(l);
-            slowest = slowest.min(topo.pair_bandwidth(a, b));
+            slowest = slowest.min(health.bandwidth(topo, a, b, l));
         }
     }
     steps * levels[span].latency_us * 1e-6 + per_rank / (slowest * 1e9)
@@ -151,17 +221,48 @@ pub(crate) fn collective_cost(
 
 /// Time (s) of explicit traffic of `bytes` from GPU `a` to GPU `b`.
 #[inline]
-pub(crate) fn traffic_cost(topo: &Topology, a: usize, b: usize, bytes: f64) -> f64 {
+pub(crate) fn traffic_cost(
+    topo: &Topology,
+    health: Health<'_>,
+    a: usize,
+    b: usize,
+    bytes: f64,
+) -> f64 {
     if a == b {
         0.0
     } else {
-        bytes / (topo.pair_bandwidth(a, b) * 1e9)
+        bytes / (health.bandwidth(topo, a, b, topo.lca(a, b)) * 1e9)
     }
 }
 
-/// Evaluate a placement (`gpus[rank]` = GPU id) of `job` on `topo`.
+/// Evaluate a placement (`gpus[rank]` = GPU id) of `job` on healthy hardware of `topo`.
 pub fn evaluate(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Result<CostReport> {
+    evaluate_with(topo, None, job, gpus)
+}
+
+/// Evaluate a placement on the hardware of `state`, degraded components included.
+pub fn evaluate_in(state: &ClusterState, job: &JobSpec, gpus: &[u32]) -> Result<CostReport> {
+    evaluate_with(state.topology(), state.path_factors(), job, gpus)
+}
+
+/// Evaluate a placement with optional side factors (`num_gpus x levels`, GPU-major; see the
+/// module docs), as [`ClusterState::path_factors`] gives them.
+pub fn evaluate_with(
+    topo: &Topology,
+    factors: Option<&[f32]>,
+    job: &JobSpec,
+    gpus: &[u32],
+) -> Result<CostReport> {
     check_placement(topo, job.num_ranks, gpus)?;
+    if factors.is_some_and(|f| f.len() != topo.num_gpus() * topo.num_levels()) {
+        return Err(CoreError::InvalidState(
+            "side factors do not match the topology".into(),
+        ));
+    }
+    let health = Health {
+        factors,
+        levels: topo.num_levels(),
+    };
     let nl = topo.num_levels();
     let mut bytes_by_level = vec![0.0; nl];
     let mut class_seconds = vec![0.0f64; job.num_classes];
@@ -183,6 +284,7 @@ pub fn evaluate(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Result<CostRepo
             &mut scratch.members,
             Some(&mut bytes_by_level),
             c.count,
+            health,
         );
         let slot = &mut class_seconds[c.class as usize];
         *slot = slot.max(c.count * t);
@@ -194,7 +296,7 @@ pub fn evaluate(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Result<CostRepo
             continue;
         }
         bytes_by_level[topo.lca(a, b)] += bytes;
-        traffic_seconds += traffic_cost(topo, a, b, bytes);
+        traffic_seconds += traffic_cost(topo, health, a, b, bytes);
     }
     let comm_seconds = class_seconds.iter().sum::<f64>() + traffic_seconds;
 
@@ -298,6 +400,38 @@ mod tests {
         let per_edge = 2.0 * 7.0 / 8.0 * 1e9;
         assert!((r.bytes_by_level[2] - 2.0 * per_edge).abs() < 1.0);
         assert!((r.bytes_by_level[0] - 6.0 * per_edge).abs() < 1.0);
+    }
+
+    #[test]
+    fn degraded_leaf_slows_only_paths_through_it() {
+        use crate::state::{ClusterState, Component, ComponentHealth, Condition};
+        use std::sync::Arc;
+        let topo = Arc::new(tree(4, 8, 2));
+        let mut s = ClusterState::new(topo.clone());
+        s.set_condition(
+            &[Component::Switch {
+                level: 1,
+                domain: 0,
+            }],
+            Some(ComponentHealth {
+                condition: Condition::Degraded,
+                factor: loss_factor(0.01),
+                reason: "loss".into(),
+            }),
+        )
+        .unwrap();
+        let job = allreduce_job(&topo, 2, 1e9);
+        let inside = evaluate_in(&s, &job, &[0, 1]).unwrap().comm_seconds;
+        assert_eq!(inside, evaluate(&topo, &job, &[0, 1]).unwrap().comm_seconds);
+        let healthy = evaluate(&topo, &job, &[0, 8]).unwrap().comm_seconds;
+        let slow = evaluate_in(&s, &job, &[0, 8]).unwrap().comm_seconds;
+        let latency = 2.0 * 3e-6;
+        assert!(((slow - latency) / (healthy - latency) - 2.0).abs() < 1e-6);
+        // The other leaf is untouched.
+        assert_eq!(
+            evaluate_in(&s, &job, &[16, 24]).unwrap().comm_seconds,
+            evaluate(&topo, &job, &[16, 24]).unwrap().comm_seconds
+        );
     }
 
     #[test]

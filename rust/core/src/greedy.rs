@@ -16,6 +16,11 @@
 //!    free capacity left behind stays in large blocks.
 //! 4. Ranks follow the layout order: confined dimensions first (by level), then the others by
 //!    bytes per step, heaviest innermost, so heavy traffic lands on the lowest levels.
+//!
+//! Degraded hardware (a GPU whose paths cross a degraded component; see [`crate::state`]) is
+//! used only when it pays: when some free GPU is degraded, the packing runs twice, once over
+//! the healthy free GPUs only and once over all of them, and the cheaper placement by the one
+//! cost model wins (the healthy one on a tie). Inside a host, healthy GPUs are taken first.
 
 use crate::error::{CoreError, Result};
 use crate::job::JobSpec;
@@ -82,19 +87,30 @@ struct Packer<'a> {
     topo: &'a Topology,
     state: &'a ClusterState,
     units: Vec<usize>,
+    /// Count only GPUs no degraded component slows down.
+    healthy_only: bool,
     /// `capacity[l][d]`, computed for levels 0..capacity.len().
     capacity: Vec<Vec<u64>>,
     slots: Vec<u32>,
 }
 
 impl<'a> Packer<'a> {
+    /// Free GPUs of a domain this packing may use.
+    #[inline]
+    fn free(&self, l: usize, d: usize) -> u32 {
+        let all = self.state.free_count(l, d);
+        if self.healthy_only {
+            all - self.state.free_degraded_count(l, d)
+        } else {
+            all
+        }
+    }
+
     fn compute_level(&mut self, l: usize) {
         let u = self.units[l] as u64;
         let caps: Vec<u64> = if l == 0 {
-            self.state
-                .free_counts(0)
-                .iter()
-                .map(|&f| u * (f as u64 / u))
+            (0..self.topo.domain_count(0))
+                .map(|d| u * (self.free(0, d) as u64 / u))
                 .collect()
         } else {
             let below = &self.capacity[l - 1];
@@ -116,7 +132,7 @@ impl<'a> Packer<'a> {
     /// Raw capacity of a domain: what its children could hold before rounding to its unit.
     fn raw_capacity(&self, l: usize, d: usize) -> u64 {
         if l == 0 {
-            self.state.free_count(0, d) as u64
+            self.free(0, d) as u64
         } else {
             self.topo
                 .children(l, d)
@@ -127,7 +143,7 @@ impl<'a> Packer<'a> {
     }
 
     fn tighter(&self, l: usize, a: usize, b: usize) -> bool {
-        let key = |d: usize| (self.capacity[l][d], self.state.free_count(l, d), d);
+        let key = |d: usize| (self.capacity[l][d], self.free(l, d), d);
         key(a) < key(b)
     }
 
@@ -186,13 +202,17 @@ impl<'a> Packer<'a> {
     /// Choose `k` free GPUs inside a level-0 domain. Where the host has a bandwidth matrix the
     /// subset with the best slowest pair (then the best total) wins; otherwise lowest ids.
     fn pick_gpus(&mut self, d: usize, k: usize) {
-        let free: Vec<u32> = self
+        let state = self.state;
+        let mut free: Vec<u32> = self
             .topo
             .lowest_members(d)
             .iter()
             .copied()
-            .filter(|&g| self.state.is_free(g as usize))
+            .filter(|&g| state.is_free(g as usize))
+            .filter(|&g| !(self.healthy_only && state.is_degraded(g as usize)))
             .collect();
+        // Healthy GPUs first (stable: lowest ids within each group).
+        free.sort_by_key(|&g| state.is_degraded(g as usize));
         debug_assert!(free.len() >= k);
         let has_matrix = free.len() > k
             && k >= 2
@@ -304,6 +324,26 @@ fn describe_confinement(topo: &Topology, job: &JobSpec) -> String {
 
 /// Place `job` on the free GPUs of `state`. Returns the GPU of each rank.
 pub fn place(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
+    let any = pack(state, job, false);
+    if state.total_free_degraded() == 0 {
+        return any;
+    }
+    let Ok(any) = any else { return any };
+    match pack(state, job, true) {
+        Ok(healthy) => {
+            let cost =
+                |gpus: &[u32]| crate::cost::evaluate_in(state, job, gpus).map(|r| r.comm_seconds);
+            if cost(&healthy)? <= cost(&any)? {
+                Ok(healthy)
+            } else {
+                Ok(any)
+            }
+        }
+        Err(_) => Ok(any),
+    }
+}
+
+fn pack(state: &ClusterState, job: &JobSpec, healthy_only: bool) -> Result<Vec<u32>> {
     let topo = state.topology().as_ref();
     let n = job.num_ranks as u64;
     let total_free = state.total_free() as u64;
@@ -332,6 +372,7 @@ pub fn place(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
         topo,
         state,
         units,
+        healthy_only,
         capacity: Vec::with_capacity(topo.num_levels()),
         slots: Vec::with_capacity(job.num_ranks),
     };

@@ -20,7 +20,7 @@ use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::cost::{check_placement, collective_cost, span_of, traffic_cost};
+use crate::cost::{check_placement, collective_cost, span_of, traffic_cost, Health};
 use crate::error::Result;
 use crate::job::JobSpec;
 use crate::state::ClusterState;
@@ -73,6 +73,8 @@ struct Search<'a> {
     sum_time: f64,
     scratch: Vec<u32>,
     anchor_domain: usize,
+    /// Degraded hardware scales the bandwidth of the paths through it.
+    health: Health<'a>,
 }
 
 fn csr(rows: usize, pairs: &[(usize, u32)]) -> Csr {
@@ -152,6 +154,7 @@ impl<'a> Search<'a> {
             sum_time: 0.0,
             scratch: Vec::new(),
             anchor_domain: topo.domain_of(start[0] as usize, job.max_span),
+            health: Health::of(state),
         };
         for ci in 0..job.collectives.len() {
             s.collective_time[ci] = s.price(ci);
@@ -166,6 +169,7 @@ impl<'a> Search<'a> {
             .map(|&(a, b, t)| {
                 traffic_cost(
                     topo,
+                    s.health,
                     s.gpus[a as usize] as usize,
                     s.gpus[b as usize] as usize,
                     t,
@@ -186,7 +190,16 @@ impl<'a> Search<'a> {
                 .iter()
                 .map(|&r| gpus[r as usize]),
         );
-        c.count * collective_cost(self.topo, c.kind, c.bytes, &mut self.scratch, None, c.count)
+        c.count
+            * collective_cost(
+                self.topo,
+                c.kind,
+                c.bytes,
+                &mut self.scratch,
+                None,
+                c.count,
+                self.health,
+            )
     }
 
     fn class_max(&self, class: usize) -> f64 {
@@ -268,9 +281,16 @@ impl<'a> Search<'a> {
                         .map(|i| before[i])
                         .unwrap_or(self.gpus[x as usize])
                 };
-                let old = traffic_cost(self.topo, old_gpu(a) as usize, old_gpu(b) as usize, t);
+                let old = traffic_cost(
+                    self.topo,
+                    self.health,
+                    old_gpu(a) as usize,
+                    old_gpu(b) as usize,
+                    t,
+                );
                 let new = traffic_cost(
                     self.topo,
+                    self.health,
                     self.gpus[a as usize] as usize,
                     self.gpus[b as usize] as usize,
                     t,

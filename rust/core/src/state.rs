@@ -1,14 +1,29 @@
 //! Which GPUs are free, allocated or out of service, with per-domain free counters kept
 //! incrementally, so solvers ask "how many usable GPUs does this leaf have" without scanning
 //! GPUs. Every change is all-or-nothing: an operation that fails changes nothing.
+//!
+//! Health is kept per component: a GPU, a host (node-level domain), a NIC (when the caller
+//! gave each GPU its NIC) or a switch (a domain at any level above the host). A component is
+//! ok, degraded (with a bandwidth factor in (0, 1] and a reason), failed or drained. From the
+//! components the state derives, per GPU:
+//!
+//! - its effective status: failed if any component on its path (itself, its host, its NIC,
+//!   any switch above its host) failed, else drained if any is drained, else ok. Only ok GPUs
+//!   are ever counted free or given to a job;
+//! - its *side factors* (see [`crate::cost`]): for each level `l`, the smallest bandwidth
+//!   factor among the components a path leaving this GPU at lowest common level `l` crosses.
+//!
+//! Spare GPUs (`set_spare`) are held back for repairs: they are never counted free, so normal
+//! placement never sees them; a repair may take them, and a spare given to a job stops being a
+//! spare.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{CoreError, Result};
-use crate::topology::Topology;
+use crate::topology::{Csr, Topology};
 
-/// Health of one GPU.
+/// Effective health of one GPU (what solvers see).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum GpuStatus {
@@ -33,7 +48,52 @@ impl GpuStatus {
     }
 }
 
+/// A piece of hardware whose health is tracked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Component {
+    Gpu(u32),
+    /// A host: a domain of the topology's node level.
+    Node(u32),
+    /// A NIC, by the dense id the caller gave in [`ClusterState::with_nics`].
+    Nic(u32),
+    /// A switch: a domain at a level above the node level.
+    Switch {
+        level: u32,
+        domain: u32,
+    },
+}
+
+/// The condition of a component that is not ok.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Condition {
+    /// Works at reduced bandwidth: `factor` scales every path through it.
+    Degraded = 1,
+    Failed = 2,
+    Drained = 3,
+}
+
+impl Condition {
+    pub fn from_code(code: u8) -> Option<Condition> {
+        match code {
+            1 => Some(Condition::Degraded),
+            2 => Some(Condition::Failed),
+            3 => Some(Condition::Drained),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComponentHealth {
+    pub condition: Condition,
+    /// Bandwidth factor in (0, 1] of every path through the component (1 unless degraded).
+    pub factor: f64,
+    pub reason: String,
+}
+
 const NO_JOB: u32 = u32::MAX;
+const NO_NIC: u32 = u32::MAX;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobAllocation {
@@ -42,43 +102,123 @@ pub struct JobAllocation {
     pub gpus: Vec<u32>,
 }
 
+/// Which counters a GPU contributes to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Flags {
+    free: bool,
+    spare_free: bool,
+    free_degraded: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct ClusterState {
     topo: Arc<Topology>,
+    /// Effective status per GPU, derived from `components`.
     health: Vec<GpuStatus>,
     owner: Vec<u32>,
-    /// `free[l][d]`: GPUs of level-l domain d that are unallocated and usable.
+    /// `free[l][d]`: GPUs of level-l domain d that are unallocated, usable and not spares.
     free: Vec<Vec<u32>>,
+    /// `spare_free[l][d]`: spare GPUs of the domain that are unallocated and usable.
+    spare_free: Vec<Vec<u32>>,
+    /// `free_degraded[l][d]`: free GPUs of the domain with a side factor below 1.
+    free_degraded: Vec<Vec<u32>>,
     jobs: Vec<Option<JobAllocation>>,
     job_index: HashMap<String, u32>,
+    /// NIC of every GPU (`NO_NIC` for none) and the GPUs of every NIC.
+    gpu_nic: Vec<u32>,
+    nic_gpus: Csr,
+    spare: Vec<bool>,
+    /// Components that are not ok.
+    components: HashMap<Component, ComponentHealth>,
+    degraded_components: usize,
+    /// GPU-major side factors (`num_gpus x levels`); empty while nothing is degraded.
+    factors: Vec<f32>,
+    /// Per GPU: some side factor is below 1.
+    degraded: Vec<bool>,
+}
+
+fn invalid(msg: impl Into<String>) -> CoreError {
+    CoreError::InvalidState(msg.into())
 }
 
 impl ClusterState {
     pub fn new(topo: Arc<Topology>) -> ClusterState {
+        let n = topo.num_gpus();
+        ClusterState::with_nics(topo, vec![NO_NIC; n]).expect("no NICs is always valid")
+    }
+
+    /// A state that also tracks NICs: `gpu_nic[g]` is the dense NIC id of GPU g, or
+    /// `u32::MAX` for a GPU without one.
+    pub fn with_nics(topo: Arc<Topology>, gpu_nic: Vec<u32>) -> Result<ClusterState> {
+        let n = topo.num_gpus();
+        if gpu_nic.len() != n {
+            return Err(invalid(format!(
+                "gpu_nic: expected one entry per GPU ({n}), got {}",
+                gpu_nic.len()
+            )));
+        }
+        let nics = gpu_nic
+            .iter()
+            .filter(|&&x| x != NO_NIC)
+            .map(|&x| x as usize + 1)
+            .max()
+            .unwrap_or(0);
+        if nics > n {
+            return Err(invalid(format!(
+                "gpu_nic: NIC ids must be dense (got id {} for {n} GPUs)",
+                nics - 1
+            )));
+        }
+        let nic_gpus = Csr::from_pairs(
+            nics,
+            gpu_nic
+                .iter()
+                .enumerate()
+                .filter(|(_, &x)| x != NO_NIC)
+                .map(|(g, &x)| (x as usize, g as u32)),
+        );
+        let zeros: Vec<Vec<u32>> = (0..topo.num_levels())
+            .map(|l| vec![0; topo.domain_count(l)])
+            .collect();
         let free = (0..topo.num_levels())
             .map(|l| topo.domain_sizes(l).to_vec())
             .collect();
-        let n = topo.num_gpus();
-        ClusterState {
-            topo,
+        Ok(ClusterState {
             health: vec![GpuStatus::Ok; n],
             owner: vec![NO_JOB; n],
             free,
+            spare_free: zeros.clone(),
+            free_degraded: zeros,
             jobs: Vec::new(),
             job_index: HashMap::new(),
-        }
+            gpu_nic,
+            nic_gpus,
+            spare: vec![false; n],
+            components: HashMap::new(),
+            degraded_components: 0,
+            factors: Vec::new(),
+            degraded: vec![false; n],
+            topo,
+        })
     }
 
     pub fn topology(&self) -> &Arc<Topology> {
         &self.topo
     }
 
-    /// Unallocated and healthy.
+    /// Unallocated, healthy and not a reserved spare: what normal placement may use.
     #[inline]
     pub fn is_free(&self, gpu: usize) -> bool {
-        self.owner[gpu] == NO_JOB && self.health[gpu].usable()
+        self.owner[gpu] == NO_JOB && self.health[gpu].usable() && !self.spare[gpu]
     }
 
+    /// A reserved spare that is unallocated and healthy: what only a repair may use.
+    #[inline]
+    pub fn is_spare_free(&self, gpu: usize) -> bool {
+        self.owner[gpu] == NO_JOB && self.health[gpu].usable() && self.spare[gpu]
+    }
+
+    /// Effective status of every GPU.
     pub fn health(&self) -> &[GpuStatus] {
         &self.health
     }
@@ -93,8 +233,28 @@ impl ClusterState {
         &self.free[level]
     }
 
+    /// Free usable spare GPUs of a domain.
+    #[inline]
+    pub fn spare_free_count(&self, level: usize, domain: usize) -> u32 {
+        self.spare_free[level][domain]
+    }
+
+    /// Free GPUs of a domain that some degraded component slows down.
+    #[inline]
+    pub fn free_degraded_count(&self, level: usize, domain: usize) -> u32 {
+        self.free_degraded[level][domain]
+    }
+
     pub fn total_free(&self) -> u32 {
         self.free[self.topo.num_levels() - 1][0]
+    }
+
+    pub fn total_free_degraded(&self) -> u32 {
+        self.free_degraded[self.topo.num_levels() - 1][0]
+    }
+
+    pub fn total_spare_free(&self) -> u32 {
+        self.spare_free[self.topo.num_levels() - 1][0]
     }
 
     /// Name of the job holding a GPU.
@@ -115,39 +275,83 @@ impl ClusterState {
             .and_then(|&j| self.jobs[j as usize].as_ref())
     }
 
-    fn adjust(&mut self, gpu: usize, delta: i32) {
-        for l in 0..self.topo.num_levels() {
-            let d = self.topo.domain_of(gpu, l);
-            self.free[l][d] = (self.free[l][d] as i64 + delta as i64) as u32;
+    pub fn spares(&self) -> &[bool] {
+        &self.spare
+    }
+
+    /// Components that are not ok, sorted.
+    pub fn components(&self) -> Vec<(Component, ComponentHealth)> {
+        let mut out: Vec<_> = self
+            .components
+            .iter()
+            .map(|(c, h)| (*c, h.clone()))
+            .collect();
+        out.sort_by_key(|(c, _)| *c);
+        out
+    }
+
+    pub fn num_nics(&self) -> usize {
+        self.nic_gpus.rows()
+    }
+
+    /// Side factors (`num_gpus x levels`, GPU-major) for the cost model, or None while no
+    /// component is degraded.
+    pub fn path_factors(&self) -> Option<&[f32]> {
+        if self.factors.is_empty() {
+            None
+        } else {
+            Some(&self.factors)
         }
     }
 
-    /// Give `gpus` (one per rank) to job `name`; all or nothing.
+    /// Some component slows this GPU's traffic down.
+    #[inline]
+    pub fn is_degraded(&self, gpu: usize) -> bool {
+        self.degraded[gpu]
+    }
+
+    #[inline]
+    fn flags(&self, g: usize) -> Flags {
+        let free = self.is_free(g);
+        Flags {
+            free,
+            spare_free: self.is_spare_free(g),
+            free_degraded: free && self.degraded[g],
+        }
+    }
+
+    /// Move GPU g's contribution to the counters from `before` to its current flags.
+    fn settle(&mut self, g: usize, before: Flags) {
+        let after = self.flags(g);
+        if after == before {
+            return;
+        }
+        let delta = |b: bool, a: bool| a as i64 - b as i64;
+        let (df, ds, dd) = (
+            delta(before.free, after.free),
+            delta(before.spare_free, after.spare_free),
+            delta(before.free_degraded, after.free_degraded),
+        );
+        for l in 0..self.topo.num_levels() {
+            let d = self.topo.domain_of(g, l);
+            self.free[l][d] = (self.free[l][d] as i64 + df) as u32;
+            self.spare_free[l][d] = (self.spare_free[l][d] as i64 + ds) as u32;
+            self.free_degraded[l][d] = (self.free_degraded[l][d] as i64 + dd) as u32;
+        }
+    }
+
+    /// Give `gpus` (one per rank) to job `name`; all or nothing. Reserved spares are refused:
+    /// only [`ClusterState::replace_allocation`] (a repair) may take them.
     pub fn allocate(&mut self, name: &str, gpus: &[u32]) -> Result<()> {
         if name.is_empty() {
-            return Err(CoreError::InvalidState(
-                "a job needs a non-empty name".into(),
-            ));
+            return Err(invalid("a job needs a non-empty name"));
         }
         if self.job_index.contains_key(name) {
-            return Err(CoreError::InvalidState(format!(
-                "job {name:?} is already allocated"
-            )));
+            return Err(invalid(format!("job {name:?} is already allocated")));
         }
         crate::cost::check_placement(&self.topo, gpus.len(), gpus)?;
         for &g in gpus {
-            let g = g as usize;
-            if let Some(other) = self.owner_of(g) {
-                return Err(CoreError::InvalidState(format!(
-                    "GPU {g} is already allocated to job {other:?}"
-                )));
-            }
-            if !self.health[g].usable() {
-                return Err(CoreError::InvalidState(format!(
-                    "GPU {g} is {:?} and cannot be allocated",
-                    self.health[g]
-                )));
-            }
+            self.check_takeable(g as usize, None, false)?;
         }
         let slot = match self.jobs.iter().position(Option::is_none) {
             Some(free_slot) => free_slot,
@@ -157,8 +361,9 @@ impl ClusterState {
             }
         };
         for &g in gpus {
+            let before = self.flags(g as usize);
             self.owner[g as usize] = slot as u32;
-            self.adjust(g as usize, -1);
+            self.settle(g as usize, before);
         }
         self.jobs[slot] = Some(JobAllocation {
             name: name.to_string(),
@@ -168,21 +373,101 @@ impl ClusterState {
         Ok(())
     }
 
+    fn check_takeable(&self, g: usize, slot: Option<u32>, spares_ok: bool) -> Result<()> {
+        if self.owner[g] != NO_JOB && Some(self.owner[g]) != slot {
+            let other = self.owner_of(g).unwrap_or("?");
+            return Err(invalid(format!(
+                "GPU {g} is already allocated to job {other:?}"
+            )));
+        }
+        if !self.health[g].usable() {
+            return Err(invalid(format!(
+                "GPU {g} is {:?} and cannot be allocated",
+                self.health[g]
+            )));
+        }
+        if self.spare[g] && !spares_ok && self.owner[g] == NO_JOB {
+            return Err(invalid(format!(
+                "GPU {g} is a reserved spare; only a repair may take it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Replace the GPUs of a running job (a repair), all or nothing: every new GPU must be the
+    /// job's already, or unallocated and healthy (reserved spares included; a spare taken
+    /// stops being a spare). GPUs the job gives up are freed.
+    pub fn replace_allocation(&mut self, name: &str, gpus: &[u32]) -> Result<()> {
+        let Some(&slot) = self.job_index.get(name) else {
+            return Err(invalid(format!("no job named {name:?} is allocated")));
+        };
+        let old = self.jobs[slot as usize]
+            .as_ref()
+            .map(|a| a.gpus.clone())
+            .unwrap_or_default();
+        crate::cost::check_placement(&self.topo, old.len(), gpus)?;
+        for &g in gpus {
+            self.check_takeable(g as usize, Some(slot), true)?;
+        }
+        for &g in &old {
+            let before = self.flags(g as usize);
+            self.owner[g as usize] = NO_JOB;
+            self.settle(g as usize, before);
+        }
+        for &g in gpus {
+            let g = g as usize;
+            let before = self.flags(g);
+            self.owner[g] = slot;
+            self.spare[g] = false;
+            self.settle(g, before);
+        }
+        if let Some(alloc) = self.jobs[slot as usize].as_mut() {
+            alloc.gpus = gpus.to_vec();
+        }
+        Ok(())
+    }
+
     /// Free a job's GPUs; returns them. GPUs that failed meanwhile stay out of service.
     pub fn release(&mut self, name: &str) -> Result<Vec<u32>> {
         let Some(slot) = self.job_index.remove(name) else {
-            return Err(CoreError::InvalidState(format!(
-                "no job named {name:?} is allocated"
-            )));
+            return Err(invalid(format!("no job named {name:?} is allocated")));
         };
-        let alloc = self.jobs[slot as usize].take().expect("indexed job exists");
+        let alloc = self.jobs[slot as usize]
+            .take()
+            .ok_or_else(|| invalid(format!("job {name:?} has no allocation")))?;
         for &g in &alloc.gpus {
+            let before = self.flags(g as usize);
             self.owner[g as usize] = NO_JOB;
-            if self.health[g as usize].usable() {
-                self.adjust(g as usize, 1);
-            }
+            self.settle(g as usize, before);
         }
         Ok(alloc.gpus)
+    }
+
+    /// Reserve (or un-reserve) GPUs as spares for repairs; all or nothing. A GPU held by a
+    /// job cannot become a spare.
+    pub fn set_spare(&mut self, gpus: &[u32], spare: bool) -> Result<()> {
+        for &g in gpus {
+            let g = g as usize;
+            if g >= self.topo.num_gpus() {
+                return Err(invalid(format!(
+                    "GPU {g} does not exist (the cluster has {})",
+                    self.topo.num_gpus()
+                )));
+            }
+            if spare && self.owner[g] != NO_JOB {
+                let other = self.owner_of(g).unwrap_or("?");
+                return Err(invalid(format!(
+                    "GPU {g} is allocated to job {other:?} and cannot be reserved as a spare"
+                )));
+            }
+        }
+        for &g in gpus {
+            let g = g as usize;
+            let before = self.flags(g);
+            self.spare[g] = spare;
+            self.settle(g, before);
+        }
+        Ok(())
     }
 
     /// Set the health of GPUs; returns the jobs holding any of them, with the ranks affected.
@@ -192,69 +477,305 @@ impl ClusterState {
         gpus: &[u32],
         status: GpuStatus,
     ) -> Result<Vec<(String, Vec<u32>)>> {
-        if let Some(&g) = gpus.iter().find(|&&g| g as usize >= self.topo.num_gpus()) {
-            return Err(CoreError::InvalidState(format!(
+        let health = match status {
+            GpuStatus::Ok => None,
+            GpuStatus::Failed => Some(ComponentHealth {
+                condition: Condition::Failed,
+                factor: 1.0,
+                reason: String::new(),
+            }),
+            GpuStatus::Drained => Some(ComponentHealth {
+                condition: Condition::Drained,
+                factor: 1.0,
+                reason: String::new(),
+            }),
+        };
+        let targets: Vec<Component> = gpus.iter().map(|&g| Component::Gpu(g)).collect();
+        self.set_condition(&targets, health)
+    }
+
+    fn check_component(&self, c: Component) -> Result<()> {
+        let topo = &self.topo;
+        match c {
+            Component::Gpu(g) if g as usize >= topo.num_gpus() => Err(invalid(format!(
                 "GPU {g} does not exist (the cluster has {})",
-                self.topo.num_gpus()
-            )));
+                topo.num_gpus()
+            ))),
+            Component::Node(n) if n as usize >= topo.domain_count(topo.node_level()) => {
+                Err(invalid(format!("host {n} does not exist")))
+            }
+            Component::Nic(n) if n as usize >= self.num_nics() => Err(invalid(format!(
+                "NIC {n} does not exist (the cluster has {} NICs)",
+                self.num_nics()
+            ))),
+            Component::Switch { level, domain } => {
+                let level = level as usize;
+                if level <= topo.node_level() || level >= topo.num_levels() {
+                    return Err(invalid(format!(
+                        "switches are domains above the host level; level {level} is not one"
+                    )));
+                }
+                if domain as usize >= topo.domain_count(level) {
+                    return Err(invalid(format!(
+                        "{} {domain} does not exist",
+                        topo.levels()[level].name
+                    )));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
         }
-        let mut affected: HashMap<u32, Vec<u32>> = HashMap::new();
-        for &g in gpus {
-            let g = g as usize;
-            let was_free = self.is_free(g);
-            self.health[g] = status;
-            let now_free = self.is_free(g);
-            match (was_free, now_free) {
-                (true, false) => self.adjust(g, -1),
-                (false, true) => self.adjust(g, 1),
+    }
+
+    /// The GPUs whose paths cross a component.
+    fn gpus_of(&self, c: Component) -> Vec<u32> {
+        let topo = &self.topo;
+        let under = |level: usize, domain: usize| -> Vec<u32> {
+            let mut frontier = vec![domain as u32];
+            for l in (1..=level).rev() {
+                frontier = frontier
+                    .iter()
+                    .flat_map(|&d| topo.children(l, d as usize).iter().copied())
+                    .collect();
+            }
+            frontier
+                .iter()
+                .flat_map(|&d| topo.lowest_members(d as usize).iter().copied())
+                .collect()
+        };
+        match c {
+            Component::Gpu(g) => vec![g],
+            Component::Node(n) => under(topo.node_level(), n as usize),
+            Component::Nic(n) => self.nic_gpus.row(n as usize).to_vec(),
+            Component::Switch { level, domain } => under(level as usize, domain as usize),
+        }
+    }
+
+    /// Set (or, with `None`, clear: recover) the health of components; all or nothing.
+    /// Returns the jobs holding a GPU whose path crosses any of them, with those ranks.
+    pub fn set_condition(
+        &mut self,
+        targets: &[Component],
+        health: Option<ComponentHealth>,
+    ) -> Result<Vec<(String, Vec<u32>)>> {
+        for &c in targets {
+            self.check_component(c)?;
+        }
+        if let Some(h) = &health {
+            let ok = h.factor.is_finite() && h.factor > 0.0 && h.factor <= 1.0;
+            if !ok {
+                return Err(invalid(format!(
+                    "a bandwidth factor must be in (0, 1], got {}",
+                    h.factor
+                )));
+            }
+        }
+        for &c in targets {
+            let was = match &health {
+                Some(h) => self.components.insert(c, h.clone()),
+                None => self.components.remove(&c),
+            };
+            if was.is_some_and(|w| w.condition == Condition::Degraded) {
+                self.degraded_components -= 1;
+            }
+            if health
+                .as_ref()
+                .is_some_and(|h| h.condition == Condition::Degraded)
+            {
+                self.degraded_components += 1;
+            }
+        }
+        let mut affected: Vec<u32> = targets.iter().flat_map(|&c| self.gpus_of(c)).collect();
+        affected.sort_unstable();
+        affected.dedup();
+        let nl = self.topo.num_levels();
+        if self.degraded_components == 0 {
+            if !self.factors.is_empty() {
+                // The last degradation is gone: every side factor is 1 again.
+                self.factors = Vec::new();
+                let was: Vec<usize> = (0..self.degraded.len())
+                    .filter(|&g| self.degraded[g])
+                    .collect();
+                for g in was {
+                    let before = self.flags(g);
+                    self.degraded[g] = false;
+                    self.settle(g, before);
+                }
+            }
+        } else if self.factors.is_empty() {
+            self.factors = vec![1.0; self.topo.num_gpus() * nl];
+        }
+        for &g in &affected {
+            self.refresh_gpu(g as usize);
+        }
+        Ok(self.jobs_on(&affected))
+    }
+
+    /// Re-derive a GPU's effective status and side factors from the components.
+    fn refresh_gpu(&mut self, g: usize) {
+        let before = self.flags(g);
+        let (status, side) = self.derive(g);
+        self.health[g] = status;
+        let nl = self.topo.num_levels();
+        let mut degraded = false;
+        if !self.factors.is_empty() {
+            for (l, &f) in side.iter().enumerate() {
+                self.factors[g * nl + l] = f as f32;
+                degraded |= f < 1.0;
+            }
+        }
+        self.degraded[g] = degraded;
+        self.settle(g, before);
+    }
+
+    /// Effective status and side factor per level of GPU g.
+    fn derive(&self, g: usize) -> (GpuStatus, Vec<f64>) {
+        let topo = &self.topo;
+        let nl = topo.num_levels();
+        let node_level = topo.node_level();
+        let mut status = GpuStatus::Ok;
+        let mut worst = |h: Option<&ComponentHealth>| -> f64 {
+            let Some(h) = h else { return 1.0 };
+            match h.condition {
+                Condition::Failed => status = GpuStatus::Failed,
+                Condition::Drained if status == GpuStatus::Ok => status = GpuStatus::Drained,
                 _ => {}
             }
-            if self.owner[g] != NO_JOB && !status.usable() {
-                affected.entry(self.owner[g]).or_default().push(g as u32);
+            if h.condition == Condition::Degraded {
+                h.factor
+            } else {
+                1.0
             }
+        };
+        let own = worst(self.components.get(&Component::Gpu(g as u32))).min(worst(
+            self.components
+                .get(&Component::Node(topo.node_of(g) as u32)),
+        ));
+        let nic = match self.gpu_nic[g] {
+            NO_NIC => 1.0,
+            n => worst(self.components.get(&Component::Nic(n))),
+        };
+        let mut side = vec![own; nl];
+        let mut running = own;
+        for (l, slot) in side.iter_mut().enumerate().skip(node_level + 1) {
+            let switch = worst(self.components.get(&Component::Switch {
+                level: l as u32,
+                domain: topo.domain_of(g, l) as u32,
+            }));
+            running = running.min(switch);
+            // Traffic leaves through the NIC only once it leaves the NVLink domain.
+            if l == topo.nvlink_level() + 1 {
+                running = running.min(nic);
+            }
+            *slot = running;
         }
-        let mut out: Vec<(String, Vec<u32>)> = affected
+        (status, side)
+    }
+
+    /// Jobs holding any of `gpus` (sorted), with the ranks on them.
+    fn jobs_on(&self, gpus: &[u32]) -> Vec<(String, Vec<u32>)> {
+        let mut slots: Vec<u32> = gpus
+            .iter()
+            .map(|&g| self.owner[g as usize])
+            .filter(|&o| o != NO_JOB)
+            .collect();
+        slots.sort_unstable();
+        slots.dedup();
+        let mut out: Vec<(String, Vec<u32>)> = slots
             .into_iter()
-            .map(|(slot, hit)| {
-                let alloc = self.jobs[slot as usize].as_ref().expect("owner has a job");
-                let mut ranks: Vec<u32> = alloc
+            .filter_map(|slot| self.jobs[slot as usize].as_ref())
+            .map(|alloc| {
+                let ranks = alloc
                     .gpus
                     .iter()
                     .enumerate()
-                    .filter(|(_, g)| hit.contains(g))
+                    .filter(|(_, g)| gpus.binary_search(g).is_ok())
                     .map(|(r, _)| r as u32)
                     .collect();
-                ranks.sort_unstable();
                 (alloc.name.clone(), ranks)
             })
             .collect();
         out.sort();
-        Ok(out)
+        out
     }
 
     /// Recount the free counters from scratch (for tests and consistency checks).
     pub fn recount(&self) -> Vec<Vec<u32>> {
-        let mut free: Vec<Vec<u32>> = (0..self.topo.num_levels())
+        self.recount_by(|g| self.is_free(g))
+    }
+
+    fn recount_by(&self, keep: impl Fn(usize) -> bool) -> Vec<Vec<u32>> {
+        let mut counts: Vec<Vec<u32>> = (0..self.topo.num_levels())
             .map(|l| vec![0; self.topo.domain_count(l)])
             .collect();
         for g in 0..self.topo.num_gpus() {
-            if self.is_free(g) {
-                for (l, counts) in free.iter_mut().enumerate() {
-                    counts[self.topo.domain_of(g, l)] += 1;
+            if keep(g) {
+                for (l, c) in counts.iter_mut().enumerate() {
+                    c[self.topo.domain_of(g, l)] += 1;
                 }
             }
         }
-        free
+        counts
+    }
+
+    /// Check every incremental structure against a recomputation from scratch: the counters,
+    /// the derived health and factors, and that no GPU belongs to two jobs. Returns what
+    /// differs first.
+    pub fn check(&self) -> Result<()> {
+        if self.recount() != self.free {
+            return Err(invalid("free counters differ from a recount"));
+        }
+        if self.recount_by(|g| self.is_spare_free(g)) != self.spare_free {
+            return Err(invalid("spare counters differ from a recount"));
+        }
+        if self.recount_by(|g| self.is_free(g) && self.degraded[g]) != self.free_degraded {
+            return Err(invalid("degraded counters differ from a recount"));
+        }
+        let nl = self.topo.num_levels();
+        for g in 0..self.topo.num_gpus() {
+            let (status, side) = self.derive(g);
+            if status != self.health[g] {
+                return Err(invalid(format!("GPU {g}: derived health differs")));
+            }
+            let degraded = side.iter().any(|&f| f < 1.0);
+            if degraded != self.degraded[g] {
+                return Err(invalid(format!("GPU {g}: degraded flag differs")));
+            }
+            if !self.factors.is_empty()
+                && (0..nl).any(|l| self.factors[g * nl + l] != side[l] as f32)
+            {
+                return Err(invalid(format!("GPU {g}: side factors differ")));
+            }
+        }
+        let mut seen = vec![NO_JOB; self.topo.num_gpus()];
+        for (slot, alloc) in self.jobs.iter().enumerate() {
+            let Some(alloc) = alloc else { continue };
+            for &g in &alloc.gpus {
+                if seen[g as usize] != NO_JOB {
+                    return Err(invalid(format!("GPU {g} belongs to two jobs")));
+                }
+                seen[g as usize] = slot as u32;
+            }
+        }
+        if seen != self.owner {
+            return Err(invalid("GPU owners differ from the job allocations"));
+        }
+        Ok(())
     }
 
     /// Bytes of memory held by the state's arrays (approximate).
     pub fn memory_bytes(&self) -> usize {
-        let counters: usize = self.free.iter().map(|v| v.len() * 4).sum();
+        let counters: usize = self.free.iter().map(|v| v.len() * 4 * 3).sum();
         let jobs: usize = self
             .jobs()
             .map(|a| a.gpus.len() * 4 + a.name.len() + 48)
             .sum();
-        self.health.len() + self.owner.len() * 4 + counters + jobs
+        self.health.len() * 3
+            + self.owner.len() * 4
+            + self.gpu_nic.len() * 4
+            + self.factors.len() * 4
+            + counters
+            + jobs
     }
 }
 
@@ -288,5 +809,68 @@ mod tests {
         assert!(!s.is_free(5));
         assert_eq!(s.total_free(), 6);
         assert_eq!(s.recount(), s.free);
+    }
+
+    #[test]
+    fn switch_failure_and_degradation_are_derived_per_gpu() {
+        let topo = Arc::new(tree(4, 8, 2));
+        // One NIC per GPU.
+        let mut s = ClusterState::with_nics(topo, (0..32).collect()).unwrap();
+        s.allocate("a", &[0, 1, 16]).unwrap();
+        let hit = s
+            .set_condition(
+                &[Component::Switch {
+                    level: 1,
+                    domain: 1,
+                }],
+                Some(ComponentHealth {
+                    condition: Condition::Failed,
+                    factor: 1.0,
+                    reason: String::new(),
+                }),
+            )
+            .unwrap();
+        assert_eq!(hit, vec![("a".to_string(), vec![2])]);
+        assert_eq!(s.total_free(), 14);
+        s.check().unwrap();
+        let slow = ComponentHealth {
+            condition: Condition::Degraded,
+            factor: 0.5,
+            reason: "loss".into(),
+        };
+        s.set_condition(&[Component::Nic(3)], Some(slow)).unwrap();
+        let f = s.path_factors().unwrap();
+        // GPU 3's NIC only matters once traffic leaves the host.
+        assert_eq!(f[3 * 3], 1.0);
+        assert_eq!(f[3 * 3 + 1], 0.5);
+        assert_eq!(s.total_free_degraded(), 1);
+        s.check().unwrap();
+        s.set_condition(&[Component::Nic(3)], None).unwrap();
+        assert!(s.path_factors().is_none());
+        s.set_condition(
+            &[Component::Switch {
+                level: 1,
+                domain: 1,
+            }],
+            None,
+        )
+        .unwrap();
+        s.check().unwrap();
+        assert_eq!(s.total_free(), 29);
+        assert!(s.set_condition(&[Component::Node(9)], None).is_err());
+    }
+
+    #[test]
+    fn spares_are_held_back_until_a_repair_takes_them() {
+        let topo = Arc::new(tree(2, 4, 1));
+        let mut s = ClusterState::new(topo);
+        s.set_spare(&[4, 5, 6, 7], true).unwrap();
+        assert_eq!(s.total_free(), 4);
+        assert!(s.allocate("a", &[0, 4]).is_err());
+        s.allocate("a", &[0, 1]).unwrap();
+        s.replace_allocation("a", &[0, 4]).unwrap();
+        assert!(!s.spares()[4]);
+        assert_eq!(s.total_spare_free(), 3);
+        s.check().unwrap();
     }
 }

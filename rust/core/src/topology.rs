@@ -33,7 +33,10 @@ pub struct Csr {
 }
 
 impl Csr {
-    fn from_pairs(rows: usize, pairs: impl Iterator<Item = (usize, u32)> + Clone) -> Csr {
+    pub(crate) fn from_pairs(
+        rows: usize,
+        pairs: impl Iterator<Item = (usize, u32)> + Clone,
+    ) -> Csr {
         let mut counts = vec![0usize; rows + 1];
         for (row, _) in pairs.clone() {
             counts[row + 1] += 1;

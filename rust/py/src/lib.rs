@@ -15,8 +15,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use gpuplace_core::job::{Collective, CollectiveKind, Dim};
+use gpuplace_core::repair::{self, MoveReason, RepairOptions, SparePolicy};
 use gpuplace_core::solvers::{self, SolveOptions};
-use gpuplace_core::state::GpuStatus;
+use gpuplace_core::state::{Component, ComponentHealth, Condition, GpuStatus};
 use gpuplace_core::topology::{Level, NodeType};
 use gpuplace_core::{ClusterState, CoreError, JobSpec, Topology};
 
@@ -392,13 +393,261 @@ fn gpus_from(py: Python<'_>, gpus: &PyReadonlyArray1<'_, i64>) -> PyResult<Vec<u
     array_u32("gpus", gpus)
 }
 
+/// Decode components given as parallel arrays: kind 0 GPU (a = id), 1 host (a = host index),
+/// 2 NIC (a = NIC id), 3 switch (a = level, b = domain).
+fn components_from(kinds: &[i64], a: &[i64], b: &[i64]) -> PyResult<Vec<Component>> {
+    if kinds.len() != a.len() || kinds.len() != b.len() {
+        return Err(PyValueError::new_err("component arrays differ in length"));
+    }
+    let id = |v: i64| {
+        u32::try_from(v).map_err(|_| PyValueError::new_err(format!("{v} is not a valid id")))
+    };
+    kinds
+        .iter()
+        .zip(a.iter().zip(b))
+        .map(|(&k, (&a, &b))| {
+            Ok(match k {
+                0 => Component::Gpu(id(a)?),
+                1 => Component::Node(id(a)?),
+                2 => Component::Nic(id(a)?),
+                3 => Component::Switch {
+                    level: id(a)?,
+                    domain: id(b)?,
+                },
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "unknown component kind {other}"
+                    )))
+                }
+            })
+        })
+        .collect()
+}
+
+fn affected_list<'py>(
+    py: Python<'py>,
+    affected: Vec<(String, Vec<u32>)>,
+) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    for (name, ranks) in affected {
+        let ranks = ranks
+            .into_iter()
+            .map(|r| r as i64)
+            .collect::<Vec<_>>()
+            .into_pyarray(py);
+        out.append((name, ranks))?;
+    }
+    Ok(out)
+}
+
+fn i64s(a: &PyReadonlyArray1<'_, i64>) -> Vec<i64> {
+    a.as_array().iter().copied().collect()
+}
+
 #[pymethods]
 impl PyClusterState {
+    /// `gpu_nic[g]`: dense NIC id of GPU g, or -1 for none.
     #[new]
-    fn new(topology: &PyTopology) -> Self {
-        PyClusterState {
-            inner: ClusterState::new(topology.inner.clone()),
+    #[pyo3(signature = (topology, gpu_nic=None))]
+    fn new(
+        py: Python<'_>,
+        topology: &PyTopology,
+        gpu_nic: Option<PyReadonlyArray1<'_, i64>>,
+    ) -> PyResult<Self> {
+        let inner = match gpu_nic {
+            None => ClusterState::new(topology.inner.clone()),
+            Some(map) => {
+                let map: Vec<u32> = i64s(&map)
+                    .into_iter()
+                    .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+                    .collect();
+                ClusterState::with_nics(topology.inner.clone(), map).py_ok(py)?
+            }
+        };
+        Ok(PyClusterState { inner })
+    }
+
+    /// Set the condition of components (code 0 ok = recover, 1 degraded, 2 failed,
+    /// 3 drained); all or nothing. Returns [(job, ranks)] of the jobs on the GPUs affected.
+    #[allow(clippy::too_many_arguments)]
+    fn set_condition<'py>(
+        &mut self,
+        py: Python<'py>,
+        kinds: PyReadonlyArray1<'_, i64>,
+        a: PyReadonlyArray1<'_, i64>,
+        b: PyReadonlyArray1<'_, i64>,
+        code: u8,
+        factor: f64,
+        reason: String,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let targets = components_from(&i64s(&kinds), &i64s(&a), &i64s(&b))?;
+        let health = match code {
+            0 => None,
+            c => Some(ComponentHealth {
+                condition: Condition::from_code(c)
+                    .ok_or_else(|| PyValueError::new_err(format!("unknown condition {c}")))?,
+                factor,
+                reason,
+            }),
+        };
+        let inner = &mut self.inner;
+        let affected = py
+            .detach(|| inner.set_condition(&targets, health))
+            .py_ok(py)?;
+        affected_list(py, affected)
+    }
+
+    /// Components that are not ok: [(kind, a, b, condition code, factor, reason)].
+    fn components(&self) -> Vec<(u8, u32, u32, u8, f64, String)> {
+        self.inner
+            .components()
+            .into_iter()
+            .map(|(c, h)| {
+                let (kind, a, b) = match c {
+                    Component::Gpu(g) => (0, g, 0),
+                    Component::Node(n) => (1, n, 0),
+                    Component::Nic(n) => (2, n, 0),
+                    Component::Switch { level, domain } => (3, level, domain),
+                };
+                (kind, a, b, h.condition as u8, h.factor, h.reason)
+            })
+            .collect()
+    }
+
+    /// Reserve (or un-reserve) spare GPUs for repairs; all or nothing.
+    fn set_spare(
+        &mut self,
+        py: Python<'_>,
+        gpus: PyReadonlyArray1<'_, i64>,
+        spare: bool,
+    ) -> PyResult<()> {
+        let gpus = gpus_from(py, &gpus)?;
+        self.inner.set_spare(&gpus, spare).py_ok(py)
+    }
+
+    /// Reserved spare mask.
+    fn spare_mask<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<bool>> {
+        self.inner.spares().to_vec().into_pyarray(py)
+    }
+
+    /// Mask of GPUs some degraded component slows down.
+    fn degraded_mask<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<bool>> {
+        let n = self.inner.topology().num_gpus();
+        (0..n)
+            .map(|g| self.inner.is_degraded(g))
+            .collect::<Vec<_>>()
+            .into_pyarray(py)
+    }
+
+    /// Free spare GPUs per domain of a level.
+    fn spare_counts<'py>(
+        &self,
+        py: Python<'py>,
+        level: usize,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let topo = self.inner.topology();
+        if level >= topo.num_levels() {
+            return Err(PyValueError::new_err(format!(
+                "level {level} does not exist"
+            )));
         }
+        Ok((0..topo.domain_count(level))
+            .map(|d| self.inner.spare_free_count(level, d) as i64)
+            .collect::<Vec<_>>()
+            .into_pyarray(py))
+    }
+
+    /// Check every incremental counter and derived array against a recount; raises
+    /// InvalidState naming the first difference.
+    fn check(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = &self.inner;
+        py.detach(|| inner.check()).py_ok(py)
+    }
+
+    /// Replace a running job's GPUs (all or nothing; spares allowed).
+    fn replace_allocation(
+        &mut self,
+        py: Python<'_>,
+        name: &str,
+        gpus: PyReadonlyArray1<'_, i64>,
+    ) -> PyResult<()> {
+        let gpus = gpus_from(py, &gpus)?;
+        self.inner.replace_allocation(name, &gpus).py_ok(py)
+    }
+
+    /// Repair job `name` in place (all or nothing); returns a dict with the new GPUs, the
+    /// moves (rank, old GPU, new GPU, reason code 0 lost / 1 unit moved / 2 improvement,
+    /// level of the unit or -1) and the costs before and after (s).
+    #[pyo3(signature = (job, name, max_moves=0, spares="allow", max_evaluations=24, time_limit=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn repair<'py>(
+        &mut self,
+        py: Python<'py>,
+        job: &PyJobSpec,
+        name: &str,
+        max_moves: usize,
+        spares: &str,
+        max_evaluations: usize,
+        time_limit: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if !Arc::ptr_eq(self.inner.topology(), &job.topology) {
+            return Err(to_pyerr(
+                py,
+                CoreError::InvalidJob(
+                    "the job was compiled for another topology than the state's".into(),
+                ),
+            ));
+        }
+        let spares = match spares {
+            "allow" => SparePolicy::Allow,
+            "forbid" => SparePolicy::Forbid,
+            "only" => SparePolicy::Only,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "spares must be allow, forbid or only, got {other:?}"
+                )))
+            }
+        };
+        let time_limit = match time_limit {
+            None => None,
+            Some(t) if t.is_finite() && t > 0.0 => Some(std::time::Duration::from_secs_f64(t)),
+            Some(t) => {
+                return Err(PyValueError::new_err(format!(
+                    "time_limit must be > 0 seconds, got {t}"
+                )))
+            }
+        };
+        let opts = RepairOptions {
+            max_moves,
+            spares,
+            max_evaluations,
+            time_limit,
+        };
+        let spec = job.inner.clone();
+        let inner = &mut self.inner;
+        let plan = py
+            .detach(|| repair::repair(inner, &spec, name, &opts))
+            .py_ok(py)?;
+        let out = PyDict::new(py);
+        let gpus: Vec<i64> = plan.gpus.iter().map(|&g| g as i64).collect();
+        out.set_item("gpus", gpus.into_pyarray(py))?;
+        let moves: Vec<(u32, u32, u32, u8, i64)> = plan
+            .moves
+            .iter()
+            .map(|m| {
+                let (code, level) = match m.reason {
+                    MoveReason::Lost => (0, -1),
+                    MoveReason::UnitMoved { level } => (1, level as i64),
+                    MoveReason::Improvement => (2, -1),
+                };
+                (m.rank, m.old_gpu, m.new_gpu, code, level)
+            })
+            .collect();
+        out.set_item("moves", moves)?;
+        out.set_item("cost_before", plan.cost_before)?;
+        out.set_item("cost_after", plan.cost_after)?;
+        out.set_item("evaluations", plan.evaluations)?;
+        Ok(out)
     }
 
     fn copy(&self) -> Self {
@@ -533,13 +782,16 @@ impl PyClusterState {
     }
 }
 
-/// Evaluate a placement with the one cost model. Returns a dict of plain values.
+/// Evaluate a placement with the one cost model, on the hardware of `state` (degraded
+/// components included) when given. Returns a dict of plain values.
 #[pyfunction]
+#[pyo3(signature = (topology, job, gpus, state=None))]
 fn evaluate<'py>(
     py: Python<'py>,
     topology: &PyTopology,
     job: &PyJobSpec,
     gpus: PyReadonlyArray1<'_, i64>,
+    state: Option<PyRef<'py, PyClusterState>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let gpus = gpus_from(py, &gpus)?;
     if !Arc::ptr_eq(&topology.inner, &job.topology) {
@@ -549,8 +801,17 @@ fn evaluate<'py>(
         ));
     }
     let (topo, spec) = (topology.inner.clone(), job.inner.clone());
+    if let Some(st) = &state {
+        if !Arc::ptr_eq(st.inner.topology(), &topo) {
+            return Err(to_pyerr(
+                py,
+                CoreError::InvalidState("the state belongs to another topology".into()),
+            ));
+        }
+    }
+    let factors = state.as_ref().and_then(|st| st.inner.path_factors());
     let report = py
-        .detach(|| gpuplace_core::evaluate(&topo, &spec, &gpus))
+        .detach(|| gpuplace_core::cost::evaluate_with(&topo, factors, &spec, &gpus))
         .py_ok(py)?;
     let out = PyDict::new(py);
     out.set_item("comm_seconds", report.comm_seconds)?;
@@ -642,6 +903,12 @@ fn refine<'py>(
     ))
 }
 
+/// Bandwidth factor of a path with packet loss rate `loss` (0.01 = 1 %), per the cost model.
+#[pyfunction]
+fn loss_factor(loss: f64) -> f64 {
+    gpuplace_core::cost::loss_factor(loss)
+}
+
 /// Names of the solvers implemented in Rust.
 #[pyfunction]
 fn rust_solvers() -> Vec<&'static str> {
@@ -657,6 +924,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(place, m)?)?;
     m.add_function(wrap_pyfunction!(refine, m)?)?;
     m.add_function(wrap_pyfunction!(rust_solvers, m)?)?;
+    m.add_function(wrap_pyfunction!(loss_factor, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

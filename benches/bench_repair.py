@@ -1,0 +1,103 @@
+"""Repair latency and quality: one failed node inside a 4,096-GPU job on 16,384 GPUs
+(h100-superpod nodes=2048, fragmented to 50 % by gpuplace.sim.workload.fragment), then the
+same with a degraded leaf switch under the job.
+
+For each case: the median repair time over several runs (each on a fresh copy of the state),
+the communication time per step before the failure and after the repair, and the cost of a
+fresh greedy placement of the same job on the same state (with the job's own GPUs released and
+the failed node out), as the peer measured in the same run. Run with
+``nice python benches/bench_repair.py``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import gpuplace
+from gpuplace.sim.workload import fragment, training_job
+from rich.console import Console
+from rich.table import Table
+
+RUNS = 9
+
+
+def _case(
+    base: gpuplace.ClusterState, job: gpuplace.Job, degrade_leaf: bool
+) -> dict[str, float | str]:
+    topo = base.topology
+    gpus = base.jobs[job.name]
+    victim = topo.host_of(int(gpus[len(gpus) // 2]))
+    prepared = base.copy()
+    if degrade_leaf:
+        leaf = topo.domain_of(int(gpus[len(gpus) // 2]), "leaf")
+        prepared.degrade(switch=leaf, loss="1%")
+    prepared.fail(host=victim)
+    times, result = [], None
+    for _ in range(RUNS):
+        state = prepared.copy()
+        start = time.perf_counter()
+        result = gpuplace.repair(state, job.name)
+        times.append(time.perf_counter() - start)
+        state.check()
+    assert result is not None
+    fresh_state = prepared.copy()
+    fresh_state.release(job.name)
+    start = time.perf_counter()
+    fresh = gpuplace.place(fresh_state, job)
+    fresh_s = time.perf_counter() - start
+    return {
+        "case": "failed node" + (" + degraded leaf (1 % loss)" if degrade_leaf else ""),
+        "moved": len(result.moved),
+        "core_ms": result.elapsed_s * 1e3,
+        "repair_ms": statistics.median(times) * 1e3,
+        "before_ms": result.cost_before.comm_seconds * 1e3,
+        "after_ms": result.cost_after.comm_seconds * 1e3,
+        "fresh_ms": fresh.cost.comm_seconds * 1e3,
+        "fresh_time_ms": fresh_s * 1e3,
+    }
+
+
+def main() -> None:
+    topo = gpuplace.Topology.preset("h100-superpod", nodes=2048)
+    state = gpuplace.ClusterState(topo)
+    start = time.perf_counter()
+    jobs = fragment(state, 0.5, seed=0)
+    print(
+        f"{topo.num_gpus} GPUs at 50%: {jobs} jobs, {state.free_gpus} free, "
+        f"made in {time.perf_counter() - start:.1f} s"
+    )
+    job = training_job("big", 4096, pp=4)
+    state.allocate(gpuplace.place(state, job))
+    rows = [_case(state, job, False), _case(state, job, True)]
+    table = Table(
+        title=f"repair of a 4,096-GPU job (tp8 pp4 dp128) on {topo.num_gpus} GPUs "
+        f"(median of {RUNS})"
+    )
+    for col in (
+        "case",
+        "ranks moved",
+        "repair ms (API)",
+        "core ms (last run)",
+        "comm before ms",
+        "comm after repair ms",
+        "fresh greedy comm ms",
+        "after/fresh",
+    ):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r["case"]),
+            str(r["moved"]),
+            f"{r['repair_ms']:.2f}",
+            f"{r['core_ms']:.2f}",
+            f"{r['before_ms']:.3f}",
+            f"{r['after_ms']:.3f}",
+            f"{r['fresh_ms']:.3f}",
+            f"{float(r['after_ms']) / float(r['fresh_ms']):.4f}",
+        )
+    Console(width=160).print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,978 @@
+//! Repair of a running job after hardware under it failed or was drained.
+//!
+//! Every surviving rank keeps its GPU; the lost ranks (on GPUs that are no longer usable) get
+//! free healthy GPUs, chosen in three steps:
+//!
+//! 1. **Confinement first.** A job's confined dimensions define nested *units*: at level `c`,
+//!    the ranks that differ only in dimensions confined at or below `c` must share one
+//!    level-`c` domain (for the default rule, a tp group shares one NVLink domain). Lost ranks
+//!    of a unit that still has survivors go inside the survivors' domain. When that domain has
+//!    no room, the whole unit moves (its survivors too) and the repair says so; this repeats
+//!    upward until everything fits or the job's own span (`max_span`) is exhausted.
+//! 2. **Greedy by proximity.** A unit that moves whole goes to the domain nearest to where it
+//!    was (lowest common level with its old GPUs), and among equally near ones to the tightest
+//!    that holds it (best fit), healthy before degraded. A single rank takes the nearest free
+//!    GPU to its old one. Near the old GPUs means near the job's other ranks, so the cost model
+//!    usually agrees; step 3 checks it.
+//! 3. **Local improvement.** Each moved piece is tried in the best alternative domain at every
+//!    level up to its constraint (and the best healthy one), priced with the one cost model
+//!    ([`crate::cost::evaluate_in`]), and kept where it is cheapest. With `max_moves = k`, up
+//!    to k surviving ranks may then move too (whole lowest-level units at a time, never
+//!    breaking confinement) when that lowers the cost: the units that talk to the repaired
+//!    ranks or sit on degraded hardware are tried next to the repaired ranks and on healthy
+//!    hardware near themselves.
+//!
+//! Candidates are GPUs that are unallocated and usable, plus reserved spares when allowed. A
+//! repair that cannot be completed changes nothing and says what was missing.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::cost::evaluate_in;
+use crate::error::{CoreError, Result};
+use crate::job::JobSpec;
+use crate::state::ClusterState;
+use crate::topology::Topology;
+
+/// Whether a repair may draw from the reserved spare GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SparePolicy {
+    /// Free GPUs and spares alike; the cost decides.
+    Allow,
+    /// Never spares.
+    Forbid,
+    /// Only spares.
+    Only,
+}
+
+#[derive(Debug, Clone)]
+pub struct RepairOptions {
+    /// Surviving ranks that may move, beyond those that must, when that lowers the cost.
+    pub max_moves: usize,
+    pub spares: SparePolicy,
+    /// Most full cost evaluations the improvement steps may spend.
+    pub max_evaluations: usize,
+    pub time_limit: Option<Duration>,
+}
+
+impl Default for RepairOptions {
+    fn default() -> Self {
+        RepairOptions {
+            max_moves: 0,
+            spares: SparePolicy::Allow,
+            max_evaluations: 24,
+            time_limit: None,
+        }
+    }
+}
+
+/// Why a rank moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveReason {
+    /// Its GPU failed or was drained.
+    Lost,
+    /// Its unit confined at this level could not stay inside its domain, so the unit moved.
+    UnitMoved { level: usize },
+    /// Moved under `max_moves` because the cost went down.
+    Improvement,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankMove {
+    pub rank: u32,
+    pub old_gpu: u32,
+    pub new_gpu: u32,
+    pub reason: MoveReason,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RepairPlan {
+    /// The new GPU of every rank.
+    pub gpus: Vec<u32>,
+    pub moves: Vec<RankMove>,
+    /// Communication time per step (s) of the old placement, priced as if the lost hardware
+    /// still worked (degradations included), and of the repaired one.
+    pub cost_before: f64,
+    pub cost_after: f64,
+    pub evaluations: usize,
+}
+
+/// Plan the repair of job `name` (whose spec is `job`) and apply it to `state`, all or nothing.
+pub fn repair(
+    state: &mut ClusterState,
+    job: &JobSpec,
+    name: &str,
+    opts: &RepairOptions,
+) -> Result<RepairPlan> {
+    let plan = plan(state, job, name, opts)?;
+    state.replace_allocation(name, &plan.gpus)?;
+    Ok(plan)
+}
+
+/// A set of ranks placed together, for the improvement step.
+#[derive(Debug, Clone)]
+struct Piece {
+    ranks: Vec<u32>,
+    /// Index into `Ctx::levels` of the unit the piece forms (None: single ranks).
+    unit_level: Option<usize>,
+    /// The domain the piece must stay inside.
+    constraint: (usize, usize),
+}
+
+enum Failure {
+    /// Unit `unit` at confinement index `index` cannot keep its survivors' domain.
+    Escalate { index: usize, unit: u32 },
+    /// No room: what was needed, in words.
+    NoRoom(String),
+}
+
+struct Ctx<'a> {
+    topo: &'a Topology,
+    state: &'a ClusterState,
+    job: &'a JobSpec,
+    spares: SparePolicy,
+    /// Distinct confinement levels below the job's span, ascending.
+    levels: Vec<usize>,
+    /// `unit_of[i][rank]`: the rank's unit at `levels[i]`.
+    unit_of: Vec<Vec<u32>>,
+    units: Vec<Vec<Vec<u32>>>,
+    old: Vec<u32>,
+    /// `moving[rank]`: why the rank needs a new GPU, if it does.
+    moving: Vec<Option<MoveReason>>,
+    new: Vec<u32>,
+    taken: Vec<bool>,
+    taken_list: Vec<u32>,
+    taken_in: HashMap<(usize, usize), u32>,
+    /// The domain the whole job must stay inside.
+    job_domain: (usize, usize),
+    pieces: Vec<Piece>,
+}
+
+const NONE: u32 = u32::MAX;
+
+impl<'a> Ctx<'a> {
+    #[inline]
+    fn candidate(&self, g: usize) -> bool {
+        if self.taken[g] {
+            return false;
+        }
+        match self.spares {
+            SparePolicy::Allow => self.state.is_free(g) || self.state.is_spare_free(g),
+            SparePolicy::Forbid => self.state.is_free(g),
+            SparePolicy::Only => self.state.is_spare_free(g),
+        }
+    }
+
+    /// Candidate GPUs left in a domain.
+    fn avail(&self, l: usize, d: usize) -> u32 {
+        let base = match self.spares {
+            SparePolicy::Allow => self.state.free_count(l, d) + self.state.spare_free_count(l, d),
+            SparePolicy::Forbid => self.state.free_count(l, d),
+            SparePolicy::Only => self.state.spare_free_count(l, d),
+        };
+        base - self.taken_in.get(&(l, d)).copied().unwrap_or(0)
+    }
+
+    /// Candidates in a domain that no degraded component slows down (approximate: degraded
+    /// spares are not counted separately).
+    fn healthy_avail(&self, l: usize, d: usize) -> u32 {
+        self.avail(l, d)
+            .saturating_sub(self.state.free_degraded_count(l, d))
+    }
+
+    fn take(&mut self, g: u32) {
+        self.taken[g as usize] = true;
+        self.taken_list.push(g);
+        for l in 0..self.topo.num_levels() {
+            *self
+                .taken_in
+                .entry((l, self.topo.domain_of(g as usize, l)))
+                .or_insert(0) += 1;
+        }
+    }
+
+    fn rollback(&mut self, mark: usize, pieces: usize) {
+        while self.taken_list.len() > mark {
+            let g = self.taken_list.pop().unwrap_or(0);
+            self.taken[g as usize] = false;
+            for l in 0..self.topo.num_levels() {
+                if let Some(c) = self
+                    .taken_in
+                    .get_mut(&(l, self.topo.domain_of(g as usize, l)))
+                {
+                    *c -= 1;
+                }
+            }
+        }
+        self.pieces.truncate(pieces);
+    }
+
+    fn inside(&self, g: usize, (l, d): (usize, usize)) -> bool {
+        self.topo.domain_of(g, l) == d
+    }
+
+    /// Level-`level` domains under domain `(l, d)`.
+    fn descendants(&self, level: usize, (l, d): (usize, usize)) -> Vec<u32> {
+        let mut frontier = vec![d as u32];
+        for k in (level + 1..=l).rev() {
+            frontier = frontier
+                .iter()
+                .flat_map(|&x| self.topo.children(k, x as usize).iter().copied())
+                .collect();
+        }
+        frontier
+    }
+
+    /// Level-`level` domains inside `constraint` holding at least `need` candidates, nearest
+    /// to `anchor` first, then healthy before degraded, then tightest, then lowest id. Stops
+    /// after the first ring (set of equally near domains) that brings the list to `limit`.
+    fn domains_near(
+        &self,
+        level: usize,
+        need: u32,
+        anchor: Option<usize>,
+        constraint: (usize, usize),
+        limit: usize,
+    ) -> Vec<u32> {
+        let key = |d: u32| {
+            let d = d as usize;
+            (self.healthy_avail(level, d) < need, self.avail(level, d), d)
+        };
+        let mut out = Vec::new();
+        let start = match anchor {
+            Some(a) if self.inside(a, constraint) => level,
+            _ => constraint.0,
+        };
+        let mut below: Option<u32> = None;
+        for l in start..=constraint.0 {
+            let here = match anchor {
+                Some(a) if self.inside(a, constraint) => self.topo.domain_of(a, l),
+                _ => constraint.1,
+            };
+            let mut ring: Vec<u32> = if l == level {
+                vec![here as u32]
+            } else {
+                self.topo
+                    .children(l, here)
+                    .iter()
+                    .copied()
+                    .filter(|&c| Some(c) != below)
+                    .flat_map(|c| self.descendants(level, (l - 1, c as usize)))
+                    .collect()
+            };
+            ring.retain(|&d| self.avail(level, d as usize) >= need);
+            ring.sort_by_key(|&d| key(d));
+            out.extend(ring);
+            if out.len() >= limit {
+                break;
+            }
+            below = Some(here as u32);
+        }
+        out
+    }
+
+    /// The candidate GPU nearest to `anchor` inside `constraint`.
+    fn pick_gpu(&self, anchor: Option<usize>, constraint: (usize, usize)) -> Option<u32> {
+        let domain = *self.domains_near(0, 1, anchor, constraint, 1).first()?;
+        let members = self.topo.lowest_members(domain as usize);
+        let healthy = members
+            .iter()
+            .copied()
+            .find(|&g| self.candidate(g as usize) && !self.state.is_degraded(g as usize));
+        healthy.or_else(|| {
+            members
+                .iter()
+                .copied()
+                .find(|&g| self.candidate(g as usize))
+        })
+    }
+
+    /// The domain the survivors (ranks not moving) of a unit share at `level`, if they share
+    /// one; `Err(())` when the unit has survivors in several domains.
+    fn survivors_domain(
+        &self,
+        ranks: &[u32],
+        level: usize,
+    ) -> std::result::Result<Option<usize>, ()> {
+        let mut domain = None;
+        for &r in ranks {
+            if self.moving[r as usize].is_some() {
+                continue;
+            }
+            let d = self.topo.domain_of(self.old[r as usize] as usize, level);
+            match domain {
+                None => domain = Some(d),
+                Some(x) if x != d => return Err(()),
+                _ => {}
+            }
+        }
+        Ok(domain)
+    }
+
+    /// Place the moving ranks `ranks` of one unit at confinement index `index` (or of the
+    /// whole job when `index == levels.len()`) inside `constraint`.
+    fn place_set(
+        &mut self,
+        ranks: &[u32],
+        index: usize,
+        constraint: (usize, usize),
+    ) -> std::result::Result<(), Failure> {
+        if index == 0 {
+            for &r in ranks {
+                let anchor = Some(self.old[r as usize] as usize);
+                let Some(g) = self.pick_gpu(anchor, constraint) else {
+                    return Err(Failure::NoRoom(format!(
+                        "a free healthy GPU inside {}",
+                        self.describe(constraint)
+                    )));
+                };
+                self.take(g);
+                self.new[r as usize] = g;
+                self.pieces.push(Piece {
+                    ranks: vec![r],
+                    unit_level: None,
+                    constraint,
+                });
+            }
+            return Ok(());
+        }
+        let sub = index - 1;
+        let level = self.levels[sub];
+        // Group the moving ranks by their unit one level down.
+        let mut groups: Vec<(u32, Vec<u32>)> = Vec::new();
+        let mut pos: HashMap<u32, usize> = HashMap::new();
+        for &r in ranks {
+            let u = self.unit_of[sub][r as usize];
+            let i = *pos.entry(u).or_insert_with(|| {
+                groups.push((u, Vec::new()));
+                groups.len() - 1
+            });
+            groups[i].1.push(r);
+        }
+        for (unit, members) in groups {
+            let all = self.units[sub][unit as usize].clone();
+            match self.survivors_domain(&all, level) {
+                Ok(Some(d)) => {
+                    // Survivors stay: the lost ranks go inside their domain, or the unit moves.
+                    match self.place_set(&members, sub, (level, d)) {
+                        Ok(()) => {}
+                        Err(Failure::NoRoom(_)) => {
+                            return Err(Failure::Escalate { index: sub, unit })
+                        }
+                        Err(other) => return Err(other),
+                    }
+                }
+                Err(()) => {
+                    // Already spread before the failure: keep what is left, no constraint here.
+                    self.place_set(&members, sub, constraint)?;
+                }
+                Ok(None) => {
+                    // The whole unit moves: the nearest domain that holds it.
+                    let need = members.len() as u32;
+                    let anchor = Some(self.old[members[0] as usize] as usize);
+                    // The nearest few first; all of them only when those fail.
+                    let near = self.domains_near(level, need, anchor, constraint, 4);
+                    let mut placed = false;
+                    let mut last = String::new();
+                    let mut tried = near.clone();
+                    let mut options = near;
+                    let mut widened = false;
+                    while let Some(x) = (!options.is_empty()).then(|| options.remove(0)) {
+                        let mark = (self.taken_list.len(), self.pieces.len());
+                        match self.place_set(&members, sub, (level, x as usize)) {
+                            Ok(()) => {
+                                placed = true;
+                                break;
+                            }
+                            Err(Failure::NoRoom(why)) => {
+                                last = why;
+                                self.rollback(mark.0, mark.1);
+                            }
+                            Err(other) => return Err(other),
+                        }
+                        if options.is_empty() && !widened {
+                            widened = true;
+                            options = self
+                                .domains_near(level, need, anchor, constraint, usize::MAX)
+                                .into_iter()
+                                .filter(|x| !tried.contains(x))
+                                .collect();
+                            tried.extend(options.iter().copied());
+                        }
+                    }
+                    if !placed {
+                        let mut why = format!(
+                            "{need} free healthy GPUs inside one {} within {}",
+                            self.topo.levels()[level].name,
+                            self.describe(constraint)
+                        );
+                        if !last.is_empty() {
+                            why = format!("{why} ({last})");
+                        }
+                        return Err(Failure::NoRoom(why));
+                    }
+                    self.pieces.push(Piece {
+                        ranks: members.clone(),
+                        unit_level: Some(sub),
+                        constraint,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(&self, (l, d): (usize, usize)) -> String {
+        let level = &self.topo.levels()[l].name;
+        if self.topo.domain_count(l) == 1 {
+            "the cluster".to_string()
+        } else {
+            format!("{level} #{d}")
+        }
+    }
+
+    /// The cost a trial is compared by: the cost model's time, with broken confinement
+    /// ranked after any placement that keeps it.
+    fn cost(&self, gpus: &[u32], evaluations: &mut usize) -> f64 {
+        *evaluations += 1;
+        match evaluate_in(self.state, self.job, gpus) {
+            Ok(r) if r.confinement_ok => r.comm_seconds,
+            Ok(r) => r.comm_seconds * 1e6 + 1.0,
+            Err(_) => f64::INFINITY,
+        }
+    }
+
+    /// Where a piece could go instead: per level up to its constraint, the best domain away
+    /// from where it is, and the best healthy one.
+    fn alternatives(&self, piece: &Piece, anchor: usize) -> Vec<(usize, u32)> {
+        let level = piece.unit_level.map(|i| self.levels[i]).unwrap_or(0);
+        let need = piece.ranks.len() as u32;
+        let here = self.topo.domain_of(anchor, level) as u32;
+        let options = self.domains_near(level, need, Some(anchor), piece.constraint, usize::MAX);
+        let mut out: Vec<(usize, u32)> = Vec::new();
+        let mut seen_levels = Vec::new();
+        for &x in &options {
+            if x == here {
+                continue;
+            }
+            let lca = self.topo.lca(
+                anchor,
+                self.topo.lowest_members(self.first_lowest(level, x))[0] as usize,
+            );
+            if !seen_levels.contains(&lca) {
+                seen_levels.push(lca);
+                out.push((level, x));
+            }
+        }
+        if let Some(&x) = options
+            .iter()
+            .find(|&&x| x != here && self.healthy_avail(level, x as usize) >= need)
+        {
+            if !out.contains(&(level, x)) {
+                out.push((level, x));
+            }
+        }
+        out
+    }
+
+    fn first_lowest(&self, level: usize, d: u32) -> usize {
+        let mut d = d as usize;
+        for l in (1..=level).rev() {
+            d = self.topo.children(l, d)[0] as usize;
+        }
+        d
+    }
+
+    /// Place `ranks` inside level-`level` domain `x` (nested units respected), as a trial.
+    fn try_inside(&mut self, ranks: &[u32], unit_level: Option<usize>, x: (usize, usize)) -> bool {
+        // A unit at confinement index i is placed as in step 2: its sub-units inside x; single
+        // ranks go inside the level-0 domain x.
+        let index = unit_level.unwrap_or(0);
+        let pieces = self.pieces.len();
+        let ok = self.place_set(ranks, index, x).is_ok();
+        self.pieces.truncate(pieces);
+        ok
+    }
+}
+
+fn check_time(start: Instant, limit: Option<Duration>) -> bool {
+    limit.is_none_or(|t| start.elapsed() < t)
+}
+
+/// Plan the repair of job `name` without changing `state`.
+pub fn plan(
+    state: &ClusterState,
+    job: &JobSpec,
+    name: &str,
+    opts: &RepairOptions,
+) -> Result<RepairPlan> {
+    let start = Instant::now();
+    let topo = state.topology().as_ref();
+    let Some(alloc) = state.job(name) else {
+        return Err(CoreError::InvalidState(format!(
+            "no job named {name:?} is allocated"
+        )));
+    };
+    let old = alloc.gpus.clone();
+    if old.len() != job.num_ranks {
+        return Err(CoreError::InvalidJob(format!(
+            "job {name:?} holds {} GPUs but its spec has {} ranks",
+            old.len(),
+            job.num_ranks
+        )));
+    }
+    let n = job.num_ranks;
+    let mut evaluations = 0usize;
+    let health = state.health();
+    let moving: Vec<Option<MoveReason>> = old
+        .iter()
+        .map(|&g| (!health[g as usize].usable()).then_some(MoveReason::Lost))
+        .collect();
+
+    // Confinement levels below the job's span and the units they define.
+    let mut levels: Vec<usize> = job
+        .dims
+        .iter()
+        .filter(|d| d.size > 1)
+        .filter_map(|d| d.confine)
+        .filter(|&c| c < job.max_span)
+        .collect();
+    levels.sort_unstable();
+    levels.dedup();
+    let strides = job.dim_strides();
+    let mut unit_of = Vec::with_capacity(levels.len());
+    let mut units = Vec::with_capacity(levels.len());
+    for &c in &levels {
+        // A unit is identified by the coordinates of the dimensions not confined at or below c.
+        let mut ids: HashMap<u64, u32> = HashMap::new();
+        let mut of = vec![0u32; n];
+        let mut members: Vec<Vec<u32>> = Vec::new();
+        for (r, slot) in of.iter_mut().enumerate() {
+            let mut key = 0u64;
+            for (d, dim) in job.dims.iter().enumerate() {
+                if dim.confine.is_some_and(|x| x <= c) {
+                    continue;
+                }
+                key = key * dim.size as u64 + ((r / strides[d]) % dim.size) as u64;
+            }
+            let next = ids.len() as u32;
+            let id = *ids.entry(key).or_insert(next);
+            if id as usize == members.len() {
+                members.push(Vec::new());
+            }
+            members[id as usize].push(r as u32);
+            *slot = id;
+        }
+        unit_of.push(of);
+        units.push(members);
+    }
+
+    let top = topo.num_levels() - 1;
+    let survivor = (0..n).find(|&r| moving[r].is_none());
+    let job_domain = match survivor {
+        Some(r) if job.max_span < top => {
+            (job.max_span, topo.domain_of(old[r] as usize, job.max_span))
+        }
+        _ => (top, 0),
+    };
+    let mut ctx = Ctx {
+        topo,
+        state,
+        job,
+        spares: opts.spares,
+        levels,
+        unit_of,
+        units,
+        old: old.clone(),
+        moving,
+        new: old.clone(),
+        taken: vec![false; topo.num_gpus()],
+        taken_list: Vec::new(),
+        taken_in: HashMap::new(),
+        job_domain,
+        pieces: Vec::new(),
+    };
+    if ctx.moving.iter().all(Option::is_none) {
+        let cost = evaluate_in(state, job, &old)?.comm_seconds;
+        return Ok(RepairPlan {
+            gpus: old,
+            moves: Vec::new(),
+            cost_before: cost,
+            cost_after: cost,
+            evaluations,
+        });
+    }
+    if survivor.is_none() && job.max_span < top {
+        return Err(CoreError::Infeasible(format!(
+            "job {name:?} lost every rank; place it again instead of repairing it"
+        )));
+    }
+
+    // Steps 1 and 2: place the moving ranks, moving whole units when they must.
+    loop {
+        ctx.rollback(0, 0);
+        for (slot, (&g, m)) in ctx.new.iter_mut().zip(old.iter().zip(&ctx.moving)) {
+            *slot = if m.is_some() { NONE } else { g };
+        }
+        let ranks: Vec<u32> = (0..n as u32)
+            .filter(|&r| ctx.moving[r as usize].is_some())
+            .collect();
+        let top_index = ctx.levels.len();
+        match ctx.place_set(&ranks, top_index, ctx.job_domain) {
+            Ok(()) => break,
+            Err(Failure::Escalate { index, unit }) => {
+                let level = ctx.levels[index];
+                for &r in &ctx.units[index][unit as usize].clone() {
+                    if ctx.moving[r as usize].is_none() {
+                        ctx.moving[r as usize] = Some(MoveReason::UnitMoved { level });
+                    }
+                }
+            }
+            Err(Failure::NoRoom(why)) => {
+                let lost = ctx
+                    .moving
+                    .iter()
+                    .filter(|m| **m == Some(MoveReason::Lost))
+                    .count();
+                return Err(CoreError::Infeasible(format!(
+                    "cannot repair job {name:?} ({lost} of its {n} ranks lost): it needs {why}, \
+                     and the free GPUs{} do not have that",
+                    match opts.spares {
+                        SparePolicy::Allow => " and spares",
+                        SparePolicy::Forbid => "",
+                        SparePolicy::Only => " (spares only)",
+                    }
+                )));
+            }
+        }
+    }
+    let mut gpus = ctx.new.clone();
+    let mut best = ctx.cost(&gpus, &mut evaluations);
+
+    // Step 3: local improvement of each moved piece.
+    let pieces = ctx.pieces.clone();
+    for piece in &pieces {
+        if evaluations >= opts.max_evaluations || !check_time(start, opts.time_limit) {
+            break;
+        }
+        let anchor = gpus[piece.ranks[0] as usize] as usize;
+        for (level, x) in ctx.alternatives(piece, anchor) {
+            if evaluations >= opts.max_evaluations {
+                break;
+            }
+            // Free the piece's GPUs, try it in x.
+            let mine: Vec<u32> = piece.ranks.iter().map(|&r| gpus[r as usize]).collect();
+            let saved = (ctx.taken_list.clone(), ctx.taken_in.clone());
+            release(&mut ctx, &mine);
+            let mark = ctx.taken_list.len();
+            if ctx.try_inside(&piece.ranks, piece.unit_level, (level, x as usize)) {
+                let mut trial = gpus.clone();
+                for &r in &piece.ranks {
+                    trial[r as usize] = ctx.new[r as usize];
+                }
+                let c = ctx.cost(&trial, &mut evaluations);
+                if c < best * (1.0 - 1e-9) {
+                    best = c;
+                    gpus = trial;
+                    continue;
+                }
+                ctx.rollback(mark, ctx.pieces.len());
+            }
+            restore(&mut ctx, saved);
+            for &r in &piece.ranks {
+                ctx.new[r as usize] = gpus[r as usize];
+            }
+        }
+    }
+
+    // max_moves: move surviving units that lower the cost.
+    let mut moves_left = opts.max_moves;
+    while moves_left > 0 && evaluations < opts.max_evaluations && check_time(start, opts.time_limit)
+    {
+        let lowest = if ctx.levels.is_empty() { None } else { Some(0) };
+        let mut candidates: Vec<Vec<u32>> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let talks = partners(job, &ctx.moving);
+        for r in 0..n {
+            if ctx.moving[r].is_some() || !(talks[r] || state.is_degraded(gpus[r] as usize)) {
+                continue;
+            }
+            let unit: Vec<u32> = match lowest {
+                Some(i) => ctx.units[i][ctx.unit_of[i][r] as usize].clone(),
+                None => vec![r as u32],
+            };
+            if unit.len() > moves_left
+                || unit.iter().any(|&x| ctx.moving[x as usize].is_some())
+                || !seen.insert(unit[0])
+            {
+                continue;
+            }
+            candidates.push(unit);
+            if candidates.len() >= 8 {
+                break;
+            }
+        }
+        let repaired: Vec<usize> = (0..n)
+            .filter(|&r| ctx.moving[r].is_some())
+            .map(|r| gpus[r] as usize)
+            .collect();
+        let mut best_move: Option<(f64, Vec<u32>, Vec<u32>)> = None;
+        for unit in candidates {
+            if evaluations >= opts.max_evaluations {
+                break;
+            }
+            let level = lowest.map(|i| ctx.levels[i]).unwrap_or(0);
+            let constraint = match lowest {
+                Some(i) if i + 1 < ctx.levels.len() => {
+                    let l = ctx.levels[i + 1];
+                    (l, topo.domain_of(gpus[unit[0] as usize] as usize, l))
+                }
+                _ => ctx.job_domain,
+            };
+            let piece = Piece {
+                ranks: unit.clone(),
+                unit_level: lowest,
+                constraint,
+            };
+            let mut targets: Vec<(usize, u32)> = Vec::new();
+            for anchor in [
+                repaired.first().copied(),
+                Some(gpus[unit[0] as usize] as usize),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                if let Some(&x) = ctx
+                    .domains_near(level, unit.len() as u32, Some(anchor), constraint, 2)
+                    .iter()
+                    .find(|&&x| {
+                        x as usize != topo.domain_of(gpus[unit[0] as usize] as usize, level)
+                    })
+                {
+                    targets.push((level, x));
+                }
+            }
+            targets.dedup();
+            for (l, x) in targets {
+                let mark = ctx.taken_list.len();
+                if ctx.try_inside(&piece.ranks, piece.unit_level, (l, x as usize)) {
+                    let mut trial = gpus.clone();
+                    let placed: Vec<u32> = unit.iter().map(|&r| ctx.new[r as usize]).collect();
+                    for (&r, &g) in unit.iter().zip(&placed) {
+                        trial[r as usize] = g;
+                    }
+                    let c = ctx.cost(&trial, &mut evaluations);
+                    if c < best * (1.0 - 1e-9) && best_move.as_ref().is_none_or(|b| c < b.0) {
+                        best_move = Some((c, unit.clone(), placed));
+                    }
+                }
+                ctx.rollback(mark, ctx.pieces.len());
+                for &r in &unit {
+                    ctx.new[r as usize] = gpus[r as usize];
+                }
+            }
+        }
+        let Some((c, unit, placed)) = best_move else {
+            break;
+        };
+        for (&r, &g) in unit.iter().zip(&placed) {
+            ctx.take(g);
+            gpus[r as usize] = g;
+            ctx.new[r as usize] = g;
+            ctx.moving[r as usize] = Some(MoveReason::Improvement);
+        }
+        best = c;
+        moves_left -= unit.len();
+    }
+
+    let cost_before = evaluate_in(state, job, &old)?.comm_seconds;
+    let cost_after = evaluate_in(state, job, &gpus)?.comm_seconds;
+    let moves = (0..n)
+        .filter(|&r| gpus[r] != old[r])
+        .map(|r| RankMove {
+            rank: r as u32,
+            old_gpu: old[r],
+            new_gpu: gpus[r],
+            reason: ctx.moving[r].unwrap_or(MoveReason::Improvement),
+        })
+        .collect();
+    Ok(RepairPlan {
+        gpus,
+        moves,
+        cost_before,
+        cost_after,
+        evaluations,
+    })
+}
+
+/// Give GPUs back to the candidate pool during a trial.
+fn release(ctx: &mut Ctx<'_>, gpus: &[u32]) {
+    for &g in gpus {
+        if !ctx.taken[g as usize] {
+            continue;
+        }
+        ctx.taken[g as usize] = false;
+        ctx.taken_list.retain(|&x| x != g);
+        for l in 0..ctx.topo.num_levels() {
+            if let Some(c) = ctx
+                .taken_in
+                .get_mut(&(l, ctx.topo.domain_of(g as usize, l)))
+            {
+                *c -= 1;
+            }
+        }
+    }
+}
+
+type Taken = (Vec<u32>, HashMap<(usize, usize), u32>);
+
+fn restore(ctx: &mut Ctx<'_>, (list, counts): Taken) {
+    for &g in &ctx.taken_list {
+        ctx.taken[g as usize] = false;
+    }
+    for &g in &list {
+        ctx.taken[g as usize] = true;
+    }
+    ctx.taken_list = list;
+    ctx.taken_in = counts;
+}
+
+/// Ranks that share a communication group with a moving rank.
+fn partners(job: &JobSpec, moving: &[Option<MoveReason>]) -> Vec<bool> {
+    let mut out = vec![false; job.num_ranks];
+    for g in 0..job.groups.rows() {
+        let row = job.groups.row(g);
+        if row.iter().any(|&r| moving[r as usize].is_some()) {
+            for &r in row {
+                out[r as usize] = true;
+            }
+        }
+    }
+    for &(a, b, _) in &job.traffic {
+        if moving[a as usize].is_some() {
+            out[b as usize] = true;
+        }
+        if moving[b as usize].is_some() {
+            out[a as usize] = true;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{Collective, CollectiveKind, Dim};
+    use crate::state::GpuStatus;
+    use crate::topology::tests::tree;
+    use std::sync::Arc;
+
+    fn tp_dp(topo: &Topology, tp: usize, dp: usize) -> JobSpec {
+        let n = tp * dp;
+        let mut offsets = vec![0];
+        let mut ranks = vec![];
+        let mut collectives = vec![];
+        for d in 0..dp {
+            ranks.extend((0..tp).map(|t| (d * tp + t) as u32));
+            offsets.push(ranks.len());
+            collectives.push(Collective {
+                group: d as u32,
+                kind: CollectiveKind::AllReduce,
+                bytes: 1e8,
+                count: 1.0,
+                class: 0,
+                dim: Some(0),
+            });
+        }
+        for t in 0..tp {
+            ranks.extend((0..dp).map(|d| (d * tp + t) as u32));
+            offsets.push(ranks.len());
+            collectives.push(Collective {
+                group: (dp + t) as u32,
+                kind: CollectiveKind::AllReduce,
+                bytes: 1e9,
+                count: 1.0,
+                class: 1,
+                dim: Some(1),
+            });
+        }
+        JobSpec::new(
+            n,
+            vec![
+                Dim {
+                    name: "tp".into(),
+                    size: tp,
+                    confine: Some(topo.nvlink_level()),
+                },
+                Dim {
+                    name: "dp".into(),
+                    size: dp,
+                    confine: None,
+                },
+            ],
+            topo.num_levels() - 1,
+            offsets,
+            ranks,
+            collectives,
+            vec![],
+            topo,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn lost_rank_stays_in_its_tp_node_when_there_is_room() {
+        let topo = Arc::new(tree(4, 8, 2));
+        let mut s = ClusterState::new(topo.clone());
+        let job = tp_dp(&topo, 4, 2);
+        s.allocate("a", &[0, 1, 2, 3, 8, 9, 10, 11]).unwrap();
+        s.set_health(&[1], GpuStatus::Failed).unwrap();
+        let plan = repair(&mut s, &job, "a", &RepairOptions::default()).unwrap();
+        assert_eq!(plan.moves.len(), 1);
+        assert_eq!(plan.moves[0].rank, 1);
+        assert!(
+            plan.moves[0].new_gpu < 8,
+            "stays in node 0: {:?}",
+            plan.moves
+        );
+        s.check().unwrap();
+    }
+
+    #[test]
+    fn full_node_moves_the_whole_tp_group() {
+        let topo = Arc::new(tree(4, 8, 2));
+        let mut s = ClusterState::new(topo.clone());
+        let job = tp_dp(&topo, 8, 2);
+        let gpus: Vec<u32> = (0..16).collect();
+        s.allocate("a", &gpus).unwrap();
+        s.set_health(&[3], GpuStatus::Failed).unwrap();
+        let plan = repair(&mut s, &job, "a", &RepairOptions::default()).unwrap();
+        assert_eq!(plan.moves.len(), 8);
+        let reasons: Vec<_> = plan.moves.iter().map(|m| m.reason).collect();
+        assert_eq!(
+            reasons
+                .iter()
+                .filter(|r| matches!(r, MoveReason::UnitMoved { .. }))
+                .count(),
+            7
+        );
+        let report = crate::cost::evaluate(&topo, &job, &plan.gpus).unwrap();
+        assert!(report.confinement_ok);
+        s.check().unwrap();
+    }
+
+    #[test]
+    fn infeasible_repair_changes_nothing() {
+        let topo = Arc::new(tree(2, 4, 1));
+        let mut s = ClusterState::new(topo.clone());
+        let job = tp_dp(&topo, 4, 1);
+        s.allocate("a", &[0, 1, 2, 3]).unwrap();
+        s.allocate("b", &[4, 5]).unwrap();
+        s.set_health(&[0], GpuStatus::Failed).unwrap();
+        let before = s.job("a").unwrap().clone();
+        let err = repair(&mut s, &job, "a", &RepairOptions::default()).unwrap_err();
+        assert!(matches!(err, CoreError::Infeasible(_)), "{err}");
+        assert_eq!(s.job("a").unwrap(), &before);
+        s.check().unwrap();
+    }
+}
