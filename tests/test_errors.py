@@ -337,12 +337,13 @@ def test_absurd_job_sizes_are_refused_with_a_named_error():
     OverflowError. (Sizes whose arrays would not fit in memory are tested in a subprocess by
     the CLI tests, because the core aborts the process on them.)"""
     state = ClusterState(Topology.preset("dgx-h100"))
-    for job in (
-        Job.from_dict({"name": "j", "parallelism": {"tp": 10**30}}),
-        Job.from_dict({"name": "j", "traffic": {"ranks": 10**30, "edges": [[0, 1, 1.0]]}}),
+    for document in (
+        {"name": "j", "parallelism": {"tp": 10**30}},
+        {"name": "j", "traffic": {"ranks": 10**30, "edges": [[0, 1, 1.0]]}},
+        {"name": "j", "parallelism": {"tp": 64, "dp": 64}},  # legal, larger than the cluster
     ):
         with pytest.raises((gpuplace.Infeasible, gpuplace.InvalidJob)):
-            gpuplace.place(state, job)
+            gpuplace.place(state, Job.from_dict(document))
 
 
 def test_placements_with_bad_gpu_ids_raise_named_errors():

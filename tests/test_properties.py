@@ -221,7 +221,11 @@ def test_allocate_then_release_restores_the_state(data):
 
 
 def before_free(snapshot, topology) -> int:
-    out = set(snapshot["health"]["failed"]) | set(snapshot["health"]["drained"])
+    out = {
+        c["gpu"]
+        for c in snapshot["health"]["components"]
+        if c["kind"] == "gpu" and c["condition"] in ("failed", "drained")
+    }
     for job in snapshot["jobs"]:
         out |= set(job["gpus"])
     return topology.num_gpus - len(out)

@@ -127,10 +127,16 @@ def busy_state(pod: Topology) -> ClusterState:
 
 def test_snapshot_contents(pod):
     snap = busy_state(pod).snapshot()
-    assert snap["format"] == "gpuplace.state/1"
+    assert snap["format"] == "gpuplace.state/2"
     assert snap["topology"]["gpus"] == 512
     assert snap["topology"]["fingerprint"] == pod.fingerprint
-    assert snap["health"] == {"failed": [200], "drained": [201, 202]}
+    assert snap["health"] == {
+        "components": [
+            {"kind": "gpu", "condition": "failed", "gpu": 200},
+            {"kind": "gpu", "condition": "drained", "gpu": 201},
+            {"kind": "gpu", "condition": "drained", "gpu": 202},
+        ]
+    }
     assert snap["jobs"] == [{"name": "a", "gpus": [0, 1, 2, 3]}, {"name": "b", "gpus": [100, 40]}]
     json.dumps(snap)  # JSON-able
 

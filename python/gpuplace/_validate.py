@@ -48,14 +48,18 @@ class Checker:
             raise self.fail(path, f"expected a non-empty string, got {_describe(value)}")
         return value
 
-    def integer(self, value: Any, path: str, *, minimum: int | None = None) -> int:
+    def integer(
+        self, value: Any, path: str, *, minimum: int | None = None, maximum: int | None = None
+    ) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
             else:
                 raise self.fail(path, f"expected an integer, got {_describe(value)}")
         if minimum is not None and value < minimum:
-            raise self.fail(path, f"expected an integer >= {minimum}, got {value}")
+            raise self.fail(path, f"expected an integer >= {minimum}, got {_short(value)}")
+        if maximum is not None and value > maximum:
+            raise self.fail(path, f"expected an integer <= {maximum}, got {_short(value)}")
         return value
 
     def number(
@@ -69,7 +73,10 @@ class Checker:
                 raise self.fail(path, f"expected a number, got {_describe(value)}") from None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.fail(path, f"expected a number, got {_describe(value)}")
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            raise self.fail(path, "expected a finite number, got an integer too large") from None
         if not math.isfinite(value):
             raise self.fail(path, f"expected a finite number, got {value}")
         if positive and value <= 0:
@@ -85,6 +92,11 @@ class Checker:
                 f"{path}.{unknown[0]}" if path else unknown[0],
                 f"unknown field; expected one of {', '.join(sorted(allowed))}",
             )
+
+
+def _short(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 20 else f"a {len(text)}-digit number"
 
 
 def _describe(value: Any) -> str:

@@ -38,7 +38,7 @@ import numpy as np
 
 from gpuplace import _core
 from gpuplace._validate import Checker, read_document
-from gpuplace.errors import InvalidJob
+from gpuplace.errors import Infeasible, InvalidJob
 
 if TYPE_CHECKING:
     from gpuplace.topology import Topology
@@ -49,6 +49,8 @@ __all__ = ["DIMENSIONS", "KINDS", "Communication", "Job", "TransformerModel"]
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 #: Collective kinds and their codes in the core.
 KINDS = {"all-reduce": 0, "all-gather": 1, "reduce-scatter": 2, "all-to-all": 3, "p2p": 4}
+#: The most ranks a job may have: larger than any cluster, small enough to compile.
+MAX_RANKS = 1 << 22
 _DEFAULT_KIND = {
     "tp": "all-reduce",
     "cp": "all-gather",
@@ -141,7 +143,12 @@ class Job:
         if not isinstance(self.name, str) or not self.name:
             raise InvalidJob("name: expected a non-empty string")
         for d in DIMENSIONS:
-            c.integer(getattr(self, d), d, minimum=1)
+            c.integer(getattr(self, d), d, minimum=1, maximum=MAX_RANKS)
+        if self.gpus > MAX_RANKS:
+            raise InvalidJob(
+                f"the job needs {self.gpus:.3g} GPUs (one per rank); "
+                f"at most {MAX_RANKS} per job are supported"
+            )
         if sorted(self.rank_order) != sorted(DIMENSIONS):
             raise InvalidJob(
                 f"rank_order: expected an order of {', '.join(DIMENSIONS)}, got {list(self.rank_order)}"
@@ -229,7 +236,10 @@ class Job:
         name = c.string(doc.get("name"), "name")
         par = c.mapping(doc.get("parallelism", {}), "parallelism")
         c.keys(par, "parallelism", set(DIMENSIONS))
-        degrees = {d: c.integer(par.get(d, 1), f"parallelism.{d}", minimum=1) for d in DIMENSIONS}
+        degrees = {
+            d: c.integer(par.get(d, 1), f"parallelism.{d}", minimum=1, maximum=MAX_RANKS)
+            for d in DIMENSIONS
+        }
         kwargs: dict[str, Any] = dict(degrees)
         if "rank_order" in doc:
             order = [
@@ -305,7 +315,7 @@ class Job:
                 kwargs["traffic"] = _traffic_rows(np.array(values, dtype=np.float64), None)
                 kwargs["traffic_ranks"] = n
             else:
-                n = c.integer(t.get("ranks"), "traffic.ranks", minimum=1)
+                n = c.integer(t.get("ranks"), "traffic.ranks", minimum=1, maximum=MAX_RANKS)
                 edges = []
                 for i, e in enumerate(c.sequence(t["edges"], "traffic.edges")):
                     row = c.sequence(e, f"traffic.edges[{i}]")
@@ -378,6 +388,11 @@ class Job:
 
     def _compile(self, topology: Topology) -> _core.JobSpec:
         n = self.gpus
+        if n > topology.num_gpus:
+            # Refuse before building arrays the size of the job.
+            raise Infeasible(
+                f"{self.name} needs {n} GPUs but {topology.name} has only {topology.num_gpus}"
+            )
         max_span = (
             len(topology.levels) - 1
             if self.max_span is None

@@ -342,12 +342,7 @@ class Topology:
                     f"{p}.domains.{extra[0]}",
                     f"not a level above the node level (expected {', '.join(above) or 'none'})",
                 )
-            path = tuple(
-                str(c.string(domains[lv], f"{p}.domains.{lv}"))
-                if not isinstance(domains[lv], int)
-                else str(domains[lv])
-                for lv in above
-            )
+            path = tuple(_domain_name(c, domains[lv], f"{p}.domains.{lv}") for lv in above)
             for host in names_here:
                 if host in seen:
                     raise c.fail(f"{p}.name", f"host {host!r} is already defined in {seen[host]}")
@@ -544,6 +539,13 @@ class Topology:
                 f"networkx graph: not a gpuplace topology graph (missing or bad {exc})"
             ) from None
         return cls.from_dict(doc, source="networkx graph")
+
+
+def _domain_name(c: Checker, value: Any, path: str) -> str:
+    """A domain name: a string, or an integer (YAML reads `leaf: 3` as one)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return c.string(value, path)
 
 
 def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> NodeType:

@@ -48,21 +48,29 @@ impl<T> IntoPy<T> for Result<T, CoreError> {
     }
 }
 
-/// Copy a non-negative integer array into u32s, naming the argument on failure.
-fn to_u32(what: &str, values: &[i64]) -> PyResult<Vec<u32>> {
+/// Copy a non-negative integer array into u32s; a bad value is a `kind` error naming the
+/// argument (so a negative GPU id is an InvalidState, a bad domain id an InvalidTopology).
+fn to_u32(
+    what: &str,
+    values: &[i64],
+    kind: fn(String) -> CoreError,
+) -> Result<Vec<u32>, CoreError> {
     values
         .iter()
         .map(|&v| {
             u32::try_from(v)
-                .map_err(|_| PyValueError::new_err(format!("{what}: {v} is not a valid id")))
+                .map_err(|_| kind(format!("{what}: {v} is not a valid id (ids are 0 or more)")))
         })
         .collect()
 }
 
-fn array_u32(what: &str, a: &PyReadonlyArray1<'_, i64>) -> PyResult<Vec<u32>> {
-    let view = a.as_array();
-    let owned: Vec<i64> = view.iter().copied().collect();
-    to_u32(what, &owned)
+fn array_u32(
+    what: &str,
+    a: &PyReadonlyArray1<'_, i64>,
+    kind: fn(String) -> CoreError,
+) -> Result<Vec<u32>, CoreError> {
+    let owned: Vec<i64> = a.as_array().iter().copied().collect();
+    to_u32(what, &owned, kind)
 }
 
 #[pyclass(name = "Topology", module = "gpuplace._core", frozen)]
@@ -116,7 +124,7 @@ impl PyTopology {
             )));
         }
         let path_owned: Vec<i64> = path.as_array().iter().copied().collect();
-        let path_u32 = to_u32("path", &path_owned)?;
+        let path_u32 = to_u32("path", &path_owned, CoreError::InvalidTopology).py_ok(py)?;
         let node_types = node_type_names
             .into_iter()
             .zip(node_type_gpus)
@@ -127,8 +135,13 @@ impl PyTopology {
                 bandwidth_gbps: matrix.map(|m| m.as_array().iter().copied().collect()),
             })
             .collect();
-        let types = array_u32("node_type_of_node", &node_type_of_node)?;
-        let local = array_u32("gpu_local", &gpu_local)?;
+        let types = array_u32(
+            "node_type_of_node",
+            &node_type_of_node,
+            CoreError::InvalidTopology,
+        )
+        .py_ok(py)?;
+        let local = array_u32("gpu_local", &gpu_local, CoreError::InvalidTopology).py_ok(py)?;
         let topo = py
             .detach(|| {
                 Topology::new(
@@ -299,14 +312,15 @@ impl PyJobSpec {
                 confine: usize::try_from(c).ok(),
             })
             .collect();
-        let offsets: Vec<usize> = array_u32("group_offsets", &group_offsets)?
+        let offsets: Vec<usize> = array_u32("group_offsets", &group_offsets, CoreError::InvalidJob)
+            .py_ok(py)?
             .into_iter()
             .map(|v| v as usize)
             .collect();
-        let ranks = array_u32("group_ranks", &group_ranks)?;
-        let groups = array_u32("coll_group", &coll_group)?;
-        let kinds = array_u32("coll_kind", &coll_kind)?;
-        let classes = array_u32("coll_class", &coll_class)?;
+        let ranks = array_u32("group_ranks", &group_ranks, CoreError::InvalidJob).py_ok(py)?;
+        let groups = array_u32("coll_group", &coll_group, CoreError::InvalidJob).py_ok(py)?;
+        let kinds = array_u32("coll_kind", &coll_kind, CoreError::InvalidJob).py_ok(py)?;
+        let classes = array_u32("coll_class", &coll_class, CoreError::InvalidJob).py_ok(py)?;
         let bytes: Vec<f64> = coll_bytes.as_array().iter().copied().collect();
         let counts: Vec<f64> = coll_count.as_array().iter().copied().collect();
         let dims_of: Vec<i64> = coll_dim.as_array().iter().copied().collect();
@@ -339,8 +353,8 @@ impl PyJobSpec {
                 dim: u32::try_from(dims_of[i]).ok(),
             });
         }
-        let src = array_u32("traffic_src", &traffic_src)?;
-        let dst = array_u32("traffic_dst", &traffic_dst)?;
+        let src = array_u32("traffic_src", &traffic_src, CoreError::InvalidJob).py_ok(py)?;
+        let dst = array_u32("traffic_dst", &traffic_dst, CoreError::InvalidJob).py_ok(py)?;
         let tb: Vec<f64> = traffic_bytes.as_array().iter().copied().collect();
         if src.len() != dst.len() || src.len() != tb.len() {
             return Err(PyValueError::new_err("traffic arrays differ in length"));
@@ -389,8 +403,7 @@ struct PyClusterState {
 }
 
 fn gpus_from(py: Python<'_>, gpus: &PyReadonlyArray1<'_, i64>) -> PyResult<Vec<u32>> {
-    let _ = py;
-    array_u32("gpus", gpus)
+    array_u32("GPU", gpus, CoreError::InvalidState).py_ok(py)
 }
 
 /// Decode components given as parallel arrays: kind 0 GPU (a = id), 1 host (a = host index),
