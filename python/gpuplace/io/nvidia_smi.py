@@ -230,7 +230,7 @@ def read_nvidia_smi_topo(
     # Trailing columns, in header order; a GPU row may carry fewer (N/A folded away by tabs).
     for g in gpu_cols:
         line_no, _, extra = rows[g]
-        values = dict(zip(trailing, extra))
+        values = dict(zip(trailing, extra, strict=False))
         if len(extra) > len(trailing):
             raise fail(
                 fname,
@@ -248,7 +248,7 @@ def read_nvidia_smi_topo(
 
     node.nics = nics
     load = [0] * len(nics)
-    for k, g in enumerate(gpu_cols):
+    for g in gpu_cols:
         cells = rows[g][1]
         best = None
         for n, col in enumerate(nic_cols):
