@@ -17,6 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gpuplace.commands.topo import topo
 from gpuplace.errors import GpuplaceError, InvalidTopology
 from gpuplace.job import Job
 from gpuplace.placement import Placement, place, solvers
@@ -177,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return 0
 
+
+cli.add_command(topo)
 
 if __name__ == "__main__":
     sys.exit(main())

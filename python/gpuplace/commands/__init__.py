@@ -1,0 +1,1 @@
+"""Click command groups of the ``gpuplace`` command line, one module per group."""
