@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import io
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from gpuplace.errors import InvalidTopology

@@ -3,9 +3,8 @@ it group the hosts the same way."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import io
+from pathlib import Path
 
 from gpuplace.io import (
     read_ibnetdiscover,

@@ -54,9 +54,7 @@ def read_source(source: object, *, limit: int = MAX_INPUT_BYTES) -> tuple[str, s
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             raise fail(name, None, f"cannot read stream: {exc}") from None
     else:
-        raise InvalidTopology(
-            f"expected a path or an open file, got {type(source).__name__}"
-        )
+        raise InvalidTopology(f"expected a path or an open file, got {type(source).__name__}")
     if isinstance(data, str):
         text = data
         if len(text) > limit:
@@ -68,9 +66,7 @@ def read_source(source: object, *, limit: int = MAX_INPUT_BYTES) -> tuple[str, s
             text = bytes(data).decode("utf-8")
         except UnicodeDecodeError as exc:
             line = bytes(data[: exc.start]).count(b"\n") + 1
-            raise fail(
-                name, line, "expected UTF-8 text; found undecodable bytes"
-            ) from None
+            raise fail(name, line, "expected UTF-8 text; found undecodable bytes") from None
     else:
         raise fail(name, None, "the stream returned neither text nor bytes")
     if "\x00" in text:
@@ -123,9 +119,7 @@ def parse_id_list(text: str, name: str, line: int, what: str) -> list[int]:
     for item in text.split(","):
         m = _CPU_ITEM.match(item.strip())
         if not m:
-            raise fail(
-                name, line, f"{what}: expected a list like 0-47,96-143, got {text!r}"
-            )
+            raise fail(name, line, f"{what}: expected a list like 0-47,96-143, got {text!r}")
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if hi < lo or hi - lo + 1 + len(out) > MAX_NAMES:
@@ -141,7 +135,5 @@ def expand_hostlist(expr: str, name: str, line: int | None, what: str) -> list[s
     except HostlistError as exc:
         raise fail(name, line, f"{what}: {exc}") from None
     if len(hosts) > MAX_NAMES:
-        raise fail(
-            name, line, f"{what}: expands to {len(hosts)} names, more than {MAX_NAMES}"
-        )
+        raise fail(name, line, f"{what}: expands to {len(hosts)} names, more than {MAX_NAMES}")
     return hosts

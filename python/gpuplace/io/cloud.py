@@ -96,11 +96,7 @@ def read_k8s_nodes(source) -> Fabric:
     parsed: list[tuple[str, dict[str, str], int | None, str | None]] = []
     for i, item in enumerate(items):
         meta = item.get("metadata") if isinstance(item, dict) else None
-        if (
-            not isinstance(meta, dict)
-            or not isinstance(meta.get("name"), str)
-            or not meta["name"]
-        ):
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
             raise fail(fname, None, f"items[{i}]: expected metadata.name")
         labels = meta.get("labels") or {}
         if not isinstance(labels, dict) or not all(
@@ -142,9 +138,7 @@ def read_k8s_nodes(source) -> Fabric:
 
     keys = {k for _, labels, _, _ in parsed for k in labels}
     tiers = sorted({int(m.group(1)) for k in keys if (m := _TOPOGRAPH_TIER.match(k))})
-    layers = sorted(
-        {int(m.group(1)) for k in keys if (m := _EKS_LAYER.match(k))}, reverse=True
-    )
+    layers = sorted({int(m.group(1)) for k in keys if (m := _EKS_LAYER.match(k))}, reverse=True)
     if tiers:
         scheme = [(f"fabric.topograph.run/tier-{t}", None) for t in tiers]
     elif keys & set(_NVIDIA_OLD):
@@ -189,9 +183,7 @@ def read_k8s_nodes(source) -> Fabric:
     if not fabric.hosts:
         raise fail(fname, None, "no nodes")
     if not levels:
-        fabric.warnings.append(
-            "no topology labels found; hosts are flat under one root"
-        )
+        fabric.warnings.append("no topology labels found; hosts are flat under one root")
     return fabric
 
 
@@ -199,9 +191,7 @@ def read_k8s_nodes(source) -> Fabric:
 
 
 @guarded
-def read_ec2_topology(
-    source, *, gpus_per_instance: dict[str, int] | None = None
-) -> Fabric:
+def read_ec2_topology(source, *, gpus_per_instance: dict[str, int] | None = None) -> Fabric:
     """Read ``aws ec2 describe-instance-topology`` JSON (one response, or a list of pages).
 
     ``NetworkNodes`` lists the node set top layer first, the last entry being the node the
@@ -251,9 +241,7 @@ def read_ec2_topology(
         itype = itype if isinstance(itype, str) else None
         gpus = table.get(itype or "")
         if gpus is None:
-            fabric.warnings.append(
-                f"{iid}: GPU count of instance type {itype!r} unknown"
-            )
+            fabric.warnings.append(f"{iid}: GPU count of instance type {itype!r} unknown")
         if iid in {s[0] for s in sets}:
             raise fail(fname, None, f"instance {iid} listed twice")
         sets.append((iid, nn, gpus, EC2_GPUS.get(itype or "", (0, None))[1]))

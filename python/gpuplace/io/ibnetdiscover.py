@@ -19,9 +19,7 @@ from gpuplace.io.model import Fabric, Host, Link, Switch, ib_rate_gbit
 
 __all__ = ["read_ibnetdiscover"]
 
-_NODE = re.compile(
-    r'^(Switch|Ca|Rt)\s+(\d+)\s+"([^"]+)"\s*(?:#\s*"(.*?)"(?=\s|$)(.*))?$'
-)
+_NODE = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([^"]+)"\s*(?:#\s*"(.*?)"(?=\s|$)(.*))?$')
 # [port](ext)? "peer"[peerport](ext)?(peer port guid)?  # "peer description" lid N 4xNDR
 _SWITCH_PORT = re.compile(
     r'^\[(\d+)\](?:\[ext \d+\])?\s*"([^"]+)"\[(\d+)\](?:\[ext \d+\])?'
@@ -66,9 +64,7 @@ def read_ibnetdiscover(source) -> Fabric:
             continue
         if line.startswith("#") or _HEADER_KV.match(line):
             continue
-        if line in ("Non-Chassis Nodes",) or line.startswith(
-            ("Chassis ", "Non-Chassis")
-        ):
+        if line in ("Non-Chassis Nodes",) or line.startswith(("Chassis ", "Non-Chassis")):
             continue
         m = _NODE.match(line)
         if m:
@@ -115,9 +111,7 @@ def read_ibnetdiscover(source) -> Fabric:
             else:
                 pm = _CA_PORT.match(line)
                 if not pm:
-                    raise fail(
-                        fname, no, 'expected [port](guid) "peer"[port] # ... rate'
-                    )
+                    raise fail(fname, no, 'expected [port](guid) "peer"[port] # ... rate')
                 port, peer, peer_port = int(pm.group(1)), pm.group(3), int(pm.group(4))
                 comment = pm.group(5) or ""
                 dm = re.search(r'"(.*)"', comment)
@@ -134,9 +128,7 @@ def read_ibnetdiscover(source) -> Fabric:
                 peer_desc,
             )
             continue
-        raise fail(
-            fname, no, f"expected a Switch/Ca block or a port line, got {line[:60]!r}"
-        )
+        raise fail(fname, no, f"expected a Switch/Ca block or a port line, got {line[:60]!r}")
 
     if not nodes:
         raise fail(
@@ -245,11 +237,7 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
         if ca in sharp:
             continue
         words = desc.split()
-        if (
-            not words
-            or _DEFAULT_DESC.match(desc)
-            or words[0].lower() in _ANONYMOUS_HOSTS
-        ):
+        if not words or _DEFAULT_DESC.match(desc) or words[0].lower() in _ANONYMOUS_HOSTS:
             unnamed.append(ca)
             continue
         host_of[ca] = (words[0], " ".join(words[1:]) or ca)
@@ -290,8 +278,7 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
         )
     depth = max(distance.values())
     level_names = [
-        _LEVEL_NAMES[d] if d < len(_LEVEL_NAMES) else f"tier{d}"
-        for d in range(depth + 1)
+        _LEVEL_NAMES[d] if d < len(_LEVEL_NAMES) else f"tier{d}" for d in range(depth + 1)
     ]
     fabric.levels = level_names
 
@@ -316,9 +303,7 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
         h = fabric.hosts.setdefault(host, Host(host))
         attached = sorted(p for p in adjacency[ca] if p in leaves)
         if not attached:
-            warnings.append(
-                f"CA {ca} ({nodes[ca].desc}) is not cabled to a leaf; ignored"
-            )
+            warnings.append(f"CA {ca} ({nodes[ca].desc}) is not cabled to a leaf; ignored")
             continue
         for leaf in attached:
             h.rails.append((nic, leaf))
@@ -328,9 +313,7 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
     if not fabric.hosts:
         raise fail(fname, None, "no host is cabled to a leaf switch")
     fabric.hosts = dict(sorted(fabric.hosts.items()))
-    usual_rails = Counter(len(h.rails) for h in fabric.hosts.values()).most_common(1)[
-        0
-    ][0]
+    usual_rails = Counter(len(h.rails) for h in fabric.hosts.values()).most_common(1)[0][0]
     odd = [h for h, v in fabric.hosts.items() if len(v.rails) != usual_rails]
     if odd:
         warnings.append(
@@ -366,9 +349,7 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
         for other in ls:
             union(first, other)
     unit_of_leaf = {leaf: find(leaf) for leaf in leaves}
-    groups_at: list[dict[str, str]] = [
-        unit_of_leaf
-    ]  # per level: leaf -> group representative
+    groups_at: list[dict[str, str]] = [unit_of_leaf]  # per level: leaf -> group representative
     for d in range(1, depth + 1):
         prev = groups_at[-1]
         rep = {leaf: prev[leaf] for leaf in leaves}
@@ -403,11 +384,7 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
                 ordered = sorted(names[x] for x in ls)
             else:
                 tops = sorted(
-                    {
-                        names[s]
-                        for x in ls
-                        for s in _ancestors_at(x, level_idx, distance, adjacency)
-                    }
+                    {names[s] for x in ls for s in _ancestors_at(x, level_idx, distance, adjacency)}
                 ) or sorted(names[x] for x in ls)
                 ordered = tops
             label[g] = ordered[0] + (f"+{len(ordered) - 1}" if len(ordered) > 1 else "")

@@ -17,9 +17,7 @@ __all__ = ["gpu_generation_of", "read_nvidia_smi_topo"]
 
 # Header tokens. The alternatives come first so that glued headers such as ``NIC8NIC9`` (seen
 # in a real tab-separated output whose tabs were lost) still split into two columns.
-_HEADER_TOKEN = re.compile(
-    r"CPU Affinity|NUMA Affinity|GPU NUMA ID|GPU\d+|NIC\d+|mlx\d+_\d+|\S+"
-)
+_HEADER_TOKEN = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID|GPU\d+|NIC\d+|mlx\d+_\d+|\S+")
 _TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 # Cell classes; ``SOC`` is what drivers before 2017 printed for SYS.
 _CELL = re.compile(r"X|NV\d{1,2}|PIX|PXB|PHB|NODE|SYS|SOC")
@@ -192,9 +190,7 @@ def read_nvidia_smi_topo(
     if generation is None and node.gpu_model:
         generation = gpu_generation_of(node.gpu_model)
     classes = [[rows[g][1][j] for j in range(ngpu)] for g in gpu_cols]
-    nv_max = max(
-        (int(c[2:]) for row in classes for c in row if c.startswith("NV")), default=0
-    )
+    nv_max = max((int(c[2:]) for row in classes for c in row if c.startswith("NV")), default=0)
     if generation is None:
         if nv_max >= 18:
             generation = "hopper"
@@ -207,11 +203,7 @@ def read_nvidia_smi_topo(
             f"{generation or 'a PCIe Gen4 GPU'} from the NV# counts "
             "(pass gpu_model or gpu_generation to be exact)"
         )
-    if (
-        generation is not None
-        and generation not in NVLINK_GBPS_PER_LINK
-        and generation != "ada"
-    ):
+    if generation is not None and generation not in NVLINK_GBPS_PER_LINK and generation != "ada":
         raise fail(fname, None, f"unknown GPU generation {generation!r}")
     node.gpu_generation = generation
     per_link = NVLINK_GBPS_PER_LINK.get(generation or "", 0.0)
@@ -223,9 +215,7 @@ def read_nvidia_smi_topo(
             f"GPU generation {generation!r} has no NVLink but the matrix shows NV#",
         )
     node.link_classes = classes
-    node.bandwidth_gbps = [
-        [_class_bandwidth(c, per_link, pcie) for c in row] for row in classes
-    ]
+    node.bandwidth_gbps = [[_class_bandwidth(c, per_link, pcie) for c in row] for row in classes]
 
     # Trailing columns, in header order; a GPU row may carry fewer (N/A folded away by tabs).
     for g in gpu_cols:
@@ -241,9 +231,7 @@ def read_nvidia_smi_topo(
         if cpu:
             parse_id_list(cpu, fname, line_no, "CPU Affinity")
         node.cpu_affinity.append(cpu)
-        numa_ids = parse_id_list(
-            values.get("NUMA Affinity", ""), fname, line_no, "NUMA Affinity"
-        )
+        numa_ids = parse_id_list(values.get("NUMA Affinity", ""), fname, line_no, "NUMA Affinity")
         node.numa.append(numa_ids[0] if numa_ids else None)
 
     node.nics = nics
@@ -275,9 +263,7 @@ def read_nvidia_smi_topo(
             "pass nvlink_domain_gpus to say so"
         )
     if name is None and node.gpu_model:
-        node.name = (
-            re.sub(r"[^a-z0-9]+", "-", node.gpu_model.lower()).strip("-") + f"-x{ngpu}"
-        )
+        node.name = re.sub(r"[^a-z0-9]+", "-", node.gpu_model.lower()).strip("-") + f"-x{ngpu}"
     return node
 
 

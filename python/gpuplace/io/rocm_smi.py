@@ -71,9 +71,7 @@ def read_rocm_smi_topo(
         i += 1
 
     if not matrices:
-        raise fail(
-            fname, None, "expected a 'Weight/Hops/Link Type between two GPUs' matrix"
-        )
+        raise fail(fname, None, "expected a 'Weight/Hops/Link Type between two GPUs' matrix")
     sizes = {k: len(rows) for k, (_, rows) in matrices.items()}
     if len(set(sizes.values())) != 1:
         raise fail(fname, None, f"matrices disagree on the GPU count: {sizes}")
@@ -91,24 +89,16 @@ def read_rocm_smi_topo(
             for c, cell in enumerate(row):
                 expect_diag = r == c
                 if expect_diag and cell not in ("0", "X"):
-                    raise fail(
-                        fname, line0 + 1 + r, "expected 0 on the link-type diagonal"
-                    )
+                    raise fail(fname, line0 + 1 + r, "expected 0 on the link-type diagonal")
                 if not expect_diag and cell not in ("XGMI", "PCIE"):
-                    raise fail(
-                        fname, line0 + 1 + r, f"expected XGMI or PCIE, got {cell!r}"
-                    )
-        classes = [
-            ["X" if r == c else rows[r][c] for c in range(ngpu)] for r in range(ngpu)
-        ]
+                    raise fail(fname, line0 + 1 + r, f"expected XGMI or PCIE, got {cell!r}")
+        classes = [["X" if r == c else rows[r][c] for c in range(ngpu)] for r in range(ngpu)]
     else:
         if weight is None:
             raise fail(fname, None, "expected a link-type or a weight matrix")
         classes = [
             [
-                "X"
-                if r == c
-                else ("XGMI" if weight[r][c] % _XGMI_HOP_WEIGHT == 0 else "PCIE")
+                "X" if r == c else ("XGMI" if weight[r][c] % _XGMI_HOP_WEIGHT == 0 else "PCIE")
                 for c in range(ngpu)
             ]
             for r in range(ngpu)
@@ -117,9 +107,7 @@ def read_rocm_smi_topo(
     for r in range(ngpu):
         for c in range(ngpu):
             if classes[r][c] != classes[c][r]:
-                raise fail(
-                    fname, None, f"link types not symmetric between GPU{r} and GPU{c}"
-                )
+                raise fail(fname, None, f"link types not symmetric between GPU{r} and GPU{c}")
     node.link_classes = classes
 
     bw: list[list[float]] = []
@@ -129,11 +117,7 @@ def read_rocm_smi_topo(
             if r == c:
                 row.append(0.0)
             elif classes[r][c] == "XGMI":
-                k = (
-                    weight[r][c] // _XGMI_HOP_WEIGHT
-                    if weight and weight[r][c] > 0
-                    else 1
-                )
+                k = weight[r][c] // _XGMI_HOP_WEIGHT if weight and weight[r][c] > 0 else 1
                 row.append(round(xgmi_gbps / max(k, 1), 3))
             else:
                 crosses = hops is not None and hops[r][c] >= 3
@@ -161,9 +145,7 @@ def _matrix(lines: list[str], i: int, fname: str) -> tuple[list[list[str]], int]
         if tokens[0] != f"GPU{len(rows)}":
             raise fail(fname, i + 1, f"expected row GPU{len(rows)}, got {tokens[0]!r}")
         if len(tokens) - 1 != len(header):
-            raise fail(
-                fname, i + 1, f"expected {len(header)} values, got {len(tokens) - 1}"
-            )
+            raise fail(fname, i + 1, f"expected {len(header)} values, got {len(tokens) - 1}")
         rows.append(tokens[1:])
         i += 1
     if len(rows) != len(header):
@@ -190,7 +172,5 @@ def _ints(entry, fname: str) -> list[list[int]] | None:
     for r in range(len(out)):
         for c in range(len(out)):
             if out[r][c] != out[c][r]:
-                raise fail(
-                    fname, line0 + 1 + r, f"matrix not symmetric at GPU{r}/GPU{c}"
-                )
+                raise fail(fname, line0 + 1 + r, f"matrix not symmetric at GPU{r}/GPU{c}")
     return out

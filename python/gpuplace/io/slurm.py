@@ -82,16 +82,12 @@ def read_slurm_topology(source, *, topology: str | None = None) -> Fabric:
         else:
             raise fail(fname, no, "expected SwitchName=, BlockName= or BlockSizes=")
     if switches and blocks:
-        raise fail(
-            fname, None, "file mixes SwitchName (tree) and BlockName (block) lines"
-        )
+        raise fail(fname, None, "file mixes SwitchName (tree) and BlockName (block) lines")
     if switches:
         return _tree_fabric(fname, switches)
     if blocks:
         return _block_fabric(fname, blocks, block_sizes)
-    raise fail(
-        fname, None, "expected SwitchName= or BlockName= lines (Slurm topology.conf)"
-    )
+    raise fail(fname, None, "expected SwitchName= or BlockName= lines (Slurm topology.conf)")
 
 
 def _is_yaml(fname: str, text: str) -> bool:
@@ -125,9 +121,7 @@ def _add_switch(switches, fname, no, name, nodes, children, speed) -> None:
         raise fail(fname, no, f"more than {MAX_NAMES} switches")
     switches[name] = {
         "nodes": expand_hostlist(nodes, fname, no, "Nodes") if nodes else [],
-        "children": expand_hostlist(children, fname, no, "Switches")
-        if children
-        else [],
+        "children": expand_hostlist(children, fname, no, "Switches") if children else [],
         "speed": speed,
         "line": no,
     }
@@ -140,9 +134,7 @@ def _tree_fabric(fname: str, switches: dict[str, dict]) -> Fabric:
     for name, sw in switches.items():
         for child in sw["children"]:
             if child not in switches:
-                raise fail(
-                    fname, sw["line"], f"switch {name!r} lists unknown switch {child!r}"
-                )
+                raise fail(fname, sw["line"], f"switch {name!r} lists unknown switch {child!r}")
             if child in parent:
                 raise fail(
                     fname,
@@ -184,19 +176,12 @@ def _tree_fabric(fname: str, switches: dict[str, dict]) -> Fabric:
                 )
             on_path.add(node)
             stack.append((node, True))
-            stack.extend(
-                (k, False) for k in switches[node]["children"] if k not in height
-            )
+            stack.extend((k, False) for k in switches[node]["children"] if k not in height)
     depth = max(height.values())
-    levels = [
-        _LEVEL_NAMES[d] if d < len(_LEVEL_NAMES) else f"tier{d}"
-        for d in range(depth + 1)
-    ]
+    levels = [_LEVEL_NAMES[d] if d < len(_LEVEL_NAMES) else f"tier{d}" for d in range(depth + 1)]
     fabric.levels = levels
     for name, sw in switches.items():
-        s = Switch(
-            key=name, name=name, level=levels[height[name]], link_speed=sw["speed"]
-        )
+        s = Switch(key=name, name=name, level=levels[height[name]], link_speed=sw["speed"])
         s.children = set(sw["children"])
         s.hosts = {h for h in sw["nodes"] if host_leaf.get(h) == name}
         if name in parent:
@@ -216,17 +201,13 @@ def _tree_fabric(fname: str, switches: dict[str, dict]) -> Fabric:
     return fabric
 
 
-def _block_fabric(
-    fname: str, blocks: list[tuple[str, list[str], int]], sizes: list[int]
-) -> Fabric:
+def _block_fabric(fname: str, blocks: list[tuple[str, list[str], int]], sizes: list[int]) -> Fabric:
     fabric = Fabric(levels=["block"], block_sizes=list(sizes))
     names = [b[0] for b in blocks]
     if len(set(names)) != len(names):
         raise fail(fname, None, "a BlockName appears twice")
     for bname, nodes, no in blocks:
-        fabric.switches[bname] = Switch(
-            key=bname, name=bname, level="block", hosts=set(nodes)
-        )
+        fabric.switches[bname] = Switch(key=bname, name=bname, level="block", hosts=set(nodes))
         for host in nodes:
             if host in fabric.hosts:
                 raise fail(fname, no, f"node {host} is in two blocks")
@@ -260,19 +241,11 @@ def _read_yaml(fname: str, text: str, wanted: str | None) -> Fabric:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise fail(
-            fname, mark.line + 1 if mark else None, f"invalid YAML: {exc}"
-        ) from None
+        raise fail(fname, mark.line + 1 if mark else None, f"invalid YAML: {exc}") from None
     if isinstance(doc, dict):
         doc = [doc]
-    if (
-        not isinstance(doc, list)
-        or not doc
-        or not all(isinstance(t, dict) for t in doc)
-    ):
-        raise fail(
-            fname, None, "expected a YAML list of topologies (- topology: NAME ...)"
-        )
+    if not isinstance(doc, list) or not doc or not all(isinstance(t, dict) for t in doc):
+        raise fail(fname, None, "expected a YAML list of topologies (- topology: NAME ...)")
     chosen = None
     for entry in doc:
         if wanted is not None:
@@ -299,30 +272,22 @@ def _read_yaml(fname: str, text: str, wanted: str | None) -> Fabric:
             f"topology {tname!r}: expected exactly one of tree, block, flat",
         )
     if kinds[0] == "flat":
-        raise fail(
-            fname, None, f"topology {tname!r} is flat; it has no structure to read"
-        )
+        raise fail(fname, None, f"topology {tname!r} is flat; it has no structure to read")
     body = chosen[kinds[0]]
     if not isinstance(body, dict):
         raise fail(fname, None, f"topology {tname!r}: {kinds[0]} must be a mapping")
     if kinds[0] == "tree":
         items = body.get("switches")
         if not isinstance(items, list) or not items:
-            raise fail(
-                fname, None, f"topology {tname!r}: tree needs a list of switches"
-            )
+            raise fail(fname, None, f"topology {tname!r}: tree needs a list of switches")
         switches: dict[str, dict] = {}
         for i, sw in enumerate(items):
             if not isinstance(sw, dict) or not isinstance(sw.get("switch"), (str, int)):
-                raise fail(
-                    fname, None, f"topology {tname!r}: switches[{i}] needs switch: NAME"
-                )
+                raise fail(fname, None, f"topology {tname!r}: switches[{i}] needs switch: NAME")
             nodes, children = sw.get("nodes"), sw.get("children")
             for what, value in (("nodes", nodes), ("children", children)):
                 if value is not None and not isinstance(value, str):
-                    raise fail(
-                        fname, None, f"switches[{i}].{what}: expected a hostlist string"
-                    )
+                    raise fail(fname, None, f"switches[{i}].{what}: expected a hostlist string")
             _add_switch(switches, fname, None, str(sw["switch"]), nodes, children, None)
         return _tree_fabric(fname, switches)
     items = body.get("blocks")
@@ -334,9 +299,7 @@ def _read_yaml(fname: str, text: str, wanted: str | None) -> Fabric:
             raise fail(fname, None, f"blocks[{i}]: expected block: NAME")
         if not isinstance(b.get("nodes"), str):
             raise fail(fname, None, f"blocks[{i}].nodes: expected a hostlist string")
-        blocks.append(
-            (str(b["block"]), expand_hostlist(b["nodes"], fname, None, "nodes"), 0)
-        )
+        blocks.append((str(b["block"]), expand_hostlist(b["nodes"], fname, None, "nodes"), 0))
     sizes_raw = body.get("block_sizes") or []
     if not isinstance(sizes_raw, list):
         sizes_raw = [sizes_raw]

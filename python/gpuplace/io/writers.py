@@ -50,6 +50,26 @@ def _slurm_name(name: str) -> str:
     return _UNSAFE.sub("_", name) or "_"
 
 
+class _Names:
+    """Slurm-safe, unique names: a key whose cleaned name is taken by another key (``a b``
+    and ``a_b``) gets ``-2``, ``-3``, ..."""
+
+    def __init__(self) -> None:
+        self.of: dict[object, str] = {}
+        self.used: set[str] = set()
+
+    def __call__(self, key: object, name: str) -> str:
+        if key not in self.of:
+            base = _slurm_name(name)
+            unique, n = base, 1
+            while unique in self.used:
+                n += 1
+                unique = f"{base}-{n}"
+            self.used.add(unique)
+            self.of[key] = unique
+        return self.of[key]
+
+
 def _view(topology: Topology | dict) -> tuple[list[str], str | None, list[tuple[str, dict]]]:
     """(levels above the node, NVLink-domain level name, [(host, {level: domain})])."""
     if not isinstance(topology, dict):
@@ -139,9 +159,10 @@ def _tree(above: list[str], hosts: list[tuple[str, dict]]) -> str:
         for lv, dom in chain:
             at_levels.setdefault(dom, set()).add(lv)
 
+    unique = _Names()
+
     def switch(lv: str, dom: str) -> str:
-        base = _slurm_name(dom)
-        return base if len(at_levels[dom]) == 1 else f"{base}-{lv}"
+        return unique((lv, dom), dom if len(at_levels[dom]) == 1 else f"{dom}-{lv}")
 
     order: dict[str, tuple[int, int]] = {}  # switch -> (level rank, first appearance)
     nodes: dict[str, list[str]] = {}
@@ -179,8 +200,9 @@ def _block(
     if level not in above:
         raise InvalidTopology(f"level {level!r} is not above the node level")
     blocks: dict[str, list[str]] = {}
+    unique = _Names()
     for host, d in hosts:
-        blocks.setdefault(_slurm_name(str(d[level])), []).append(host)
+        blocks.setdefault(unique(str(d[level]), str(d[level])), []).append(host)
     lines = [f"BlockName={name} Nodes={compress(members)}" for name, members in blocks.items()]
     sizes = sorted(int(lv[5:]) for lv in above if re.fullmatch(r"block\d+", lv))
     if sizes:
