@@ -19,12 +19,11 @@ import statistics
 import sys
 import time
 
+import gpuplace
 import numpy as np
+from gpuplace.sim.workload import DEFAULT_MODEL, fragment, training_job
 from rich.console import Console
 from rich.table import Table
-
-import gpuplace
-from gpuplace.sim.workload import DEFAULT_MODEL, fragment, training_job
 
 JOB_SIZES = (8, 64, 1024, 4096)
 
@@ -47,11 +46,29 @@ def main() -> int:
     occupancies = (0.0, 0.5, 0.9)
     console = Console(highlight=False, width=200)
     latency = Table(title="greedy placement latency (median ms; first-fit timed in the same run)")
-    for col in ("GPUs", "occupancy", "state MiB", "job", "greedy ms", "first-fit ms", "greedy/first-fit"):
+    for col in (
+        "GPUs",
+        "occupancy",
+        "state MiB",
+        "job",
+        "greedy ms",
+        "first-fit ms",
+        "greedy/first-fit",
+    ):
         latency.add_column(col, justify="right")
     quality = Table(title="placement quality on the same states (comm s/step; fabric GB/step)")
-    for col in ("GPUs", "occupancy", "job", "greedy comm", "first-fit comm", "random comm",
-                "greedy fabric", "first-fit fabric", "random fabric", "greedy vs first-fit"):
+    for col in (
+        "GPUs",
+        "occupancy",
+        "job",
+        "greedy comm",
+        "first-fit comm",
+        "random comm",
+        "greedy fabric",
+        "first-fit fabric",
+        "random fabric",
+        "greedy vs first-fit",
+    ):
         quality.add_column(col, justify="right")
     ratios: dict[tuple[int, float], list[float]] = {}
     for nodes in clusters:
@@ -63,12 +80,16 @@ def main() -> int:
                 fragment(state, occ, seed=7)
             setup = time.perf_counter() - t0
             mem = state._core.memory_bytes() / 2**20
-            console.print(f"[dim]{topo.num_gpus} GPUs at {occ:.0%}: {len(state.jobs)} jobs, "
-                          f"{state.free_gpus} free, made in {setup:.1f} s[/dim]")
+            console.print(
+                f"[dim]{topo.num_gpus} GPUs at {occ:.0%}: {len(state.jobs)} jobs, "
+                f"{state.free_gpus} free, made in {setup:.1f} s[/dim]"
+            )
             for size in JOB_SIZES:
                 if size > state.free_gpus:
                     continue
-                job = training_job(f"bench{size}", size, pp=4 if size >= 64 else 1, model=DEFAULT_MODEL)
+                job = training_job(
+                    f"bench{size}", size, pp=4 if size >= 64 else 1, model=DEFAULT_MODEL
+                )
                 spec = job.compile(topo)
                 results = {}
                 for solver in ("greedy", "first-fit", "random"):
@@ -77,25 +98,60 @@ def main() -> int:
                     except gpuplace.Infeasible:
                         results[solver] = None
                 if results["greedy"] is None:
-                    latency.add_row(str(topo.num_gpus), f"{occ:.0%}", f"{mem:.2f}", str(size), "infeasible", "", "")
+                    latency.add_row(
+                        str(topo.num_gpus),
+                        f"{occ:.0%}",
+                        f"{mem:.2f}",
+                        str(size),
+                        "infeasible",
+                        "",
+                        "",
+                    )
                     continue
-                g_ms = median_ms(lambda: gpuplace._core.place(state._core, spec, "greedy", 0), args.repeats)
-                f_ms = median_ms(lambda: gpuplace._core.place(state._core, spec, "first-fit", 0), args.repeats)
-                latency.add_row(str(topo.num_gpus), f"{occ:.0%}", f"{mem:.2f}", str(size),
-                                f"{g_ms:.3f}", f"{f_ms:.3f}", f"{g_ms / f_ms:.2f}")
+                g_ms, f_ms = (
+                    median_ms(
+                        lambda s=solver, st=state, sp=spec: gpuplace._core.place(
+                            st._core, sp, s, 0
+                        ),
+                        args.repeats,
+                    )
+                    for solver in ("greedy", "first-fit")
+                )
+                latency.add_row(
+                    str(topo.num_gpus),
+                    f"{occ:.0%}",
+                    f"{mem:.2f}",
+                    str(size),
+                    f"{g_ms:.3f}",
+                    f"{f_ms:.3f}",
+                    f"{g_ms / f_ms:.2f}",
+                )
                 comm = {k: (v.cost.comm_seconds if v else float("nan")) for k, v in results.items()}
-                fab = {k: (v.cost.fabric_bytes / 1e9 if v else float("nan")) for k, v in results.items()}
+                fab = {
+                    k: (v.cost.fabric_bytes / 1e9 if v else float("nan"))
+                    for k, v in results.items()
+                }
                 better = 1 - comm["greedy"] / comm["first-fit"]
                 ratios.setdefault((topo.num_gpus, occ), []).append(better)
-                quality.add_row(str(topo.num_gpus), f"{occ:.0%}", str(size),
-                                f"{comm['greedy']:.3f}", f"{comm['first-fit']:.3f}", f"{comm['random']:.3f}",
-                                f"{fab['greedy']:.1f}", f"{fab['first-fit']:.1f}", f"{fab['random']:.1f}",
-                                f"{100 * better:.0f} % lower")
+                quality.add_row(
+                    str(topo.num_gpus),
+                    f"{occ:.0%}",
+                    str(size),
+                    f"{comm['greedy']:.3f}",
+                    f"{comm['first-fit']:.3f}",
+                    f"{comm['random']:.3f}",
+                    f"{fab['greedy']:.1f}",
+                    f"{fab['first-fit']:.1f}",
+                    f"{fab['random']:.1f}",
+                    f"{100 * better:.0f} % lower",
+                )
     console.print(latency)
     console.print(quality)
     for (gpus, occ), values in ratios.items():
-        console.print(f"{gpus} GPUs at {occ:.0%}: greedy's mean comm_seconds is "
-                      f"{100 * float(np.mean(values)):.0f} % below first-fit's (over {len(values)} jobs)")
+        console.print(
+            f"{gpus} GPUs at {occ:.0%}: greedy's mean comm_seconds is "
+            f"{100 * float(np.mean(values)):.0f} % below first-fit's (over {len(values)} jobs)"
+        )
     return 0
 
 

@@ -12,16 +12,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import gpuplace
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-import gpuplace
-
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:  # `import reference` from any test module
     sys.path.insert(0, str(TESTS))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Hypothesis imports libcst to explain a failure; libcst still uses the deprecated
+    # mypy_extensions.TypedDict, which filterwarnings=error would turn into an INTERNALERROR
+    # that hides the real failure report.
+    config.addinivalue_line(
+        "filterwarnings", "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"
+    )
+
 
 settings.register_profile(
     "ci",

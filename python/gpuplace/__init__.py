@@ -23,6 +23,7 @@ from gpuplace.placement import (
     SolveResult,
     evaluate,
     place,
+    refine,
     register_solver,
     solvers,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "__version__",
     "evaluate",
     "place",
+    "refine",
     "register_solver",
     "solvers",
 ]

@@ -25,7 +25,7 @@ from gpuplace.presets import PRESETS
 from gpuplace.state import ClusterState
 from gpuplace.topology import Topology
 
-__all__ = ["cli", "main", "load_cluster"]
+__all__ = ["cli", "load_cluster", "main"]
 
 _out = Console(highlight=False, soft_wrap=True)
 
@@ -52,7 +52,9 @@ def _fmt_bytes(b: float) -> str:
 
 
 def print_placement(p: Placement) -> None:
-    table = Table(title=f"{p.job.name} on {p.topology.name}", show_header=False, title_justify="left")
+    table = Table(
+        title=f"{p.job.name} on {p.topology.name}", show_header=False, title_justify="left"
+    )
     table.add_column(style="bold")
     table.add_column()
     table.add_row("solver", p.solver + (" (proven optimal)" if p.optimal else ""))
@@ -113,14 +115,32 @@ def with_cluster(func: Callable[..., Any]) -> Callable[..., Any]:
 
 @cli.command("place")
 @with_cluster
-@click.option("--job", "-j", "job_path", required=True, type=click.Path(dir_okay=False), help="Job file (YAML/JSON).")
+@click.option(
+    "--job",
+    "-j",
+    "job_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Job file (YAML/JSON).",
+)
 @click.option("--solver", "-s", default="greedy", show_default=True, help="See `gpuplace solvers`.")
-@click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
-              help="State file: read if present, and the placement is allocated in it (written atomically).")
-@click.option("--name", default=None, help="Job name to use instead of the file's (to place one file several times).")
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="State file: read if present, and the placement is allocated in it (written atomically).",
+)
+@click.option(
+    "--name",
+    default=None,
+    help="Job name to use instead of the file's (to place one file several times).",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--time-limit", type=float, default=None, help="Seconds, for solvers that search.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
 def place_cmd(
     cluster: str,
     nodes: int | None,
@@ -151,7 +171,9 @@ def place_cmd(
     else:
         print_placement(placement)
         if state_path is not None:
-            _out.print(f"allocated in {state_path}: {state.free_gpus} of {topology.num_gpus} GPUs free")
+            _out.print(
+                f"allocated in {state_path}: {state.free_gpus} of {topology.num_gpus} GPUs free"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("gpuplace: error: interrupted", err=True)
         return 130
     except OSError as exc:
-        click.echo(f"gpuplace: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
+        click.echo(
+            f"gpuplace: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True
+        )
         return 2
     return 0
 

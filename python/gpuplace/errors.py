@@ -10,10 +10,10 @@ from __future__ import annotations
 
 __all__ = [
     "GpuplaceError",
-    "InvalidTopology",
+    "Infeasible",
     "InvalidJob",
     "InvalidState",
-    "Infeasible",
+    "InvalidTopology",
 ]
 
 

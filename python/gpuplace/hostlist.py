@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from gpuplace.errors import GpuplaceError
 
-__all__ = ["HostlistError", "expand", "compress", "MAX_HOSTS"]
+__all__ = ["MAX_HOSTS", "HostlistError", "compress", "expand"]
 
 #: Upper bound on the number of names one expression may expand to. A real cluster has at most
 #: a few hundred thousand hosts; anything larger is a typo or a hostile input.
@@ -78,9 +78,7 @@ def _expand_one(part: str, expr: str) -> list[str]:
         literal = part[pos : m.start()]
         choices = _expand_bracket(m.group(1), expr)
         if len(names) * len(choices) > MAX_HOSTS:
-            raise HostlistError(
-                f"hostlist {expr!r} expands to more than {MAX_HOSTS} names"
-            )
+            raise HostlistError(f"hostlist {expr!r} expands to more than {MAX_HOSTS} names")
         names = [n + literal + c for n in names for c in choices]
         pos = m.end()
     tail = part[pos:]

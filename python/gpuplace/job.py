@@ -49,7 +49,13 @@ __all__ = ["DIMENSIONS", "KINDS", "Communication", "Job", "TransformerModel"]
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 #: Collective kinds and their codes in the core.
 KINDS = {"all-reduce": 0, "all-gather": 1, "reduce-scatter": 2, "all-to-all": 3, "p2p": 4}
-_DEFAULT_KIND = {"tp": "all-reduce", "cp": "all-gather", "ep": "all-to-all", "dp": "all-reduce", "pp": "p2p"}
+_DEFAULT_KIND = {
+    "tp": "all-reduce",
+    "cp": "all-gather",
+    "ep": "all-to-all",
+    "dp": "all-reduce",
+    "pp": "p2p",
+}
 
 
 @dataclass(frozen=True)
@@ -75,8 +81,15 @@ class TransformerModel:
     grad_bytes_per_element: float | None = None
     moe_top_k: int = 2
 
-    def communication(self, tp: int, cp: int, ep: int, dp: int, pp: int) -> dict[str, Communication]:
-        b, s, h, e = self.micro_batch_size, self.sequence_length, self.hidden_size, self.bytes_per_element
+    def communication(
+        self, tp: int, cp: int, ep: int, dp: int, pp: int
+    ) -> dict[str, Communication]:
+        b, s, h, e = (
+            self.micro_batch_size,
+            self.sequence_length,
+            self.hidden_size,
+            self.bytes_per_element,
+        )
         layers_per_stage = self.layers / pp
         m = self.micro_batches
         activation = b * (s / cp) * h * e
@@ -85,9 +98,13 @@ class TransformerModel:
         if tp > 1:
             out["tp"] = Communication("all-reduce", activation, 4 * layers_per_stage * m)
         if cp > 1:
-            out["cp"] = Communication("all-gather", 2 * b * s * h * e / tp, 2 * layers_per_stage * m)
+            out["cp"] = Communication(
+                "all-gather", 2 * b * s * h * e / tp, 2 * layers_per_stage * m
+            )
         if ep > 1:
-            out["ep"] = Communication("all-to-all", activation * self.moe_top_k, 4 * layers_per_stage * m)
+            out["ep"] = Communication(
+                "all-to-all", activation * self.moe_top_k, 4 * layers_per_stage * m
+            )
         if pp > 1:
             out["pp"] = Communication("p2p", activation / tp, 2 * m)
         if dp > 1:
@@ -131,15 +148,23 @@ class Job:
             )
         for d, comm in self.communication.items():
             if d not in DIMENSIONS:
-                raise InvalidJob(f"communication.{d}: not a parallel dimension ({', '.join(DIMENSIONS)})")
+                raise InvalidJob(
+                    f"communication.{d}: not a parallel dimension ({', '.join(DIMENSIONS)})"
+                )
             if comm.kind not in KINDS:
-                raise InvalidJob(f"communication.{d}.kind: expected one of {', '.join(KINDS)}, got {comm.kind!r}")
+                raise InvalidJob(
+                    f"communication.{d}.kind: expected one of {', '.join(KINDS)}, got {comm.kind!r}"
+                )
         for d in self.confine:
             if d not in DIMENSIONS:
-                raise InvalidJob(f"constraints.confine.{d}: not a parallel dimension ({', '.join(DIMENSIONS)})")
+                raise InvalidJob(
+                    f"constraints.confine.{d}: not a parallel dimension ({', '.join(DIMENSIONS)})"
+                )
         if self.traffic is not None:
             if any(getattr(self, d) > 1 for d in DIMENSIONS):
-                raise InvalidJob("traffic: give either parallel degrees or a traffic matrix, not both")
+                raise InvalidJob(
+                    "traffic: give either parallel degrees or a traffic matrix, not both"
+                )
             if self.traffic_ranks is None or self.traffic_ranks < 1:
                 raise InvalidJob("traffic: the number of ranks must be >= 1")
 
@@ -157,7 +182,11 @@ class Job:
 
     def resolved_communication(self) -> dict[str, Communication]:
         """Per-dimension traffic: explicit entries win over the model's derived ones."""
-        derived = self.model.communication(self.tp, self.cp, self.ep, self.dp, self.pp) if self.model else {}
+        derived = (
+            self.model.communication(self.tp, self.cp, self.ep, self.dp, self.pp)
+            if self.model
+            else {}
+        )
         derived.update(self.communication)
         return {d: c for d, c in derived.items() if getattr(self, d) > 1}
 
@@ -184,16 +213,33 @@ class Job:
         """Build from the job file form (see ``docs/job-format.md``), validating every field."""
         c = Checker(InvalidJob, source)
         doc = c.mapping(document, "")
-        c.keys(doc, "", {"name", "parallelism", "rank_order", "model", "communication", "traffic", "constraints"})
+        c.keys(
+            doc,
+            "",
+            {
+                "name",
+                "parallelism",
+                "rank_order",
+                "model",
+                "communication",
+                "traffic",
+                "constraints",
+            },
+        )
         name = c.string(doc.get("name"), "name")
         par = c.mapping(doc.get("parallelism", {}), "parallelism")
         c.keys(par, "parallelism", set(DIMENSIONS))
         degrees = {d: c.integer(par.get(d, 1), f"parallelism.{d}", minimum=1) for d in DIMENSIONS}
         kwargs: dict[str, Any] = dict(degrees)
         if "rank_order" in doc:
-            order = [c.string(v, f"rank_order[{i}]") for i, v in enumerate(c.sequence(doc["rank_order"], "rank_order"))]
+            order = [
+                c.string(v, f"rank_order[{i}]")
+                for i, v in enumerate(c.sequence(doc["rank_order"], "rank_order"))
+            ]
             if sorted(order) != sorted(DIMENSIONS):
-                raise c.fail("rank_order", f"expected an order of {', '.join(DIMENSIONS)}, got {order}")
+                raise c.fail(
+                    "rank_order", f"expected an order of {', '.join(DIMENSIONS)}, got {order}"
+                )
             kwargs["rank_order"] = tuple(order)
         if "model" in doc:
             kwargs["model"] = _model(c, doc["model"])
@@ -222,7 +268,10 @@ class Job:
             conf = c.mapping(constraints["confine"], "constraints.confine")
             for d, lv in conf.items():
                 if d not in DIMENSIONS:
-                    raise c.fail(f"constraints.confine.{d}", f"not a parallel dimension ({', '.join(DIMENSIONS)})")
+                    raise c.fail(
+                        f"constraints.confine.{d}",
+                        f"not a parallel dimension ({', '.join(DIMENSIONS)})",
+                    )
                 c.string(lv, f"constraints.confine.{d}")
             kwargs["confine"] = dict(conf)
         if constraints.get("max_span") is not None:
@@ -241,8 +290,16 @@ class Job:
                 for i, row in enumerate(rows):
                     cells = c.sequence(row, f"traffic.matrix[{i}]")
                     if len(cells) != n:
-                        raise c.fail(f"traffic.matrix[{i}]", f"expected {n} entries (a square matrix), got {len(cells)}")
-                    values.append([c.number(v, f"traffic.matrix[{i}][{j}]", minimum=0.0) for j, v in enumerate(cells)])
+                        raise c.fail(
+                            f"traffic.matrix[{i}]",
+                            f"expected {n} entries (a square matrix), got {len(cells)}",
+                        )
+                    values.append(
+                        [
+                            c.number(v, f"traffic.matrix[{i}][{j}]", minimum=0.0)
+                            for j, v in enumerate(cells)
+                        ]
+                    )
                 if n == 0:
                     raise c.fail("traffic.matrix", "expected at least one row")
                 kwargs["traffic"] = _traffic_rows(np.array(values, dtype=np.float64), None)
@@ -287,7 +344,8 @@ class Job:
                 out["model"] = {k: v for k, v in self.model.__dict__.items() if v is not None}
             if self.communication:
                 out["communication"] = {
-                    d: {"kind": cm.kind, "bytes": cm.bytes, "count": cm.count} for d, cm in self.communication.items()
+                    d: {"kind": cm.kind, "bytes": cm.bytes, "count": cm.count}
+                    for d, cm in self.communication.items()
                 }
         constraints: dict[str, Any] = {"confine": dict(self.confine)}
         if self.max_span is not None:
@@ -298,7 +356,9 @@ class Job:
     # ----------------------------------------------------------------- compilation
     def compile(self, topology: Topology) -> _core.JobSpec:
         """The arrays the core solves over, for one topology (cached per topology)."""
-        cache: weakref.WeakKeyDictionary[Topology, _core.JobSpec] | None = self.__dict__.get("_compiled")
+        cache: weakref.WeakKeyDictionary[Topology, _core.JobSpec] | None = self.__dict__.get(
+            "_compiled"
+        )
         if cache is None:
             cache = weakref.WeakKeyDictionary()
             object.__setattr__(self, "_compiled", cache)
@@ -325,7 +385,9 @@ class Job:
         )
         offsets: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
         ranks: list[np.ndarray] = []
-        coll: dict[str, list[np.ndarray]] = {k: [] for k in ("group", "kind", "bytes", "count", "class", "dim")}
+        coll: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("group", "kind", "bytes", "count", "class", "dim")
+        }
         if self.traffic is not None:
             dims: list[str] = []
             sizes: list[int] = []
@@ -335,7 +397,9 @@ class Job:
             dims = list(self.rank_order)
             sizes = [getattr(self, d) for d in dims]
             confine = [
-                self._level(topology, self.confine[d], f"constraints.confine.{d}") if d in self.confine else -1
+                self._level(topology, self.confine[d], f"constraints.confine.{d}")
+                if d in self.confine
+                else -1
                 for d in dims
             ]
             traffic = np.zeros((0, 3))
@@ -390,8 +454,15 @@ class Job:
 def _model(c: Checker, raw: Any) -> TransformerModel:
     m = c.mapping(raw, "model")
     fields = {
-        "parameters", "layers", "hidden_size", "sequence_length", "micro_batch_size",
-        "micro_batches", "bytes_per_element", "grad_bytes_per_element", "moe_top_k",
+        "parameters",
+        "layers",
+        "hidden_size",
+        "sequence_length",
+        "micro_batch_size",
+        "micro_batches",
+        "bytes_per_element",
+        "grad_bytes_per_element",
+        "moe_top_k",
     }
     c.keys(m, "model", fields)
     for required in ("parameters", "layers", "hidden_size", "sequence_length"):
@@ -403,10 +474,16 @@ def _model(c: Checker, raw: Any) -> TransformerModel:
         layers=c.integer(m["layers"], "model.layers", minimum=1),
         hidden_size=c.integer(m["hidden_size"], "model.hidden_size", minimum=1),
         sequence_length=c.integer(m["sequence_length"], "model.sequence_length", minimum=1),
-        micro_batch_size=c.integer(m.get("micro_batch_size", 1), "model.micro_batch_size", minimum=1),
+        micro_batch_size=c.integer(
+            m.get("micro_batch_size", 1), "model.micro_batch_size", minimum=1
+        ),
         micro_batches=c.integer(m.get("micro_batches", 1), "model.micro_batches", minimum=1),
-        bytes_per_element=c.number(m.get("bytes_per_element", 2), "model.bytes_per_element", positive=True),
-        grad_bytes_per_element=None if grad is None else c.number(grad, "model.grad_bytes_per_element", positive=True),
+        bytes_per_element=c.number(
+            m.get("bytes_per_element", 2), "model.bytes_per_element", positive=True
+        ),
+        grad_bytes_per_element=None
+        if grad is None
+        else c.number(grad, "model.grad_bytes_per_element", positive=True),
         moe_top_k=c.integer(m.get("moe_top_k", 2), "model.moe_top_k", minimum=1),
     )
 
@@ -414,7 +491,9 @@ def _model(c: Checker, raw: Any) -> TransformerModel:
 def _square_size(traffic: Any) -> int:
     shape = getattr(traffic, "shape", None)
     if shape is None or len(shape) != 2 or shape[0] != shape[1]:
-        raise InvalidJob("traffic: expected a square matrix, or (src, dst, bytes) rows with ranks=N")
+        raise InvalidJob(
+            "traffic: expected a square matrix, or (src, dst, bytes) rows with ranks=N"
+        )
     return int(shape[0])
 
 
@@ -440,4 +519,3 @@ def _traffic_rows(traffic: Any, ranks: int | None) -> np.ndarray:
         raise InvalidJob("traffic: bytes must be finite and >= 0")
     rows = rows[(rows[:, 0] != rows[:, 1]) & (rows[:, 2] > 0)]
     return rows.reshape(-1, 3)
-

@@ -30,6 +30,7 @@ __all__ = [
     "SolverInfo",
     "evaluate",
     "place",
+    "refine",
     "register_solver",
     "solvers",
 ]
@@ -141,7 +142,9 @@ class Placement:
         """Per host, ``CUDA_VISIBLE_DEVICES`` listing its GPUs in rank order."""
         out: dict[str, list[str]] = {}
         for g in self.gpus:
-            out.setdefault(self.topology.host_of(int(g)), []).append(str(self.topology.local_index(int(g))))
+            out.setdefault(self.topology.host_of(int(g)), []).append(
+                str(self.topology.local_index(int(g)))
+            )
         return {h: ",".join(v) for h, v in out.items()}
 
     def rank_table(self) -> list[dict[str, Any]]:
@@ -152,7 +155,14 @@ class Placement:
             host = self.topology.host_of(int(g))
             lr = local_rank.get(host, 0)
             local_rank[host] = lr + 1
-            rows.append({"rank": rank, "host": host, "local_rank": lr, "device": self.topology.local_index(int(g))})
+            rows.append(
+                {
+                    "rank": rank,
+                    "host": host,
+                    "local_rank": lr,
+                    "device": self.topology.local_index(int(g)),
+                }
+            )
         return rows
 
     def to_dict(self) -> dict[str, Any]:
@@ -217,7 +227,7 @@ def solvers() -> dict[str, str]:
 
 def _rust_solver(name: str) -> Solver:
     def run(state: ClusterState, job: Job, seed: int, time_limit: float | None) -> SolveResult:
-        gpus = _core.place(state._core, job.compile(state.topology), name, seed)
+        gpus = _core.place(state._core, job.compile(state.topology), name, seed, time_limit)
         return SolveResult(gpus=gpus)
 
     return run
@@ -228,10 +238,53 @@ register_solver(
     "hierarchical best-fit in Rust: tightest domain that holds the job, tp groups inside NVLink "
     "domains, heaviest traffic on the lowest levels",
 )(_rust_solver("greedy"))
+register_solver(
+    "refine",
+    "greedy, then local search in Rust on the cost model: rank swaps and moves to free GPUs next "
+    "to each rank's partners, within time_limit (default 0.5 s); never worse than greedy",
+)(_rust_solver("refine"))
 register_solver("first-fit", "baseline: the lowest free GPU ids, ranks in order (topology-blind)")(
     _rust_solver("first-fit")
 )
-register_solver("random", "baseline: random free GPUs in random rank order (seeded)")(_rust_solver("random"))
+register_solver("random", "baseline: random free GPUs in random rank order (seeded)")(
+    _rust_solver("random")
+)
+
+
+def refine(
+    state: ClusterState,
+    placement: Placement,
+    *,
+    time_limit: float = 0.5,
+    seed: int = 0,
+    max_iterations: int = 200_000,
+) -> Placement:
+    """Improve any placement by local search (rank swaps, moves to free GPUs near a rank's
+    partners) on the one cost model, within ``time_limit`` seconds; never worse than the
+    start and never breaking confinement. The GPUs of the start count as usable even when the
+    job already holds them in ``state``. Deterministic for a seed when the iteration budget,
+    not the time limit, ends the search."""
+    if placement.topology is not state.topology:
+        raise InvalidJob("the placement was made for another topology than the state's")
+    start = time.perf_counter()
+    gpus, _, _, iterations, accepted = _core.refine(
+        state._core,
+        placement.job.compile(state.topology),
+        np.asarray(placement.gpus, dtype=np.int64),
+        float(time_limit),
+        int(seed),
+        int(max_iterations),
+    )
+    elapsed = time.perf_counter() - start
+    return Placement(
+        job=placement.job,
+        topology=state.topology,
+        gpus=np.asarray(gpus, dtype=np.int64),
+        cost=evaluate(state.topology, placement.job, gpus),
+        solver=f"{placement.solver}+refine",
+        elapsed_s=placement.elapsed_s + elapsed,
+        details={"refine_iterations": iterations, "refine_accepted": accepted},
+    )
 
 
 def place(

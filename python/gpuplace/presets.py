@@ -91,7 +91,9 @@ def _dgx_h100_type() -> dict[str, Any]:
 
 def _check(name: str, value: Any, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise InvalidTopology(f"preset parameter {name}: expected an integer {lo}..{hi}, got {value!r}")
+        raise InvalidTopology(
+            f"preset parameter {name}: expected an integer {lo}..{hi}, got {value!r}"
+        )
     return value
 
 
@@ -115,7 +117,9 @@ def h100_superpod(nodes: int = 256) -> dict[str, Any]:
     tier above when there are several spine groups; NDR 400 Gb/s, non-blocking (≈1:1)."""
     nodes = _check("nodes", nodes, 1, 100_000)
     nvlink = 18 * NVLINK_PER_LINK_GBPS["hopper"]
-    hosts, fabric = _fabric_nodes("dgx", nodes, "dgx-h100", per_leaf=32, leaves_per_spine=4, width=max(3, len(str(nodes))))
+    hosts, fabric = _fabric_nodes(
+        "dgx", nodes, "dgx-h100", per_leaf=32, leaves_per_spine=4, width=max(3, len(str(nodes)))
+    )
     return {
         "format": FORMAT,
         "name": f"h100-superpod-{nodes}",
@@ -139,7 +143,9 @@ def gb200_nvl72(racks: int = 8) -> dict[str, Any]:
     groups = -(-racks // per_leaf)
     for r in range(racks):
         domains = {"nvlink-domain": f"rack{r + 1:03d}", "leaf": f"su{r // per_leaf + 1:03d}"}
-        nodes.append({"name": f"rack{r + 1:03d}-tray[01-18]", "type": "gb200-tray", "domains": domains})
+        nodes.append(
+            {"name": f"rack{r + 1:03d}-tray[01-18]", "type": "gb200-tray", "domains": domains}
+        )
     levels = [("node", nvlink, 1.0), ("nvlink-domain", nvlink, 1.5), ("leaf", NDR_GBPS, 2.5)]
     if groups > 1:
         levels.append(("spine", NDR_GBPS, 3.0))
@@ -170,7 +176,9 @@ def a100_pod(nodes: int = 140) -> dict[str, Any]:
     SUs, core above when needed."""
     nodes = _check("nodes", nodes, 1, 100_000)
     nvlink = 12 * NVLINK_PER_LINK_GBPS["ampere"]
-    hosts, fabric = _fabric_nodes("dgxa", nodes, "dgx-a100", per_leaf=20, leaves_per_spine=4, width=max(3, len(str(nodes))))
+    hosts, fabric = _fabric_nodes(
+        "dgxa", nodes, "dgx-a100", per_leaf=20, leaves_per_spine=4, width=max(3, len(str(nodes)))
+    )
     fabric = [(n, HDR_GBPS, lat) for n, _, lat in fabric]
     return {
         "format": FORMAT,
@@ -197,7 +205,9 @@ def pcie_cluster(nodes: int = 32) -> dict[str, Any]:
     Four 400 Gb/s NICs per server (one per PCIe switch pair, 25 GB/s per GPU), 32 servers per
     leaf, spine above."""
     nodes = _check("nodes", nodes, 1, 100_000)
-    hosts, fabric = _fabric_nodes("gpu", nodes, "pcie-8gpu", per_leaf=32, leaves_per_spine=4, width=max(3, len(str(nodes))))
+    hosts, fabric = _fabric_nodes(
+        "gpu", nodes, "pcie-8gpu", per_leaf=32, leaves_per_spine=4, width=max(3, len(str(nodes)))
+    )
     fabric = [(n, NDR_GBPS / 2, lat) for n, _, lat in fabric]
     return {
         "format": FORMAT,

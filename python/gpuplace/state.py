@@ -76,7 +76,9 @@ class ClusterState:
         return allocated / self.topology.num_gpus
 
     # ----------------------------------------------------------------- changes
-    def allocate(self, placement: Placement | None = None, *, name: str | None = None, gpus: Any = None) -> None:
+    def allocate(
+        self, placement: Placement | None = None, *, name: str | None = None, gpus: Any = None
+    ) -> None:
         """Allocate a placement (or ``name`` + ``gpus``); raises InvalidState and changes
         nothing if any GPU is taken, failed or drained, or the job name is in use."""
         if placement is not None:
@@ -126,7 +128,9 @@ class ClusterState:
         }
 
     @classmethod
-    def restore(cls, topology: Topology, snapshot: Any, *, source: str | None = None) -> ClusterState:
+    def restore(
+        cls, topology: Topology, snapshot: Any, *, source: str | None = None
+    ) -> ClusterState:
         """Rebuild a state from :meth:`snapshot`; raises InvalidState naming the field."""
         c = Checker(InvalidState, source)
         snap = c.mapping(snapshot, "")
@@ -166,7 +170,10 @@ class ClusterState:
         """Write the state file atomically, with a checksum over its content."""
         body = self.snapshot()
         text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        document = {"checksum": "sha256:" + hashlib.sha256(text.encode()).hexdigest(), "state": body}
+        document = {
+            "checksum": "sha256:" + hashlib.sha256(text.encode()).hexdigest(),
+            "state": body,
+        }
         write_atomically(path, json.dumps(document, sort_keys=True) + "\n")
 
     @classmethod

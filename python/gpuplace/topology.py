@@ -9,6 +9,7 @@ traffic and indexes domains; this class keeps the names.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -249,9 +250,7 @@ class Topology:
         return list(self.provenance.get("warnings", []))
 
     def __repr__(self) -> str:
-        levels = ", ".join(
-            f"{lv.name}[{self.domain_count(i)}]" for i, lv in enumerate(self.levels)
-        )
+        levels = ", ".join(f"{lv.name}[{self.domain_count(i)}]" for i, lv in enumerate(self.levels))
         return f"Topology({self.name!r}, {self.num_gpus} GPUs, levels: {levels})"
 
     # ----------------------------------------------------------------- native format
@@ -346,8 +345,8 @@ class Topology:
             tname = c.string(entry.get("type"), f"{p}.type")
             if tname not in node_types:
                 raise c.fail(
-                    f"{p}.type", f"expected one of the node_types ({', '.join(node_types)})"
-                    f", got {tname!r}"
+                    f"{p}.type",
+                    f"expected one of the node_types ({', '.join(node_types)}), got {tname!r}",
                 )
             domains = c.mapping(entry.get("domains", {}), f"{p}.domains")
             missing = [lv for lv in above if lv not in domains]
@@ -360,9 +359,9 @@ class Topology:
                     f"not a level above the node level (expected {', '.join(above) or 'none'})",
                 )
             path = tuple(
-                str(c.string(domains[lv], f"{p}.domains.{lv}")) if not isinstance(
-                    domains[lv], int
-                ) else str(domains[lv])
+                str(c.string(domains[lv], f"{p}.domains.{lv}"))
+                if not isinstance(domains[lv], int)
+                else str(domains[lv])
                 for lv in above
             )
             for host in names_here:
@@ -411,9 +410,21 @@ class Topology:
                 expr = compress(run)
                 if expand(expr) != run:  # keep file order exact
                     for host in run:
-                        nodes.append({"name": host, "type": key[0], "domains": dict(zip(above, key[1], strict=True))})
+                        nodes.append(
+                            {
+                                "name": host,
+                                "type": key[0],
+                                "domains": dict(zip(above, key[1], strict=True)),
+                            }
+                        )
                 else:
-                    nodes.append({"name": expr, "type": key[0], "domains": dict(zip(above, key[1], strict=True))})
+                    nodes.append(
+                        {
+                            "name": expr,
+                            "type": key[0],
+                            "domains": dict(zip(above, key[1], strict=True)),
+                        }
+                    )
 
         for host, t, doms in zip(self.hosts, self.host_types, self.host_domains, strict=True):
             if (t, doms) != key:
@@ -517,7 +528,11 @@ class Topology:
             parents = self._core.parents(level) if level + 1 < nl else None
             for d, dname in enumerate(self.domain_names[level]):
                 v = ("domain", level, d)
-                attrs: dict[str, Any] = {"kind": "domain", "level": self.levels[level].name, "name": dname}
+                attrs: dict[str, Any] = {
+                    "kind": "domain",
+                    "level": self.levels[level].name,
+                    "name": dname,
+                }
                 if level == self.node_level:
                     attrs["node_type"] = self.host_types[d]
                 g.add_node(v, **attrs)
@@ -525,7 +540,12 @@ class Topology:
                     g.add_edge(("domain", level + 1, int(parents[d])), v)
         path = self.path
         for gpu in range(self.num_gpus):
-            g.add_node(("gpu", gpu), kind="gpu", level="gpu", name=f"{self.host_of(gpu)}:{self.local_index(gpu)}")
+            g.add_node(
+                ("gpu", gpu),
+                kind="gpu",
+                level="gpu",
+                name=f"{self.host_of(gpu)}:{self.local_index(gpu)}",
+            )
             g.add_edge(("domain", 0, int(path[gpu, 0])), ("gpu", gpu))
         return g
 
@@ -540,7 +560,11 @@ class Topology:
                 "format": FORMAT,
                 "name": graph.graph.get("name", "topology"),
                 "levels": [
-                    {"name": lv.name, "bandwidth_gbps": lv.bandwidth_gbps, "latency_us": lv.latency_us}
+                    {
+                        "name": lv.name,
+                        "bandwidth_gbps": lv.bandwidth_gbps,
+                        "latency_us": lv.latency_us,
+                    }
                     for lv in levels
                 ],
                 "node_level": names[node_level],
@@ -548,7 +572,11 @@ class Topology:
                 "node_types": graph.graph["node_types"],
             }
             hosts = sorted(
-                (v for v, a in graph.nodes(data=True) if a.get("kind") == "domain" and a.get("level") == names[node_level]),
+                (
+                    v
+                    for v, a in graph.nodes(data=True)
+                    if a.get("kind") == "domain" and a.get("level") == names[node_level]
+                ),
                 key=lambda v: v[2],
             )
             nodes = []
@@ -558,7 +586,13 @@ class Topology:
                 for lname in names[node_level + 1 :]:
                     (cur,) = list(graph.predecessors(cur))
                     domains[lname] = graph.nodes[cur]["name"]
-                nodes.append({"name": graph.nodes[v]["name"], "type": graph.nodes[v]["node_type"], "domains": domains})
+                nodes.append(
+                    {
+                        "name": graph.nodes[v]["name"],
+                        "type": graph.nodes[v]["node_type"],
+                        "domains": domains,
+                    }
+                )
             doc["nodes"] = nodes
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise InvalidTopology(
@@ -572,7 +606,16 @@ def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> No
     c.keys(
         nt,
         p,
-        {"gpus", "gpu_model", "power_w", "sublevels", "bandwidth_gbps", "link_classes", "nics", "gpu_nic"},
+        {
+            "gpus",
+            "gpu_model",
+            "power_w",
+            "sublevels",
+            "bandwidth_gbps",
+            "link_classes",
+            "nics",
+            "gpu_nic",
+        },
     )
     gpus = c.integer(nt.get("gpus"), f"{p}.gpus", minimum=1)
     if gpus > 64:
@@ -595,7 +638,7 @@ def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> No
             c.integer(v, f"{p}.sublevels.{lname}[{i}]", minimum=0) for i, v in enumerate(seq)
         )
     # A GPU's lower-level domains must nest in its higher ones inside the host.
-    for lo, hi in zip(below, below[1:], strict=False):
+    for lo, hi in itertools.pairwise(below):
         parent: dict[int, int] = {}
         for a, b in zip(sublevels[lo], sublevels[hi], strict=True):
             if parent.setdefault(a, b) != b:
@@ -612,7 +655,9 @@ def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> No
         for i, row in enumerate(rows):
             cells = c.sequence(row, f"{p}.bandwidth_gbps[{i}]")
             if len(cells) != gpus:
-                raise c.fail(f"{p}.bandwidth_gbps[{i}]", f"expected {gpus} entries, got {len(cells)}")
+                raise c.fail(
+                    f"{p}.bandwidth_gbps[{i}]", f"expected {gpus} entries, got {len(cells)}"
+                )
             parsed.append(
                 tuple(
                     c.number(v, f"{p}.bandwidth_gbps[{i}][{j}]", minimum=0.0)
@@ -622,7 +667,9 @@ def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> No
         for i in range(gpus):
             for j in range(gpus):
                 if i != j and parsed[i][j] <= 0:
-                    raise c.fail(f"{p}.bandwidth_gbps[{i}][{j}]", "off-diagonal entries must be > 0")
+                    raise c.fail(
+                        f"{p}.bandwidth_gbps[{i}][{j}]", "off-diagonal entries must be > 0"
+                    )
                 if abs(parsed[i][j] - parsed[j][i]) > 1e-9 * max(1.0, abs(parsed[i][j])):
                     raise c.fail(f"{p}.bandwidth_gbps[{i}][{j}]", "the matrix must be symmetric")
         matrix = tuple(parsed)
@@ -635,7 +682,8 @@ def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> No
             raise c.fail(f"{p}.link_classes", f"expected a {gpus}x{gpus} matrix")
         classes = tuple(tuple(str(x) for x in r) for r in rows)
     nics = tuple(
-        c.string(v, f"{p}.nics[{i}]") for i, v in enumerate(c.sequence(nt.get("nics", []), f"{p}.nics"))
+        c.string(v, f"{p}.nics[{i}]")
+        for i, v in enumerate(c.sequence(nt.get("nics", []), f"{p}.nics"))
     )
     gpu_nic = None
     if "gpu_nic" in nt:

@@ -71,9 +71,7 @@ def _importable_without_extension() -> None:
             return
     except ImportError:
         pass
-    for name in [
-        m for m in sys.modules if m == "gpuplace" or m.startswith("gpuplace.")
-    ]:
+    for name in [m for m in sys.modules if m == "gpuplace" or m.startswith("gpuplace.")]:
         if name == "gpuplace" or getattr(sys.modules[name], "__file__", None):
             del sys.modules[name]
     package = types.ModuleType("gpuplace")

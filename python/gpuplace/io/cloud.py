@@ -154,7 +154,7 @@ def read_k8s_nodes(source) -> Fabric:
 
     for name, labels, gpus, model in parsed:
         domains = {
-            lv: labels[k] for (k, _), lv in zip(scheme, net_names, strict=True) if labels.get(k)
+            lv: labels[k] for (k, _), lv in zip(scheme, net_names, strict=False) if labels.get(k)
         }
         if nvl_key and labels.get(nvl_key):
             domains["nvl"] = labels[nvl_key]

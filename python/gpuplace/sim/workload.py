@@ -44,12 +44,18 @@ def philly_running_mix() -> JobSizeMix:
 
 #: A mid-sized transformer used to give background and benchmark jobs realistic bytes.
 DEFAULT_MODEL = TransformerModel(
-    parameters=13e9, layers=40, hidden_size=5120, sequence_length=4096,
-    micro_batch_size=1, micro_batches=8,
+    parameters=13e9,
+    layers=40,
+    hidden_size=5120,
+    sequence_length=4096,
+    micro_batch_size=1,
+    micro_batches=8,
 )
 
 
-def training_job(name: str, gpus: int, *, pp: int = 1, model: TransformerModel | None = DEFAULT_MODEL) -> Job:
+def training_job(
+    name: str, gpus: int, *, pp: int = 1, model: TransformerModel | None = DEFAULT_MODEL
+) -> Job:
     """A data/tensor/pipeline-parallel training job of ``gpus`` GPUs: tp up to 8 (a divisor of
     the size), then pipeline stages, then data parallel replicas."""
     tp = next(t for t in (8, 4, 2, 1) if gpus % t == 0)

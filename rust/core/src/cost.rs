@@ -90,14 +90,14 @@ struct Scratch {
     members: Vec<u32>,
 }
 
-/// Time (s) of one call of a collective over `members` (GPU ids), and adds its bytes per
-/// call to `bytes_by_level`.
-fn collective_cost(
+/// Time (s) of one call of a collective over `members` (GPU ids, reordered in place). When
+/// `bytes_by_level` is given, adds the bytes of `weight` calls to it.
+pub(crate) fn collective_cost(
     topo: &Topology,
     kind: CollectiveKind,
     bytes: f64,
     members: &mut [u32],
-    bytes_by_level: &mut [f64],
+    mut bytes_by_level: Option<&mut [f64]>,
     weight: f64,
 ) -> f64 {
     let n = members.len();
@@ -109,7 +109,9 @@ fn collective_cost(
     if kind == CollectiveKind::PointToPoint {
         let (a, b) = (members[0] as usize, members[1] as usize);
         let l = topo.lca(a, b);
-        bytes_by_level[l] += bytes * weight;
+        if let Some(acc) = bytes_by_level {
+            acc[l] += bytes * weight;
+        }
         return levels[l].latency_us * 1e-6 + bytes / (topo.pair_bandwidth(a, b) * 1e9);
     }
     members.sort_unstable();
@@ -126,7 +128,9 @@ fn collective_cost(
             for j in (i + 1)..n {
                 let (a, b) = (members[i] as usize, members[j] as usize);
                 let l = topo.lca(a, b);
-                bytes_by_level[l] += 2.0 * pair_bytes;
+                if let Some(acc) = bytes_by_level.as_deref_mut() {
+                    acc[l] += 2.0 * pair_bytes;
+                }
                 span = span.max(l);
                 slowest = slowest.min(topo.pair_bandwidth(a, b));
             }
@@ -135,12 +139,24 @@ fn collective_cost(
         for i in 0..n {
             let (a, b) = (members[i] as usize, members[(i + 1) % n] as usize);
             let l = topo.lca(a, b);
-            bytes_by_level[l] += per_rank * weight;
+            if let Some(acc) = bytes_by_level.as_deref_mut() {
+                acc[l] += per_rank * weight;
+            }
             span = span.max(l);
             slowest = slowest.min(topo.pair_bandwidth(a, b));
         }
     }
     steps * levels[span].latency_us * 1e-6 + per_rank / (slowest * 1e9)
+}
+
+/// Time (s) of explicit traffic of `bytes` from GPU `a` to GPU `b`.
+#[inline]
+pub(crate) fn traffic_cost(topo: &Topology, a: usize, b: usize, bytes: f64) -> f64 {
+    if a == b {
+        0.0
+    } else {
+        bytes / (topo.pair_bandwidth(a, b) * 1e9)
+    }
 }
 
 /// Evaluate a placement (`gpus[rank]` = GPU id) of `job` on `topo`.
@@ -165,7 +181,7 @@ pub fn evaluate(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Result<CostRepo
             c.kind,
             c.bytes,
             &mut scratch.members,
-            &mut bytes_by_level,
+            Some(&mut bytes_by_level),
             c.count,
         );
         let slot = &mut class_seconds[c.class as usize];
@@ -178,7 +194,7 @@ pub fn evaluate(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Result<CostRepo
             continue;
         }
         bytes_by_level[topo.lca(a, b)] += bytes;
-        traffic_seconds += bytes / (topo.pair_bandwidth(a, b) * 1e9);
+        traffic_seconds += traffic_cost(topo, a, b, bytes);
     }
     let comm_seconds = class_seconds.iter().sum::<f64>() + traffic_seconds;
 

@@ -9,6 +9,7 @@ pub mod cost;
 pub mod error;
 pub mod greedy;
 pub mod job;
+pub mod refine;
 pub mod solvers;
 pub mod state;
 pub mod topology;

@@ -9,12 +9,14 @@ use crate::job::JobSpec;
 use crate::state::ClusterState;
 
 /// Solvers implemented in Rust, by name.
-pub const SOLVERS: &[&str] = &["greedy", "first-fit", "random"];
+pub const SOLVERS: &[&str] = &["greedy", "refine", "first-fit", "random"];
 
 /// Options every solver accepts.
 #[derive(Debug, Clone, Default)]
 pub struct SolveOptions {
     pub seed: u64,
+    /// Search budget for solvers that search (s); None means their default.
+    pub time_limit: Option<f64>,
 }
 
 /// Run a Rust solver by name; returns the GPU of each rank.
@@ -26,6 +28,17 @@ pub fn solve(
 ) -> Result<Vec<u32>> {
     match name {
         "greedy" => crate::greedy::place(state, job),
+        "refine" => {
+            let start = crate::greedy::place(state, job)?;
+            let mut refine_opts = crate::refine::RefineOptions {
+                seed: opts.seed,
+                ..Default::default()
+            };
+            if let Some(limit) = opts.time_limit {
+                refine_opts.time_limit = std::time::Duration::from_secs_f64(limit.max(0.0));
+            }
+            Ok(crate::refine::refine(state, job, &start, &refine_opts)?.gpus)
+        }
         "first-fit" => first_fit(state, job),
         "random" => random(state, job, opts.seed),
         other => Err(CoreError::InvalidJob(format!(

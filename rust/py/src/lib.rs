@@ -565,13 +565,14 @@ fn evaluate<'py>(
 
 /// Run a Rust solver; returns the GPU of each rank. The state is not changed.
 #[pyfunction]
-#[pyo3(signature = (state, job, solver, seed=0))]
+#[pyo3(signature = (state, job, solver, seed=0, time_limit=None))]
 fn place<'py>(
     py: Python<'py>,
     state: PyRef<'py, PyClusterState>,
     job: &PyJobSpec,
     solver: &str,
     seed: u64,
+    time_limit: Option<f64>,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
     let spec = job.inner.clone();
     if !Arc::ptr_eq(state.inner.topology(), &job.topology) {
@@ -583,7 +584,7 @@ fn place<'py>(
         ));
     }
     let inner = &state.inner;
-    let opts = SolveOptions { seed };
+    let opts = SolveOptions { seed, time_limit };
     let gpus = py
         .detach(|| solvers::solve(solver, inner, &spec, &opts))
         .py_ok(py)?;
@@ -592,6 +593,53 @@ fn place<'py>(
         .map(|g| g as i64)
         .collect::<Vec<_>>()
         .into_pyarray(py))
+}
+
+/// Improve a placement by local search; returns (gpus, start seconds, final seconds,
+/// iterations, accepted moves). The GPUs of `start` count as usable even if allocated.
+#[pyfunction]
+#[pyo3(signature = (state, job, start, time_limit=0.5, seed=0, max_iterations=200_000))]
+fn refine<'py>(
+    py: Python<'py>,
+    state: PyRef<'py, PyClusterState>,
+    job: &PyJobSpec,
+    start: PyReadonlyArray1<'_, i64>,
+    time_limit: f64,
+    seed: u64,
+    max_iterations: u64,
+) -> PyResult<(Bound<'py, PyArray1<i64>>, f64, f64, u64, u64)> {
+    if !Arc::ptr_eq(state.inner.topology(), &job.topology) {
+        return Err(to_pyerr(
+            py,
+            CoreError::InvalidJob(
+                "the job was compiled for another topology than the state's".into(),
+            ),
+        ));
+    }
+    let start = gpus_from(py, &start)?;
+    let spec = job.inner.clone();
+    let inner = &state.inner;
+    let opts = gpuplace_core::refine::RefineOptions {
+        time_limit: std::time::Duration::from_secs_f64(time_limit.max(0.0)),
+        max_iterations,
+        seed,
+    };
+    let out = py
+        .detach(|| gpuplace_core::refine::refine(inner, &spec, &start, &opts))
+        .py_ok(py)?;
+    let gpus = out
+        .gpus
+        .into_iter()
+        .map(|g| g as i64)
+        .collect::<Vec<_>>()
+        .into_pyarray(py);
+    Ok((
+        gpus,
+        out.start_seconds,
+        out.final_seconds,
+        out.iterations,
+        out.accepted,
+    ))
 }
 
 /// Names of the solvers implemented in Rust.
@@ -607,6 +655,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyClusterState>()?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(place, m)?)?;
+    m.add_function(wrap_pyfunction!(refine, m)?)?;
     m.add_function(wrap_pyfunction!(rust_solvers, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -1,0 +1,237 @@
+"""Placing jobs: greedy on real presets, exports, solver registry and Infeasible messages."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import gpuplace
+import numpy as np
+import pytest
+from gpuplace import ClusterState, Job, Topology, TransformerModel
+from gpuplace.hostlist import expand
+from reference import reference_evaluate
+
+LLAMA7B = TransformerModel(parameters=7e9, layers=32, hidden_size=4096, sequence_length=4096)
+
+
+@pytest.fixture
+def pod() -> Topology:
+    """4 leaves of 32 DGX H100 (1024 GPUs)."""
+    return Topology.preset("h100-superpod", nodes=128)
+
+
+def take_nodes(state: ClusterState, nodes, per_node: int = 8, prefix: str = "bg") -> None:
+    for n in nodes:
+        state.allocate(name=f"{prefix}{n}", gpus=list(range(n * 8, n * 8 + per_node)))
+
+
+def hosts_of(topology: Topology, gpus) -> list[str]:
+    return [topology.host_of(int(g)) for g in gpus]
+
+
+def test_greedy_keeps_tp_groups_in_nodes_on_a_fragmented_cluster(pod):
+    state = ClusterState(pod)
+    # Half of every node is taken, except four whole nodes spread over two leaves.
+    whole = {5, 17, 40, 90}
+    for n in range(128):
+        if n not in whole:
+            state.allocate(name=f"half{n}", gpus=list(range(n * 8, n * 8 + 4)))
+    job = Job(name="j", tp=8, dp=3, model=LLAMA7B)
+    placement = gpuplace.place(state, job)
+    assert placement.cost.confinement_ok
+    for group in job.rank_groups("tp"):
+        assert len(set(hosts_of(pod, placement.gpus[group]))) == 1
+    assert set(placement.nodes) <= {pod.hosts[n] for n in whole}
+    # Groups of 4 fit in the half-free nodes; each still stays in one node.
+    job4 = Job(name="k", tp=4, dp=16, model=LLAMA7B)
+    placement = gpuplace.place(state, job4)
+    assert placement.cost.confinement_ok
+    for group in job4.rank_groups("tp"):
+        assert len(set(hosts_of(pod, placement.gpus[group]))) == 1
+    # The topology-blind baseline splits tp groups over the first nodes' free halves.
+    blind = gpuplace.place(state, job, "first-fit")
+    assert not blind.cost.confinement_ok
+    assert placement.cost.comm_seconds > 0
+
+
+def test_greedy_places_a_four_stage_pipeline_inside_one_leaf(pod):
+    state = ClusterState(pod)
+    # Leaf su001 keeps 2 free nodes, su002 keeps 6, su003 and su004 are empty.
+    take_nodes(state, range(0, 30))
+    take_nodes(state, range(32, 58))
+    job = Job(name="pipe", tp=8, pp=4, model=LLAMA7B)
+    placement = gpuplace.place(state, job)
+    assert placement.cost.confinement_ok
+    assert placement.cost.span_level == "leaf"
+    leaves = {pod.domain_of(int(g), "leaf") for g in placement.gpus}
+    assert leaves == {"su002"}, "the tightest leaf that holds the whole pipeline"
+    # Each stage is one whole node; neighbouring stages talk over the leaf only.
+    for stage in range(4):
+        stage_gpus = placement.gpus[stage * 8 : (stage + 1) * 8]
+        assert len(set(hosts_of(pod, stage_gpus))) == 1
+    assert placement.cost.bytes_above("spine") == 0
+    # The cost is the reference's.
+    reference = reference_evaluate(pod, job, placement.gpus)
+    assert placement.cost.comm_seconds == pytest.approx(reference.comm_seconds, rel=1e-9)
+
+
+def test_greedy_beats_random_on_a_big_job(pod):
+    job = Job(name="big", tp=8, pp=4, dp=4, model=LLAMA7B)
+    state = ClusterState(pod)
+    greedy = gpuplace.place(state, job)
+    random = gpuplace.place(state, job, "random", seed=3)
+    assert greedy.cost.confinement_ok
+    assert greedy.cost.span_level == "leaf"
+    assert greedy.cost.comm_seconds < random.cost.comm_seconds
+    assert greedy.solver == "greedy" and random.solver == "random"
+    assert greedy.elapsed_s >= 0
+
+
+def test_greedy_prefers_the_tightest_node_for_a_small_job(pod):
+    state = ClusterState(pod)
+    state.allocate(name="x", gpus=[16, 17, 18, 19, 20, 21])  # dgx003 keeps GPUs 22, 23
+    placement = gpuplace.place(state, Job(name="j", tp=2))
+    assert placement.gpus.tolist() == [22, 23]
+
+
+def test_greedy_never_uses_failed_or_drained_gpus():
+    topo = Topology.preset("dgx-h100")
+    state = ClusterState(topo)
+    state.fail_gpus([0, 3])
+    state.drain_gpus([5])
+    placement = gpuplace.place(state, Job(name="j", tp=4))
+    assert set(placement.gpus.tolist()).isdisjoint({0, 3, 5})
+    with pytest.raises(gpuplace.Infeasible):
+        gpuplace.place(state, Job(name="j", tp=6))
+
+
+def test_gb200_keeps_tp72_in_one_nvlink_domain():
+    topo = Topology.preset("gb200-nvl72", racks=2)
+    state = ClusterState(topo)
+    state.allocate(name="x", gpus=[0])
+    placement = gpuplace.place(state, Job(name="j", tp=72))
+    assert {topo.domain_of(int(g), "nvlink-domain") for g in placement.gpus} == {"rack002"}
+    assert placement.cost.span_level == "nvlink-domain"
+
+
+# --------------------------------------------------------------------------- exports
+def placement_on(topology: Topology, gpus: list[int]) -> gpuplace.Placement:
+    job = Job(name="export", dp=len(gpus), confine={})
+    return dataclasses.replace(
+        gpuplace.place(ClusterState(topology), job, "first-fit"),
+        gpus=np.array(gpus),
+        cost=gpuplace.evaluate(topology, job, gpus),
+    )
+
+
+def test_hostlist_cuda_visible_devices_and_rank_table(pod):
+    p = placement_on(pod, [9, 8, 0, 1, 24, 17])
+    assert p.nodes == ["dgx002", "dgx001", "dgx004", "dgx003"]
+    assert p.hostlist() == "dgx[001-004]"
+    assert p.cuda_visible_devices() == {
+        "dgx002": "1,0",
+        "dgx001": "0,1",
+        "dgx004": "0",
+        "dgx003": "1",
+    }
+    assert p.rank_table() == [
+        {"rank": 0, "host": "dgx002", "local_rank": 0, "device": 1},
+        {"rank": 1, "host": "dgx002", "local_rank": 1, "device": 0},
+        {"rank": 2, "host": "dgx001", "local_rank": 0, "device": 0},
+        {"rank": 3, "host": "dgx001", "local_rank": 1, "device": 1},
+        {"rank": 4, "host": "dgx004", "local_rank": 0, "device": 0},
+        {"rank": 5, "host": "dgx003", "local_rank": 0, "device": 1},
+    ]
+    gap = placement_on(pod, [0, 80, 81, 1000])
+    assert gap.hostlist() == "dgx[001,011,126]"
+
+
+def test_gb200_hostlist_keeps_tray_names():
+    topo = Topology.preset("gb200-nvl72", racks=2)
+    p = placement_on(topo, [0, 4, 8, 72])
+    assert p.nodes == ["rack001-tray01", "rack001-tray02", "rack001-tray03", "rack002-tray01"]
+    assert expand(p.hostlist()) == sorted(p.nodes)
+
+
+def test_placement_json(pod):
+    state = ClusterState(pod)
+    placement = gpuplace.place(state, Job(name="j", tp=8, dp=2, model=LLAMA7B))
+    document = json.loads(placement.to_json())
+    assert document["job"] == "j"
+    assert document["gpus"] == placement.gpus.tolist()
+    assert document["nodes"] == placement.nodes
+    assert document["hostlist"] == placement.hostlist()
+    assert document["solver"] == "greedy"
+    assert document["cost"]["comm_seconds"] == pytest.approx(placement.cost.comm_seconds)
+    assert document["cost"]["confinement_ok"] is True
+    assert set(document["cost"]["class_seconds"]) == {"tp all-reduce", "dp all-reduce"}
+
+
+# --------------------------------------------------------------------------- registry
+def test_solver_registry():
+    names = gpuplace.solvers()
+    assert {"greedy", "first-fit", "random"} <= set(names)
+    assert all(names.values())
+    state = ClusterState(Topology.preset("dgx-h100"))
+    with pytest.raises(gpuplace.InvalidJob, match="unknown solver"):
+        gpuplace.place(state, Job(name="j"), "simulated-annealing-9000")
+    with pytest.raises(gpuplace.InvalidJob, match="time_limit"):
+        gpuplace.place(state, Job(name="j"), time_limit=0)
+
+
+def test_a_registered_python_solver_is_priced_by_the_one_cost_model():
+    @gpuplace.register_solver("test-reverse", "test only: the highest free GPU ids")
+    def reverse(state, job, seed, time_limit):
+        free = np.flatnonzero(state.free_mask())[::-1][: job.gpus]
+        return gpuplace.SolveResult(gpus=free, optimal=False, bound=0.0)
+
+    topo = Topology.preset("dgx-h100")
+    job = Job(name="j", tp=2, communication={"tp": gpuplace.Communication("all-reduce", 1e9)})
+    placement = gpuplace.place(ClusterState(topo), job, "test-reverse")
+    assert placement.gpus.tolist() == [7, 6]
+    assert placement.cost == gpuplace.evaluate(topo, job, [7, 6])
+    assert placement.gap == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------- Infeasible says why
+def test_infeasible_tp_larger_than_any_nvlink_domain(pod):
+    with pytest.raises(gpuplace.Infeasible) as info:
+        gpuplace.place(ClusterState(pod), Job(name="j", tp=16))
+    message = str(info.value)
+    assert "needs 16 GPUs" in message and "16 GPUs inside one node" in message
+    assert "largest node has 8" in message
+
+
+def test_infeasible_on_a_fragmented_cluster_names_the_group(pod):
+    state = ClusterState(pod)
+    for n in range(128):
+        state.allocate(name=f"half{n}", gpus=list(range(n * 8, n * 8 + 4)))
+    with pytest.raises(gpuplace.Infeasible) as info:
+        gpuplace.place(state, Job(name="j", tp=8))
+    message = str(info.value)
+    assert "needs 8 GPUs" in message
+    assert "tp group (8 GPUs) inside one node" in message
+    assert "512 GPUs are free" in message
+
+
+def test_infeasible_max_span(pod):
+    with pytest.raises(gpuplace.Infeasible) as info:
+        gpuplace.place(ClusterState(pod), Job(name="j", dp=300, confine={}, max_span="leaf"))
+    assert "needs 300 GPUs" in str(info.value)
+    assert "at most one leaf" in str(info.value)
+    assert "256" in str(info.value)
+
+
+def test_infeasible_too_few_free_gpus(pod):
+    state = ClusterState(pod)
+    state.fail_gpus(range(1000))
+    for solver in ("greedy", "first-fit", "random"):
+        with pytest.raises(gpuplace.Infeasible, match="needs 32 GPUs but only 24"):
+            gpuplace.place(state, Job(name="j", dp=32, confine={}), solver)
+
+
+def test_infeasible_nvl72_domain():
+    topo = Topology.preset("gb200-nvl72", racks=2)
+    with pytest.raises(gpuplace.Infeasible, match="144 GPUs inside one nvlink-domain"):
+        gpuplace.place(ClusterState(topo), Job(name="j", tp=144))

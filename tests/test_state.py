@@ -1,0 +1,269 @@
+"""Cluster state: allocation, health, counters, snapshots and state files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import gpuplace
+import numpy as np
+import pytest
+from gpuplace import ClusterState, Topology
+
+
+@pytest.fixture
+def pod() -> Topology:
+    return Topology.preset("h100-superpod", nodes=64)
+
+
+def counts(state: ClusterState) -> list[list[int]]:
+    return [state.free_counts(lv).tolist() for lv in range(len(state.topology.levels))]
+
+
+def test_a_new_state_is_all_free(pod):
+    state = ClusterState(pod)
+    assert state.free_gpus == 512
+    assert state.jobs == {}
+    assert state.occupancy == 0
+    assert state.free_counts("node").tolist() == [8] * 64
+    assert state.free_counts("leaf").tolist() == [256, 256]
+    assert state.free_counts("spine").tolist() == [512]
+    assert state._core.recount()[0].tolist() == [8] * 64
+
+
+def test_allocate_and_release(pod):
+    state = ClusterState(pod)
+    state.allocate(name="a", gpus=[9, 8, 300])
+    assert state.free_gpus == 509
+    assert state.owner_of(8) == "a" and state.owner_of(7) is None
+    assert state.jobs["a"].tolist() == [9, 8, 300]
+    assert state.free_counts("node")[1] == 6
+    assert state.free_counts("leaf").tolist() == [254, 255]
+    assert state.occupancy == pytest.approx(3 / 512)
+    assert sorted(state.release("a").tolist()) == [8, 9, 300]
+    assert state.free_gpus == 512
+    assert state.jobs == {}
+
+
+def test_allocation_errors_change_nothing(pod):
+    state = ClusterState(pod)
+    state.allocate(name="a", gpus=[0, 1])
+    state.fail_gpus([5])
+    before = state.snapshot()
+    for name, gpus in [
+        ("a", [2]),  # name in use
+        ("b", [1, 2]),  # GPU taken
+        ("b", [5]),  # GPU failed
+        ("b", [2, 2]),  # GPU twice
+        ("b", [512]),  # no such GPU
+        ("b", [-1]),  # no such GPU
+        ("", [3]),  # no name
+    ]:
+        with pytest.raises(gpuplace.InvalidState):
+            state.allocate(name=name, gpus=gpus)
+        assert state.snapshot() == before
+    with pytest.raises(gpuplace.InvalidState):
+        state.allocate()
+    with pytest.raises(gpuplace.InvalidState, match="zz"):
+        state.release("zz")
+    assert state.snapshot() == before
+
+
+def test_a_placement_of_another_topology_is_refused(pod):
+    other = Topology.preset("h100-superpod", nodes=64)
+    placement = gpuplace.place(ClusterState(other), gpuplace.Job(name="j", tp=8))
+    state = ClusterState(pod)
+    with pytest.raises(gpuplace.InvalidState):
+        state.allocate(placement)
+    assert state.free_gpus == 512
+
+
+def test_failing_gpus_reports_affected_jobs_and_keeps_them_out(pod):
+    state = ClusterState(pod)
+    state.allocate(name="a", gpus=[4, 5, 6])
+    affected = state.fail_gpus([6, 0])
+    assert {k: v.tolist() for k, v in affected.items()} == {"a": [2]}
+    assert state.free_gpus == 512 - 3 - 1
+    assert state.drain_gpus([1]) == {}
+    assert state.health()[:8].tolist() == [1, 2, 0, 0, 0, 0, 1, 0]
+    state.release("a")
+    # The failed GPU stays out of service after its job leaves.
+    assert state.free_gpus == 512 - 3
+    assert not state.free_mask()[6]
+    state.recover_gpus([0, 1, 6])
+    assert state.free_gpus == 512
+    assert state._core.recount()[0].tolist() == state.free_counts(0).tolist()
+
+
+def test_unknown_gpus_in_health_changes_change_nothing(pod):
+    state = ClusterState(pod)
+    before = state.snapshot()
+    with pytest.raises(gpuplace.InvalidState):
+        state.fail_gpus([3, 9999])
+    with pytest.raises(gpuplace.InvalidState):
+        state.drain_gpus([-1])
+    assert state.snapshot() == before
+
+
+def test_copy_is_independent(pod):
+    state = ClusterState(pod)
+    state.allocate(name="a", gpus=[0])
+    copy = state.copy()
+    copy.allocate(name="b", gpus=[1])
+    copy.release("a")
+    assert list(state.jobs) == ["a"] and list(copy.jobs) == ["b"]
+    assert state.free_gpus == copy.free_gpus == 511
+
+
+# --------------------------------------------------------------------------- persistence
+def busy_state(pod: Topology) -> ClusterState:
+    state = ClusterState(pod)
+    state.allocate(name="a", gpus=[0, 1, 2, 3])
+    state.allocate(name="b", gpus=[100, 40])
+    state.fail_gpus([200])
+    state.drain_gpus([201, 202])
+    return state
+
+
+def test_snapshot_contents(pod):
+    snap = busy_state(pod).snapshot()
+    assert snap["format"] == "gpuplace.state/1"
+    assert snap["topology"]["gpus"] == 512
+    assert snap["topology"]["fingerprint"] == pod.fingerprint
+    assert snap["health"] == {"failed": [200], "drained": [201, 202]}
+    assert snap["jobs"] == [{"name": "a", "gpus": [0, 1, 2, 3]}, {"name": "b", "gpus": [100, 40]}]
+    json.dumps(snap)  # JSON-able
+
+
+def test_save_load_round_trip(tmp_path, pod):
+    state = busy_state(pod)
+    path = tmp_path / "state.json"
+    state.save(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+    document = json.loads(path.read_text())
+    body = json.dumps(document["state"], sort_keys=True, separators=(",", ":"))
+    assert document["checksum"] == "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+    loaded = ClusterState.load(pod, path)
+    assert loaded.snapshot() == state.snapshot()
+    assert counts(loaded) == counts(state)
+    # Overwriting keeps one file.
+    loaded.release("a")
+    loaded.save(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+    assert ClusterState.load(pod, path).snapshot() == loaded.snapshot()
+
+
+def test_a_job_on_a_gpu_that_failed_later_survives_snapshot_and_file(tmp_path, pod):
+    """Failing a GPU under a running job keeps the job (it is reported, not evicted); the
+    state must still snapshot, restore, save and load."""
+    state = ClusterState(pod)
+    state.allocate(name="a", gpus=[0, 1])
+    state.fail_gpus([1])
+    restored = ClusterState.restore(pod, state.snapshot())
+    assert restored.snapshot() == state.snapshot()
+    assert counts(restored) == counts(state)
+    path = tmp_path / "state.json"
+    state.save(path)
+    assert ClusterState.load(pod, path).snapshot() == state.snapshot()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "truncate",
+        "flip",
+        "empty",
+        "not-json",
+        "list",
+        "no-checksum",
+        "bad-checksum",
+        "binary",
+    ],
+)
+def test_a_damaged_state_file_is_refused(tmp_path, pod, damage):
+    path = tmp_path / "state.json"
+    busy_state(pod).save(path)
+    text = path.read_text()
+    if damage == "truncate":
+        path.write_text(text[: len(text) // 2])
+    elif damage == "flip":
+        path.write_text(text.replace('"b"', '"c"'))
+    elif damage == "empty":
+        path.write_text("")
+    elif damage == "not-json":
+        path.write_text("state: yes\n")
+    elif damage == "list":
+        path.write_text("[1, 2, 3]")
+    elif damage == "no-checksum":
+        document = json.loads(text)
+        del document["checksum"]
+        path.write_text(json.dumps(document))
+    elif damage == "bad-checksum":
+        document = json.loads(text)
+        document["checksum"] = "sha256:" + "0" * 64
+        path.write_text(json.dumps(document))
+    else:
+        path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(gpuplace.InvalidState) as info:
+        ClusterState.load(pod, path)
+    assert str(path) in str(info.value)
+
+
+def test_a_missing_state_file_is_refused(tmp_path, pod):
+    with pytest.raises(gpuplace.InvalidState, match="no such"):
+        ClusterState.load(pod, tmp_path / "nope.json")
+
+
+def test_a_state_of_another_topology_is_refused(tmp_path, pod):
+    path = tmp_path / "state.json"
+    busy_state(pod).save(path)
+    other = Topology.preset("h100-superpod", nodes=65)
+    with pytest.raises(gpuplace.InvalidState, match="topology"):
+        ClusterState.load(other, path)
+
+
+def signed(body: dict) -> str:
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return json.dumps(
+        {"checksum": "sha256:" + hashlib.sha256(text.encode()).hexdigest(), "state": body}
+    )
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda s: s["jobs"].append({"name": "c", "gpus": [0]}), "jobs[2]"),
+        (lambda s: s["jobs"].append({"name": "c", "gpus": [9999]}), "jobs[2]"),
+        (lambda s: s["jobs"].append({"name": "c", "gpus": [-4]}), "jobs[2].gpus[0]"),
+        (lambda s: s["jobs"].append({"name": "a", "gpus": [7]}), "jobs[2]"),
+        (lambda s: s["jobs"].append({"gpus": [7]}), "jobs[2].name"),
+        (lambda s: s["jobs"].append("x"), "jobs[2]"),
+        (lambda s: s.update(jobs={"a": [1]}), "jobs"),
+        (lambda s: s["health"].update(failed=[9999]), "health.failed"),
+        (lambda s: s["health"].update(failed="all"), "health.failed"),
+        (lambda s: s.update(format="gpuplace.state/0"), "format"),
+        (lambda s: s.update(topology=None), "topology"),
+    ],
+)
+def test_a_well_signed_but_invalid_state_names_the_field(tmp_path, pod, edit, field):
+    body = busy_state(pod).snapshot()
+    edit(body)
+    path = tmp_path / "state.json"
+    path.write_text(signed(body))
+    with pytest.raises(gpuplace.InvalidState) as info:
+        ClusterState.load(pod, path)
+    assert f"{field}:" in str(info.value)
+
+
+def test_restore_rejects_non_mappings(pod):
+    for snapshot in (None, [], "state", 3):
+        with pytest.raises(gpuplace.InvalidState):
+            ClusterState.restore(pod, snapshot)
+
+
+def test_free_mask_matches_health_and_owners(pod):
+    state = busy_state(pod)
+    mask = state.free_mask()
+    health = state.health()
+    owners = np.array([state.owner_of(g) is not None for g in range(pod.num_gpus)])
+    assert mask.tolist() == ((health == 0) & ~owners).tolist()
