@@ -211,10 +211,14 @@ def import_cmd(
         click.echo(_summary(topology), err=True)
 
 
+def _hosts(n: int) -> str:
+    return f"{n} host" if n == 1 else f"{n} hosts"
+
+
 def _summary(t: Topology) -> str:
     levels = " ".join(f"{lv.name}[{t.domain_count(i)}]" for i, lv in enumerate(t.levels))
     return (
-        f"{t.name}: {len(t.hosts)} hosts, {t.num_gpus} GPUs; levels {levels}; "
+        f"{t.name}: {_hosts(len(t.hosts))}, {t.num_gpus} GPUs; levels {levels}; "
         f"NVLink domain: {t.levels[t.nvlink_level].name}"
     )
 
@@ -294,12 +298,12 @@ def _print_table(info: dict[str, Any]) -> None:
 
     out = Console(highlight=False, soft_wrap=True)
     out.print(
-        f"[bold]{info['name']}[/bold]: {info['hosts']} hosts, {info['gpus']} GPUs, "
+        f"[bold]{info['name']}[/bold]: {_hosts(info['hosts'])}, {info['gpus']} GPUs, "
         f"NVLink domain = {info['nvlink_domain']}"
     )
     for name, nt in info["node_types"].items():
         model = f" x {nt['gpu_model']}" if nt["gpu_model"] else " GPUs"
-        out.print(f"  node type {name}: {nt['gpus']}{model}, {nt['hosts']} hosts")
+        out.print(f"  node type {name}: {nt['gpus']}{model}, {_hosts(nt['hosts'])}")
     if info.get("sources"):
         out.print(f"  imported from {', '.join(info['sources'])}")
     table = Table("level", "GB/s/GPU", "µs", "domains", "GPUs each", "role")
