@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuplace.commands.bench import bench
+from gpuplace.commands.topo import topo
 from gpuplace.errors import GpuplaceError, InvalidTopology
 from gpuplace.job import Job
 from gpuplace.placement import Placement, place, solvers
@@ -204,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 cli.add_command(bench)
+cli.add_command(topo)
 
 from gpuplace.commands import health as _health  # noqa: E402  (after cli is defined)
 

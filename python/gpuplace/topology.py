@@ -99,10 +99,14 @@ class Topology:
         hosts: Sequence[str],
         host_types: Sequence[str],
         host_domains: Sequence[Sequence[str]],
+        provenance: Mapping[str, Any] | None = None,
     ):
         """Build from parts; ``host_domains[h]`` names host h's domain at each level above the
         node level. Prefer :meth:`from_dict`, which validates field by field."""
         self.name = name
+        #: Informational notes of an import (``sources``, ``warnings``, ``degraded_links``,
+        #: ``parallel_links``); not part of the cost model nor of the fingerprint.
+        self.provenance: dict[str, Any] = dict(provenance or {})
         self.levels: tuple[Level, ...] = tuple(levels)
         self.node_level = node_level
         self.nvlink_level = nvlink_level
@@ -242,6 +246,11 @@ class Topology:
         """Domain id of every GPU at every level, shape (num_gpus, num_levels)."""
         return self._core.path()
 
+    @property
+    def warnings(self) -> list[str]:
+        """What the readers of an imported topology could not resolve (empty otherwise)."""
+        return list(self.provenance.get("warnings", []))
+
     def __repr__(self) -> str:
         levels = ", ".join(f"{lv.name}[{self.domain_count(i)}]" for i, lv in enumerate(self.levels))
         return f"Topology({self.name!r}, {self.num_gpus} GPUs, levels: {levels})"
@@ -258,7 +267,16 @@ class Topology:
         c.keys(
             doc,
             "",
-            {"format", "name", "levels", "node_level", "nvlink_domain", "node_types", "nodes"},
+            {
+                "format",
+                "name",
+                "levels",
+                "node_level",
+                "nvlink_domain",
+                "node_types",
+                "nodes",
+                "provenance",
+            },
         )
         if doc.get("format") != FORMAT:
             raise c.fail("format", f"expected {FORMAT!r}, got {doc.get('format')!r}")
@@ -352,6 +370,7 @@ class Topology:
                 host_domains.append(path)
             if len(hosts) > 2_000_000:
                 raise c.fail("nodes", "more than 2,000,000 hosts")
+        notes = _provenance(c, doc.get("provenance", {}))
         try:
             return cls(
                 name=name,
@@ -362,6 +381,7 @@ class Topology:
                 hosts=hosts,
                 host_types=host_types,
                 host_domains=host_domains,
+                provenance=notes,
             )
         except InvalidTopology as exc:
             raise c.fail("", _domain_message(str(exc), levels, host_domains, hosts)) from None
@@ -410,12 +430,17 @@ class Topology:
             run.append(host)
         flush()
         out["nodes"] = nodes
+        if self.provenance:
+            out["provenance"] = json.loads(json.dumps(self.provenance))
         return out
 
     @cached_property
     def fingerprint(self) -> str:
-        """SHA-256 of the canonical native form: state files name the topology they belong to."""
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """SHA-256 of the canonical native form without ``provenance``: state files name the
+        topology they belong to."""
+        doc = self.to_dict()
+        doc.pop("provenance", None)
+        canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     @classmethod
@@ -429,6 +454,44 @@ class Topology:
     def save(self, path: str | Path) -> None:
         """Write the native form (YAML, or JSON for ``.json``), atomically."""
         write_atomically(path, dump_document(path, self.to_dict()))
+
+    @classmethod
+    def from_parts(
+        cls,
+        node_type: Any = None,
+        fabric: Any = None,
+        *,
+        name: str = "cluster",
+        gpus_per_node: int | None = None,
+        bandwidths: Mapping[str, float] | None = None,
+        latencies: Mapping[str, float] | None = None,
+        sources: Sequence[str] = (),
+    ) -> Topology:
+        """Build from what the readers in :mod:`gpuplace.io` return: a host description
+        (``gpuplace.io.NodeType`` from nvidia-smi/rocm-smi) and/or a network
+        (``gpuplace.io.Fabric`` from Slurm, ibnetdiscover, Kubernetes or EC2).
+
+        Every host of the fabric gets ``node_type``; without one, the GPU count the fabric
+        gives, else ``gpus_per_node``, else 8 (with a warning). Without a fabric the result is
+        one host. ``bandwidths`` (GB/s per GPU and direction) and ``latencies`` (µs) override
+        levels by name; ``sources`` (file names) are kept in :attr:`provenance` with the
+        readers' warnings and the fabric's degraded links. Raises
+        :class:`gpuplace.InvalidTopology` when the parts do not fit together.
+        """
+        from gpuplace.io.model import to_topology_dict
+
+        doc = to_topology_dict(
+            node_type,
+            fabric,
+            name=name,
+            bandwidths=dict(bandwidths) if bandwidths else None,
+            latencies=dict(latencies) if latencies else None,
+            gpus_per_node=gpus_per_node,
+        )
+        if sources:
+            doc.setdefault("provenance", {})
+            doc["provenance"] = {"sources": [str(s) for s in sources], **doc["provenance"]}
+        return cls.from_dict(doc, source=name)
 
     # ----------------------------------------------------------------- presets
     @staticmethod
@@ -657,6 +720,31 @@ def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> No
         nics=nics,
         gpu_nic=gpu_nic,
     )
+
+
+def _provenance(c: Checker, raw: Any) -> dict[str, Any]:
+    """Validate the informational ``provenance`` entry (kept, never interpreted)."""
+    doc = c.mapping(raw, "provenance")
+    c.keys(doc, "provenance", {"sources", "warnings", "degraded_links", "parallel_links"})
+    out: dict[str, Any] = {}
+    for key in ("sources", "warnings"):
+        if key in doc:
+            seq = c.sequence(doc[key], f"provenance.{key}")
+            out[key] = [c.string(v, f"provenance.{key}[{i}]") for i, v in enumerate(seq)]
+    if "degraded_links" in doc:
+        links = []
+        raw_links = c.sequence(doc["degraded_links"], "provenance.degraded_links")
+        for i, raw_link in enumerate(raw_links):
+            p = f"provenance.degraded_links[{i}]"
+            link = c.mapping(raw_link, p)
+            c.keys(link, p, {"a", "b", "rate"})
+            links.append({k: c.string(link.get(k), f"{p}.{k}") for k in ("a", "b", "rate")})
+        out["degraded_links"] = links
+    if "parallel_links" in doc:
+        out["parallel_links"] = c.integer(
+            doc["parallel_links"], "provenance.parallel_links", minimum=0
+        )
+    return out
 
 
 def _domain_message(

@@ -6,14 +6,17 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from gpuplace import Topology
 from gpuplace.errors import InvalidTopology
 from gpuplace.io import (
+    Fabric,
     read_ec2_topology,
     read_ibnetdiscover,
     read_k8s_nodes,
     read_nvidia_smi_topo,
     read_rocm_smi_topo,
     read_slurm_topology,
+    write_slurm_topology,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -43,6 +46,9 @@ SAMPLES = {
     "topograph-generated-topology-tree-oci-sim.conf": read_slurm_topology,
     "topograph-generated-topology-block-dra-sim.conf": read_slurm_topology,
     "ec2-describe-instance-topology-awscli-example.json": read_ec2_topology,
+    "ec2-describe-instance-topology-p4de-awesome-networking.json": read_ec2_topology,
+    "rocm-smi-showtopo-mi250x-8gcd-weight-only-vllm-issue16840.txt": read_rocm_smi_topo,
+    "slurm-topology-yaml-manpage-example.yaml": read_slurm_topology,
 }
 SAMPLE_BYTES = {name: (DATA / name).read_bytes() for name in SAMPLES}
 
@@ -108,11 +114,20 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 
 
 def _only_invalid_topology(reader, data):
+    """The reader, then building a Topology from what it returned, raise only
+    InvalidTopology; topology.conf written from that Topology reads back."""
     stream = io.BytesIO(data) if isinstance(data, bytes) else io.StringIO(data)
     try:
-        reader(stream)
+        parsed = reader(stream)
+        if isinstance(parsed, Fabric):
+            topo = Topology.from_parts(None, parsed, name="fuzz")
+        else:
+            topo = Topology.from_parts(parsed, None, name="fuzz")
     except InvalidTopology:
-        pass
+        return
+    if topo.node_level < len(topo.levels) - 1:
+        for mode in ("tree", "block"):
+            read_slurm_topology(io.StringIO(write_slurm_topology(topo, mode)))
 
 
 @FUZZ

@@ -130,7 +130,10 @@ def test_glued_columns_and_banner():
 
 
 def test_gpu_names_around_the_matrix_set_the_generation():
-    text = "GPU 0,1: NVIDIA A100-SXM4-80GB\n        GPU0    GPU1\nGPU0     X      NV12\nGPU1    NV12     X\n"
+    text = (
+        "GPU 0,1: NVIDIA A100-SXM4-80GB\n"
+        "        GPU0    GPU1\nGPU0     X      NV12\nGPU1    NV12     X\n"
+    )
     node = read_nvidia_smi_topo(io.StringIO(text))
     assert node.gpu_generation == "ampere" and not node.warnings
     assert node.bandwidth_gbps[0][1] == pytest.approx(240.0)

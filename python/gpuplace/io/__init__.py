@@ -12,7 +12,18 @@ from gpuplace.io.model import Fabric, Host, Link, NodeType, Switch, to_topology_
 from gpuplace.io.nvidia_smi import read_nvidia_smi_topo
 from gpuplace.io.rocm_smi import read_rocm_smi_topo
 from gpuplace.io.slurm import read_slurm_topology
-from gpuplace.io.writers import write_slurm_topology
+from gpuplace.io.writers import (
+    k8s_node_affinity,
+    rank_table,
+    slurm_hostlist,
+    write_cuda_visible_devices,
+    write_k8s_node_affinity,
+    write_openmpi_hostfile,
+    write_openmpi_rankfile,
+    write_rank_table,
+    write_slurm_topology,
+    write_torchrun_commands,
+)
 
 __all__ = [
     "Fabric",
@@ -20,12 +31,21 @@ __all__ = [
     "Link",
     "NodeType",
     "Switch",
+    "k8s_node_affinity",
+    "rank_table",
     "read_ec2_topology",
     "read_ibnetdiscover",
     "read_k8s_nodes",
     "read_nvidia_smi_topo",
     "read_rocm_smi_topo",
     "read_slurm_topology",
+    "slurm_hostlist",
     "to_topology_dict",
+    "write_cuda_visible_devices",
+    "write_k8s_node_affinity",
+    "write_openmpi_hostfile",
+    "write_openmpi_rankfile",
+    "write_rank_table",
     "write_slurm_topology",
+    "write_torchrun_commands",
 ]

@@ -13,8 +13,10 @@ import re
 from dataclasses import dataclass, field
 
 from gpuplace.errors import InvalidTopology
+from gpuplace.hostlist import HostlistError, expand
 
 __all__ = [
+    "DEFAULT_GPUS_PER_NODE",
     "DEFAULT_LATENCY_US",
     "NVLINK_GBPS_PER_LINK",
     "PCIE_GBPS",
@@ -64,6 +66,9 @@ DEFAULT_LATENCY_US = {
     "core": 5.0,
     "root": 6.0,
 }
+
+#: GPUs per host assumed when neither a node type nor the fabric says (an HGX/DGX board).
+DEFAULT_GPUS_PER_NODE = 8
 
 #: InfiniBand data rate per lane (Gbit/s) after line encoding, by speed name.
 _IB_LANE_GBIT = {
@@ -188,10 +193,54 @@ def _offdiag_min(matrix: list[list[float]], members: list[int] | None = None) ->
     return min(vals) if vals else None
 
 
-def _host_gpus(node_type: NodeType | None, host: Host) -> int:
+def _host_gpus(node_type: NodeType | None, host: Host, default: int) -> int:
     if node_type is not None:
         return node_type.gpus
-    return host.gpus or 1
+    return host.gpus or default
+
+
+def _check_host_name(name: str, topo: str) -> None:
+    """A host name must stand for itself in a hostlist (the native format reads every node name
+    as a Slurm hostlist expression)."""
+    try:
+        ok = bool(name) and expand(name) == [name]
+    except HostlistError:
+        ok = False
+    if not ok or any(ch.isspace() for ch in name):
+        raise InvalidTopology(
+            f"{topo}: host name {name!r} is not a plain host name (empty, whitespace, or "
+            "hostlist syntax such as ',' or '[...]')"
+        )
+
+
+def link_label(fabric: Fabric, key: str, port: int | None) -> str:
+    """``SWITCH-NAME[port]`` for a switch end, ``KEY[port]`` otherwise."""
+    sw = fabric.switches.get(key)
+    name = f"{sw.name} ({key})" if sw is not None and sw.name != key else key
+    return f"{name}[{port}]" if port is not None else name
+
+
+def provenance(fabric: Fabric | None, node_type: NodeType | None = None) -> dict:
+    """The informational ``provenance`` entry of a native topology: reader warnings, and the
+    fabric's degraded links (rate below the fabric's usual one) and parallel cables."""
+    out: dict = {}
+    warnings = list(node_type.warnings) if node_type is not None else []
+    if fabric is not None:
+        warnings += [w for w in fabric.warnings if w not in warnings]
+        if fabric.degraded_links:
+            out["degraded_links"] = [
+                {
+                    "a": link_label(fabric, lk.a, lk.a_port),
+                    "b": link_label(fabric, lk.b, lk.b_port),
+                    "rate": lk.rate or (f"{lk.gbit:g} Gbit/s" if lk.gbit else "unknown"),
+                }
+                for lk in fabric.degraded_links
+            ]
+        if fabric.parallel_links:
+            out["parallel_links"] = len(fabric.parallel_links)
+    if warnings:
+        out["warnings"] = warnings
+    return out
 
 
 def to_topology_dict(
@@ -201,8 +250,13 @@ def to_topology_dict(
     name: str,
     bandwidths: dict[str, float] | None = None,
     latencies: dict[str, float] | None = None,
+    gpus_per_node: int | None = None,
 ) -> dict:
     """Combine a host description and a fabric into the native topology dictionary.
+
+    Without a node type, each host gets the GPU count its fabric source gives (Kubernetes,
+    EC2), else ``gpus_per_node``, else :data:`DEFAULT_GPUS_PER_NODE` with a warning. Host
+    names must be plain names (no hostlist syntax).
 
     Levels, bottom-up: ``numa`` (when every GPU has a NUMA node and there are several),
     ``node``, the fabric's levels, and ``root`` when the fabric's top level has more than one
@@ -219,9 +273,22 @@ def to_topology_dict(
         raise InvalidTopology(f"{name}: need a node type, a fabric or both")
     if node_type is not None and node_type.gpus < 1:
         raise InvalidTopology(f"{name}: node type {node_type.name!r} has no GPUs")
+    if gpus_per_node is not None and not 1 <= gpus_per_node <= 64:
+        raise InvalidTopology(f"{name}: gpus_per_node must be 1..64, got {gpus_per_node}")
     fabric = fabric or Fabric(hosts={f"{node_type.name}-0": Host(f"{node_type.name}-0")})
     if not fabric.hosts:
         raise InvalidTopology(f"{name}: the fabric has no hosts")
+    for host in fabric.hosts:
+        _check_host_name(host, name)
+    default_gpus = gpus_per_node or DEFAULT_GPUS_PER_NODE
+    if node_type is None:
+        unknown = [h.name for h in fabric.hosts.values() if not h.gpus]
+        if unknown and gpus_per_node is None:
+            fabric.warnings.append(
+                f"GPU count of {len(unknown)} hosts unknown ({', '.join(unknown[:3])}"
+                f"{' ...' if len(unknown) > 3 else ''}); assumed {DEFAULT_GPUS_PER_NODE} per "
+                "host (give a node type or gpus_per_node)"
+            )
     for level in fabric.levels:
         if not _LEVEL_NAME.match(level) or level in ("node", "numa", "root"):
             raise InvalidTopology(f"{name}: fabric level {level!r} is not a usable level name")
@@ -263,7 +330,11 @@ def to_topology_dict(
             host_type[host] = node_type.name
     else:
         for host in fabric.hosts.values():
-            n = host.gpus or 1
+            n = host.gpus or default_gpus
+            if n > 64:
+                raise InvalidTopology(
+                    f"{name}: host {host.name} has {n} GPUs; at most 64 per host are supported"
+                )
             tname = f"{n}gpu" if not host.gpu_model else _type_name(host.gpu_model, n)
             if tname not in node_types:
                 node_types[tname] = {"gpus": n, "sublevels": {}}
@@ -301,25 +372,26 @@ def to_topology_dict(
         for d in domains.values():
             d["root"] = "root"
 
+    # -- NVLink domain ------------------------------------------------------------------------
+    nvlink_domain = "node"
+    if (
+        node_type is not None
+        and node_type.nvlink_domain_gpus
+        and (node_type.nvlink_domain_gpus > node_type.gpus)
+    ):
+        nvlink_domain = _nvlink_level(node_type, fabric, levels, domains, warnings)
+    elif fabric.nvlink_level and fabric.nvlink_level in levels:
+        nvlink_domain = fabric.nvlink_level
+    # Fabric levels up to the NVLink domain are NVLink (a GB200 rack); the network starts above.
+    nvlink_levels = levels[: levels.index(nvlink_domain) + 1] if nvlink_domain in levels else []
+    net_levels = levels[len(nvlink_levels) :]
+
     # -- bandwidths ---------------------------------------------------------------------------
     all_levels = [*sublevels, "node", *levels]
     bw: dict[str, float] = {}
-    if node_type is not None and node_type.bandwidth_gbps:
-        matrix = node_type.bandwidth_gbps
-        if sublevels:
-            groups: dict[int, list[int]] = {}
-            for gpu, dom in enumerate(node_types[node_type.name]["sublevels"]["numa"]):
-                groups.setdefault(dom, []).append(gpu)
-            vals = [_offdiag_min(matrix, g) for g in groups.values()]
-            vals = [v for v in vals if v is not None]
-            bw["numa"] = min(vals) if vals else (_offdiag_min(matrix) or 1.0)
-        bw["node"] = _offdiag_min(matrix) or 1.0
-    else:
-        for lv in sublevels:
-            bw[lv] = 1.0
-        bw["node"] = 1.0
-    if levels:
-        gpus_per_host = [_host_gpus(node_type, h) for h in fabric.hosts.values()]
+    net: float | None = None
+    if net_levels:
+        gpus_per_host = [_host_gpus(node_type, h, default_gpus) for h in fabric.hosts.values()]
         gpus = min(gpus_per_host)
         rails = sorted(len(h.rails) for h in fabric.hosts.values() if h.rails)
         if rails:
@@ -338,14 +410,44 @@ def to_topology_dict(
                 "host link speed unknown; assumed 400 Gbit/s (NDR) per NIC for the network levels"
             )
         net = port_gbps * nics / max(gpus, 1)
-        net = min(net, bw["node"]) if node_type is not None and node_type.bandwidth_gbps else net
-        for lv in levels:
-            net = net * min(1.0, fabric.oversubscription.get(lv, 1.0))
-            bw[lv] = round(net, 3)
+    matrix_min = None
+    if node_type is not None and node_type.bandwidth_gbps:
+        matrix = node_type.bandwidth_gbps
+        matrix_min = _offdiag_min(matrix)
+        if sublevels and matrix_min is not None:
+            groups: dict[int, list[int]] = {}
+            for gpu, dom in enumerate(node_types[node_type.name]["sublevels"]["numa"]):
+                groups.setdefault(dom, []).append(gpu)
+            vals = [_offdiag_min(matrix, g) for g in groups.values()]
+            vals = [v for v in vals if v is not None]
+            bw["numa"] = min(vals) if vals else matrix_min
+    if matrix_min is not None:
+        bw["node"] = matrix_min
+        if net is not None:
+            net = min(net, matrix_min)
+    else:
+        # No GPU pair inside the host is described: the node level only has to stay out of
+        # the network's way (the cost model takes the minimum over the levels a group spans).
+        bw["node"] = max(PCIE_GBPS["ampere"], net or 0.0)
+        if node_type is None or node_type.gpus > 1:
+            warnings.append(
+                f"bandwidth between the GPUs of a host unknown; assumed {bw['node']:g} GB/s "
+                "(PCIe Gen4 x16); give a node type from nvidia-smi/rocm-smi"
+            )
+    for lv in sublevels:
+        bw.setdefault(lv, bw["node"])
+    for lv in nvlink_levels:
+        bw[lv] = bw["node"]
+    for lv in net_levels:
+        assert net is not None
+        net = net * min(1.0, fabric.oversubscription.get(lv, 1.0))
+        bw[lv] = round(net, 3)
     if bandwidths:
         for lv, value in bandwidths.items():
             if lv not in all_levels:
                 raise InvalidTopology(f"{name}: bandwidth given for unknown level {lv!r}")
+            if not float(value) > 0:
+                raise InvalidTopology(f"{name}: bandwidth of {lv!r} must be > 0, got {value!r}")
             bw[lv] = float(value)
 
     level_dicts = [
@@ -357,18 +459,8 @@ def to_topology_dict(
         for i, lv in enumerate(all_levels)
     ]
 
-    nvlink_domain = "node"
-    if (
-        node_type is not None
-        and node_type.nvlink_domain_gpus
-        and (node_type.nvlink_domain_gpus > node_type.gpus)
-    ):
-        nvlink_domain = _nvlink_level(node_type, fabric, levels, domains, warnings)
-    elif fabric.nvlink_level and fabric.nvlink_level in levels:
-        nvlink_domain = fabric.nvlink_level
-
     nodes = [{"name": h, "type": host_type[h], "domains": dict(domains[h])} for h in fabric.hosts]
-    return {
+    out = {
         "format": "gpuplace.topology/1",
         "name": name,
         "levels": level_dicts,
@@ -377,6 +469,10 @@ def to_topology_dict(
         "node_types": node_types,
         "nodes": nodes,
     }
+    notes = provenance(fabric, node_type)
+    if notes:
+        out["provenance"] = notes
+    return out
 
 
 def _type_name(model: str, gpus: int) -> str:
@@ -395,14 +491,22 @@ def _nvlink_level(
     system (GB200 NVL72): the fabric's declared one, else the highest level whose every domain
     holds at most ``nvlink_domain_gpus`` GPUs."""
     want = node_type.nvlink_domain_gpus or node_type.gpus
-    if fabric.nvlink_level in levels:
-        return fabric.nvlink_level  # type: ignore[return-value]
-    best = "node"
-    for lv in levels:
+
+    def largest(lv: str) -> int:
         sizes: dict[str, int] = {}
         for d in domains.values():
             sizes[d[lv]] = sizes.get(d[lv], 0) + node_type.gpus
-        if max(sizes.values()) <= want:
+        return max(sizes.values())
+
+    if fabric.nvlink_level in levels:
+        return fabric.nvlink_level  # type: ignore[return-value]
+    # Slurm topology/block exists for NVLink racks: a block is the NVLink domain when it fits
+    # (the blockN levels above it group whole racks and must not be taken for one).
+    if "block" in levels and largest("block") <= want:
+        return "block"
+    best = "node"
+    for lv in levels:
+        if largest(lv) <= want:
             best = lv
         else:
             break
