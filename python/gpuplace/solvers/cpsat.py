@@ -31,7 +31,10 @@ p2p pairs between stages ``k`` and ``k+1`` can all stay inside level-``l`` domai
 stages have the same count in every level-``l`` domain (Hall's condition on a laminar family):
 boolean ``e[k, l]`` implies those equalities. The concrete pairing is built afterwards by
 matching stage ``k+1``'s blocks to stage ``k``'s bottom-up (same site first, then same level-1
-domain, ...), which attains every ``e[k, l]`` the model chose.
+domain, ...), which attains every ``e[k, l]`` the model chose. That pairing minimises the
+highest level of any pair, which is what the class price needs when the p2p price grows with
+the level; when it does not (user latencies that fall with the level) the assignment model is
+used instead.
 
 *Assignment model* (every other shape: several collective dimensions outside the blocks, expert
 or context parallelism, explicit traffic, tp confined above the lowest level as on NVL72):
@@ -422,7 +425,14 @@ def analyse(state: ClusterState, job: Job) -> Instance:
             chain.append(d)
         else:
             ring.append(d)  # too many: forces the assignment model
-    if len(ring) <= 1 and len(chain) <= 1:
+    # The pairing of stages is chosen after solving, bottom-up, which minimises the highest
+    # level of any pair: that minimises the class price only when the price grows with the
+    # level (it may not, with user latencies that fall with the level).
+    chain_price = next(
+        (c.price for c in classes if chain and c.name.startswith(f"{chain[0]} ")), []
+    )
+    chain_monotone = all(b >= a for a, b in itertools.pairwise(chain_price[: max_span + 1]))
+    if len(ring) <= 1 and len(chain) <= 1 and chain_monotone:
         r_dim = ring[0] if ring else None
         p_dim = chain[0] if chain else None
         r = getattr(job, r_dim) if r_dim else 1
@@ -441,7 +451,7 @@ def analyse(state: ClusterState, job: Job) -> Instance:
                 inst.ring_class = cls
             if p_dim and cls.name.startswith(f"{p_dim} "):
                 inst.chain_class = cls
-    else:
+    elif ring:
         # Blocks differing only in the first collective dimension's coordinate are
         # interchangeable (permuting that coordinate maps every group onto a group).
         d = ring[0]
@@ -631,25 +641,15 @@ class _Builder:
                 self.price_class(rc, within, exact=True)
         cc = inst.chain_class
         if p > 1 and (cc is not None or inst.chain_confine is not None):
-            f = self.quantise(cc.price) if cc is not None else [0]
-            exact = not all(b >= a for a, b in itertools.pairwise(f))
             within = []
             for k in range(p - 1):
                 row = []
                 for lv in range(self.top):
+                    # Only "e => equal counts": the price is non-decreasing (analyse checks),
+                    # so the solver sets e whenever the counts allow.
                     e = m.new_bool_var(f"pair[{k},{lv}]")
-                    eqs = []
                     for d in self.members[lv]:
-                        a = stage_load(k)(lv, d)
-                        b = stage_load(k + 1)(lv, d)
-                        m.add(a == b).only_enforce_if(e)
-                        if exact:
-                            eq = m.new_bool_var(f"eq[{k},{lv},{d}]")
-                            m.add(a == b).only_enforce_if(eq)
-                            m.add(a != b).only_enforce_if(~eq)
-                            eqs.append(eq)
-                    if exact:
-                        m.add_min_equality(e, eqs)
+                        m.add(stage_load(k)(lv, d) == stage_load(k + 1)(lv, d)).only_enforce_if(e)
                     row.append(e)
                 for a, b in itertools.pairwise(row):
                     m.add(a <= b)
