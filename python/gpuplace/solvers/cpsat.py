@@ -34,7 +34,8 @@ matching stage ``k+1``'s blocks to stage ``k``'s bottom-up (same site first, the
 domain, ...), which attains every ``e[k, l]`` the model chose. That pairing minimises the
 highest level of any pair, which is what the class price needs when the p2p price grows with
 the level; when it does not (user latencies that fall with the level) the assignment model is
-used instead.
+used instead (this happens on the ``pcie-cluster`` preset, whose leaf latency is below its
+cross-socket latency while the bandwidth stays at the cross-socket figure).
 
 *Assignment model* (every other shape: several collective dimensions outside the blocks, expert
 or context parallelism, explicit traffic, tp confined above the lowest level as on NVL72):
@@ -105,6 +106,7 @@ __all__ = [
     "Instance",
     "analyse",
     "default_num_workers",
+    "model_variables",
     "solve",
 ]
 
@@ -706,6 +708,17 @@ class _Builder:
 
     def objective(self) -> None:
         self.model.minimize(sum(self.objective_terms) + self.constant)
+
+
+def model_variables(inst: Instance) -> int:
+    """Number of CP-SAT variables of the instance's model (builds it; no solving)."""
+    builder = _Builder(inst)
+    builder.set_quantum()
+    if inst.formulation == "count":
+        builder.build_count(None)
+    else:
+        builder.build_assignment(None)
+    return len(builder.model.proto.variables)
 
 
 # --------------------------------------------------------------------------- extraction
