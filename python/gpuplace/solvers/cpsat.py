@@ -1,0 +1,924 @@
+"""Exact placement with OR-Tools CP-SAT (``solver="cpsat"``).
+
+What is optimised
+-----------------
+The objective is the one cost model of the Rust core (``rust/core/src/cost.rs``), restated per
+*span level*: on a topology whose hosts have no bandwidth matrix, a collective whose group's
+lowest common level is ``l`` costs ``count * (steps * latency[l] + bytes_per_rank / B[l])``,
+where ``B[l]`` is the smallest level bandwidth among levels ``0..=l`` (the slowest ring hop)
+and ``steps`` / ``bytes_per_rank`` follow the ring formulas of ``cost.rs`` (all-reduce
+``2(n-1)`` steps and ``2(n-1)/n * S`` bytes, the other kinds ``n-1`` and ``(n-1)/n * S``,
+point-to-point 1 and ``S``). A class of collectives (e.g. every tp all-reduce) costs its slowest
+member; classes are summed. Explicit-traffic jobs cost ``sum T[i,j] / B[lca(i,j)]``. So a
+placement's cost depends only on *which lowest-level domain* ("site": a host, or a PCIe switch
+on hosts with sublevels) each rank lands in: GPUs of one site are interchangeable.
+
+Formulation
+-----------
+*Blocks.* Ranks whose groups are confined to the lowest level (tp inside an NVLink domain when
+the NVLink domain is the lowest level, as on HGX) must share a site, so they are placed as one
+block of ``beta`` ranks; a site with ``f`` free GPUs holds ``f // beta`` blocks. Collectives
+inside a block always cost their level-0 price.
+
+*Count model* (used when the ranks outside the blocks form at most one collective dimension R,
+e.g. dp, and at most one pipeline dimension P, e.g. pp: the Megatron shapes tp x dp x pp,
+dp-only, tp x pp, ...). Integer ``m[k, s]`` = number of blocks of pipeline stage ``k`` in site
+``s``. The R groups of stage ``k`` are exactly that stage's blocks, so their span is the lowest
+level with a domain holding all ``r`` of them: booleans ``w[k, l, D]`` with
+``r*w <= M[k,l,D] <= r - 1 + w`` (``M`` = count summed over the sites of domain ``D``, so ``w``
+is exact in both directions). Which R index a block gets is ours to choose afterwards, so the
+p2p pairs between stages ``k`` and ``k+1`` can all stay inside level-``l`` domains iff both
+stages have the same count in every level-``l`` domain (Hall's condition on a laminar family):
+boolean ``e[k, l]`` implies those equalities. The concrete pairing is built afterwards by
+matching stage ``k+1``'s blocks to stage ``k``'s bottom-up (same site first, then same level-1
+domain, ...), which attains every ``e[k, l]`` the model chose. That pairing minimises the
+highest level of any pair, which is what the class price needs when the p2p price grows with
+the level; when it does not (user latencies that fall with the level) the assignment model is
+used instead (this happens on the ``pcie-cluster`` preset, whose leaf latency is below its
+cross-socket latency while the bandwidth stays at the cross-socket figure).
+
+*Assignment model* (every other shape: several collective dimensions outside the blocks, expert
+or context parallelism, explicit traffic, tp confined above the lowest level as on NVL72):
+boolean ``x[b, s]`` per (block, site), with the same exact ``w`` indicators per communicating
+or confined group and level. Groups with the same block set are priced once.
+
+*Costs.* Per class, booleans ``S[c, l]`` = "some member spans level >= l" (monotone chain,
+``S[c, l+1] >= 1 - within_l(group)``) and cost ``f(0) + sum_l (f(l) - f(l-1)) * S[c, l]``: only
+groups that communicate get indicators. Where a class's price is not increasing with the level
+(possible with user latencies), an integer class cost bounded below by every member's exact
+price is used instead.
+
+*Symmetry.* Sibling sites with the same block capacity, and sibling domains whose subtrees have
+the same capacities, are interchangeable: their loads are ordered (non-increasing by id). In the
+assignment model, blocks that differ only in the coordinate of one collective dimension are
+interchangeable: their sites are ordered. The greedy placement (if greedy succeeds) is given as a
+hint, and returned instead when CP-SAT's placement is not cheaper.
+
+Rounding
+--------
+Every price is an integer number of quanta ``q = U / 10**8`` seconds, where ``U`` is the sum over
+priced terms (classes and traffic pairs) of their largest price, so the objective stays below
+``10**8``. Each of the ``K`` priced terms is rounded to the nearest quantum, hence for every
+placement ``|q * objective - comm_seconds| <= K * q / 2`` (``details["rounding_bound_s"]``). The
+returned ``bound`` is ``q * best_objective_bound - K * q / 2`` (a valid lower bound on the
+cost of any placement), and ``optimal=True`` means CP-SAT proved optimality for the rounded
+objective: the cost is then within ``K * q`` of the true optimum (a relative ``K * 1e-8``).
+The placement's reported cost is always recomputed by the Rust evaluator.
+
+Limits
+------
+Hosts with a GPU-GPU bandwidth matrix (``bandwidth_gbps`` in the node type) are not modelled:
+their price depends on which GPUs of the host are taken and on the ring order. The solver raises
+:class:`gpuplace.GpuplaceError` for them (``solver="auto"`` routes such instances to greedy).
+
+Workers and time
+----------------
+``max_time_in_seconds`` is always set: ``time_limit`` or :data:`DEFAULT_TIME_LIMIT_S`.
+``num_workers`` is always explicit: the argument of :func:`solve`, else the environment variable
+``GPUPLACE_CPSAT_WORKERS``, else the number of physical cores.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from gpuplace.errors import GpuplaceError, Infeasible
+from gpuplace.placement import SolveResult, evaluate, place, register_solver
+
+if TYPE_CHECKING:
+    from gpuplace.job import Job
+    from gpuplace.state import ClusterState
+    from gpuplace.topology import Topology
+
+__all__ = [
+    "DEFAULT_TIME_LIMIT_S",
+    "OBJECTIVE_RANGE",
+    "WORKERS_ENV",
+    "Instance",
+    "analyse",
+    "default_num_workers",
+    "model_variables",
+    "solve",
+]
+
+#: Time limit (s) when the caller gives none.
+DEFAULT_TIME_LIMIT_S = 10.0
+#: Environment variable overriding the default number of CP-SAT workers.
+WORKERS_ENV = "GPUPLACE_CPSAT_WORKERS"
+#: The objective's scale: the largest possible objective is about this many quanta.
+OBJECTIVE_RANGE = 10**8
+
+_KIND_P2P = "p2p"
+
+
+# --------------------------------------------------------------------------- workers
+def _physical_cores() -> int:
+    """Physical cores (not hyper-threads) of this machine, best effort."""
+    try:
+        import psutil  # type: ignore[import-untyped]
+
+        n = psutil.cpu_count(logical=False)
+        if n:
+            return int(n)
+    except ImportError:
+        pass
+    try:
+        with open("/proc/cpuinfo", encoding="ascii") as f:
+            cores: set[tuple[str, str]] = set()
+            physical = core = ""
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "physical id":
+                    physical = value.strip()
+                elif key == "core id":
+                    core = value.strip()
+                    cores.add((physical, core))
+            if cores:
+                return len(cores)
+    except OSError:
+        pass
+    return os.cpu_count() or 1
+
+
+def default_num_workers() -> int:
+    """``$GPUPLACE_CPSAT_WORKERS`` if set, else the number of physical cores."""
+    raw = os.environ.get(WORKERS_ENV)
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise GpuplaceError(f"{WORKERS_ENV}={raw!r}: expected a positive integer") from None
+        if value < 1:
+            raise GpuplaceError(f"{WORKERS_ENV}={raw!r}: expected a positive integer")
+        return value
+    return _physical_cores()
+
+
+# --------------------------------------------------------------------------- analysis
+@dataclass
+class PricedClass:
+    """Groups priced together: the class costs its slowest member (``price[l]`` seconds when
+    that member's lowest common level is ``l``). A traffic pair is a class of one group."""
+
+    name: str
+    price: list[float]
+    #: Each group as a tuple of block ids (assignment model) or a stage index (count model).
+    groups: list[tuple[int, ...]] = field(default_factory=list)
+
+
+@dataclass
+class Instance:
+    """A job on a cluster state, reduced to what the CP-SAT model needs.
+
+    Sites are the lowest-level domains holding at least one block; ``site_domain[l][s]`` is the
+    level-``l`` domain id of site ``s``; ``site_blocks[s]`` how many blocks it can hold.
+    """
+
+    job: Job
+    topology: Topology
+    num_levels: int
+    max_span: int
+    block_size: int
+    num_blocks: int
+    #: Rank -> block id, and rank -> index inside its block.
+    rank_block: np.ndarray
+    rank_slot: np.ndarray
+    site_ids: np.ndarray
+    site_blocks: np.ndarray
+    site_gpus: list[np.ndarray]
+    site_domain: np.ndarray
+    #: "count" or "assignment".
+    formulation: str
+    classes: list[PricedClass]
+    #: Confinement: (level, groups as block tuples) that must each stay inside one domain.
+    confined: list[tuple[int, list[tuple[int, ...]]]]
+    #: Count model only: R size, P size, block id of (r index, stage), and P's price class.
+    ring_size: int = 1
+    stages: int = 1
+    block_of: np.ndarray | None = None
+    ring_confine: int | None = None
+    chain_confine: int | None = None
+    ring_class: PricedClass | None = None
+    chain_class: PricedClass | None = None
+    #: Block-interchangeable dimension for symmetry breaking (assignment model): block ids of
+    #: each value of that dimension with all other coordinates 0.
+    twin_blocks: list[int] = field(default_factory=list)
+    #: Why the instance cannot be placed, found before solving (None: not known).
+    infeasible: str | None = None
+
+    @property
+    def size(self) -> int:
+        """Number of main decision variables (count or assignment variables)."""
+        if self.formulation == "count":
+            return self.stages * len(self.site_ids)
+        return self.num_blocks * len(self.site_ids)
+
+
+def _collective_price(
+    kind: str, n: int, size_bytes: float, count: float, lat_s: np.ndarray, bw: np.ndarray
+) -> list[float]:
+    """Seconds per step of one collective of ``n`` ranks at each span level (as cost.rs)."""
+    if n < 2:
+        return [0.0] * len(lat_s)
+    if kind == _KIND_P2P:
+        return [count * (lat_s[lv] + size_bytes / bw[lv]) for lv in range(len(lat_s))]
+    if kind == "all-reduce":
+        steps, per_rank = 2.0 * (n - 1), 2.0 * (n - 1) / n * size_bytes
+    else:
+        steps, per_rank = float(n - 1), (n - 1) / n * size_bytes
+    return [count * (steps * lat_s[lv] + per_rank / bw[lv]) for lv in range(len(lat_s))]
+
+
+def _coordinates(job: Job) -> dict[str, np.ndarray]:
+    """Coordinate of every rank along every dimension (rank order: first dimension fastest)."""
+    ranks = np.arange(job.gpus, dtype=np.int64)
+    out: dict[str, np.ndarray] = {}
+    stride = 1
+    for d in job.rank_order:
+        size = getattr(job, d)
+        out[d] = (ranks // stride) % size
+        stride *= size
+    return out
+
+
+def _matrix_hosts(topology: Topology) -> np.ndarray:
+    """Boolean per host: its node type has a bandwidth matrix."""
+    flags = {t: nt.bandwidth_gbps is not None for t, nt in topology.node_types.items()}
+    return np.array([flags[t] for t in topology.host_types], dtype=bool)
+
+
+def analyse(state: ClusterState, job: Job) -> Instance:
+    """Reduce (state, job) to blocks, sites and priced classes; cheap (no solving).
+
+    Raises :class:`GpuplaceError` for topologies this model does not cover (see Limits)."""
+    topo = state.topology
+    job.compile(topo)  # validates level names in the job against this topology
+    nl = len(topo.levels)
+    bw_gbps = np.array([lv.bandwidth_gbps for lv in topo.levels], dtype=np.float64)
+    bw = np.minimum.accumulate(bw_gbps) * 1e9  # bytes/s of the slowest hop up to each level
+    lat_s = np.array([lv.latency_us for lv in topo.levels], dtype=np.float64) * 1e-6
+    max_span = nl - 1 if job.max_span is None else topo.level_index(job.max_span)
+    n = job.gpus
+
+    # --- blocks: ranks tied to one site by lowest-level confinement
+    classes: list[PricedClass] = []
+    confined: list[tuple[int, list[tuple[int, ...]]]] = []
+    if job.traffic is not None:
+        internal: list[str] = []
+        outer: list[str] = []
+        coords: dict[str, np.ndarray] = {}
+        rank_block = np.arange(n, dtype=np.int64)
+        rank_slot = np.zeros(n, dtype=np.int64)
+        block_size = 1
+    else:
+        confine = {d: topo.level_index(lv) for d, lv in job.confine.items()}
+        dims = [d for d in job.rank_order if getattr(job, d) > 1]
+        internal = [d for d in dims if confine.get(d, nl) == 0]
+        outer = [d for d in dims if d not in internal]
+        coords = _coordinates(job)
+        rank_block = np.zeros(n, dtype=np.int64)
+        rank_slot = np.zeros(n, dtype=np.int64)
+        for d in reversed(outer):
+            rank_block = rank_block * getattr(job, d) + coords[d]
+        for d in reversed(internal):
+            rank_slot = rank_slot * getattr(job, d) + coords[d]
+        block_size = int(np.prod([getattr(job, d) for d in internal], dtype=np.int64))
+    num_blocks = n // block_size
+
+    # --- sites: lowest-level domains with room for a block, inside allowed max-span domains
+    path = topo.path
+    free = state.free_mask()
+    matrix_hosts = _matrix_hosts(topo)
+    free_ids = np.flatnonzero(free)
+    site_of_gpu = path[free_ids, 0]
+    uniq, counts = np.unique(site_of_gpu, return_counts=True)
+    site_blocks_all = counts // block_size
+    keep = site_blocks_all > 0
+    site_ids = uniq[keep]
+    site_blocks = site_blocks_all[keep].astype(np.int64)
+    first_gpu = {int(s): int(g) for s, g in zip(site_of_gpu[::-1], free_ids[::-1], strict=True)}
+    site_domain = np.array([path[first_gpu[int(s)]] for s in site_ids], dtype=np.int64).T.reshape(
+        nl, len(site_ids)
+    )
+    infeasible = None
+    if len(site_ids):
+        top_cap: dict[int, int] = defaultdict(int)
+        for s, cap in zip(site_domain[max_span], site_blocks, strict=True):
+            top_cap[int(s)] += int(cap)
+        allowed = {d for d, cap in top_cap.items() if cap >= num_blocks}
+        mask = np.array([int(d) in allowed for d in site_domain[max_span]], dtype=bool)
+        site_ids, site_blocks, site_domain = site_ids[mask], site_blocks[mask], site_domain[:, mask]
+    if state.free_gpus < n:
+        infeasible = (
+            f"needs {n} GPUs but only {state.free_gpus} of the cluster's {topo.num_gpus} GPUs "
+            "are free and healthy"
+        )
+    elif int(site_blocks.sum()) < num_blocks:
+        where = (
+            "in the cluster"
+            if max_span == nl - 1
+            else f"inside one {topo.levels[max_span].name} (the job's max_span)"
+        )
+        what = (
+            f"{num_blocks} blocks of {block_size} GPUs, each inside one {topo.levels[0].name} "
+            f"(the groups of {', '.join(internal)} are confined there)"
+            if block_size > 1
+            else f"{n} free GPUs"
+        )
+        infeasible = f"needs {what} {where}; the free GPUs cannot hold that now"
+    host_of_site = [topo.host_of_gpu[first_gpu[int(s)]] for s in site_ids]
+    bad = [h for h in host_of_site if matrix_hosts[h]]
+    if bad:
+        host = topo.hosts[bad[0]]
+        raise GpuplaceError(
+            f"cpsat does not model hosts with a GPU bandwidth matrix (host {host}, type "
+            f"{topo.host_types[bad[0]]}); use solver='greedy' or 'auto'"
+        )
+    gpu_site = {int(s): i for i, s in enumerate(site_ids)}
+    site_gpus: list[list[int]] = [[] for _ in site_ids]
+    for g, s in zip(free_ids, site_of_gpu, strict=True):
+        i = gpu_site.get(int(s))
+        if i is not None:
+            site_gpus[i].append(int(g))
+
+    inst = Instance(
+        job=job,
+        topology=topo,
+        num_levels=nl,
+        max_span=max_span,
+        block_size=block_size,
+        num_blocks=num_blocks,
+        rank_block=rank_block,
+        rank_slot=rank_slot,
+        site_ids=site_ids,
+        site_blocks=site_blocks,
+        site_gpus=[np.array(g, dtype=np.int64) for g in site_gpus],
+        site_domain=site_domain,
+        formulation="assignment",
+        classes=classes,
+        confined=confined,
+        infeasible=infeasible,
+    )
+
+    # --- priced classes
+    if job.traffic is not None:
+        pair_bytes: dict[tuple[int, int], float] = defaultdict(float)
+        for a, b, t in job.traffic:
+            i, j = int(a), int(b)
+            pair_bytes[(min(i, j), max(i, j))] += float(t)
+        for (i, j), t in sorted(pair_bytes.items()):
+            price = [t / bw[lv] for lv in range(nl)]
+            classes.append(PricedClass(f"traffic {i}-{j}", price, [(i, j)]))
+        return inst
+
+    comm = job.resolved_communication()
+    confine = {d: topo.level_index(lv) for d, lv in job.confine.items()}
+    for d in outer:
+        c = comm.get(d)
+        groups = job.rank_groups(d)
+        block_groups = sorted({tuple(int(b) for b in rank_block[g]) for g in groups})
+        if d in confine and confine[d] < max_span:
+            confined.append((confine[d], block_groups))
+        if c is None:
+            continue
+        if c.kind == _KIND_P2P:
+            pairs = np.stack([groups[:, :-1], groups[:, 1:]], axis=-1).reshape(-1, 2)
+            block_groups = sorted({tuple(int(b) for b in rank_block[p]) for p in pairs})
+        price = _collective_price(
+            c.kind, 2 if c.kind == _KIND_P2P else getattr(job, d), c.bytes, c.count, lat_s, bw
+        )
+        classes.append(PricedClass(f"{d} {c.kind}", price, block_groups))
+    # Collectives inside a block cost their level-0 price whatever the placement.
+    for d in internal:
+        c = comm.get(d)
+        if c is not None:
+            n_d = 2 if c.kind == _KIND_P2P else getattr(job, d)
+            price0 = _collective_price(c.kind, n_d, c.bytes, c.count, lat_s, bw)[0]
+            classes.append(PricedClass(f"{d} {c.kind}", [price0] * nl, []))
+
+    # --- count model when the outer dimensions are one collective dim R and one chain dim P
+    ring: list[str] = []
+    chain: list[str] = []
+    free_dims: list[str] = []
+    for d in outer:
+        c = comm.get(d)
+        if c is None and d not in confine:
+            free_dims.append(d)
+        elif c is not None and c.kind == _KIND_P2P:
+            chain.append(d)
+        elif c is None:
+            free_dims.append(d)  # confined only: either slot expresses its confinement
+        else:
+            ring.append(d)
+    for d in free_dims:
+        if not ring:
+            ring.append(d)
+        elif not chain:
+            chain.append(d)
+        else:
+            ring.append(d)  # too many: forces the assignment model
+    # The pairing of stages is chosen after solving, bottom-up, which minimises the highest
+    # level of any pair: that minimises the class price only when the price grows with the
+    # level (it may not, with user latencies that fall with the level).
+    chain_price = next(
+        (c.price for c in classes if chain and c.name.startswith(f"{chain[0]} ")), []
+    )
+    chain_monotone = all(b >= a for a, b in itertools.pairwise(chain_price[: max_span + 1]))
+    if len(ring) <= 1 and len(chain) <= 1 and chain_monotone:
+        r_dim = ring[0] if ring else None
+        p_dim = chain[0] if chain else None
+        r = getattr(job, r_dim) if r_dim else 1
+        p = getattr(job, p_dim) if p_dim else 1
+        block_of = np.zeros((r, p), dtype=np.int64)
+        for rank in range(n):
+            i = int(coords[r_dim][rank]) if r_dim else 0
+            k = int(coords[p_dim][rank]) if p_dim else 0
+            block_of[i, k] = rank_block[rank]
+        inst.formulation = "count"
+        inst.ring_size, inst.stages, inst.block_of = r, p, block_of
+        inst.ring_confine = confine.get(r_dim) if r_dim else None
+        inst.chain_confine = confine.get(p_dim) if p_dim else None
+        for cls in classes:
+            if r_dim and cls.name.startswith(f"{r_dim} "):
+                inst.ring_class = cls
+            if p_dim and cls.name.startswith(f"{p_dim} "):
+                inst.chain_class = cls
+    elif ring:
+        # Blocks differing only in the first collective dimension's coordinate are
+        # interchangeable (permuting that coordinate maps every group onto a group).
+        d = ring[0]
+        zero = np.ones(n, dtype=bool)
+        for other in outer:
+            if other != d:
+                zero &= coords[other] == 0
+        by_value = {int(coords[d][rank]): int(rank_block[rank]) for rank in np.flatnonzero(zero)}
+        inst.twin_blocks = [by_value[v] for v in range(getattr(job, d))]
+    return inst
+
+
+# --------------------------------------------------------------------------- model
+class _Builder:
+    """Builds the CP-SAT model of an :class:`Instance`."""
+
+    def __init__(self, inst: Instance):
+        self.inst = inst
+        self.model = cp_model.CpModel()
+        self.num_sites = len(inst.site_ids)
+        self.top = inst.max_span  # within_l = 1 for l >= max_span
+        # Domains per level among the candidate sites: domain id -> site indices.
+        self.members: list[dict[int, list[int]]] = []
+        for lv in range(inst.num_levels):
+            groups: dict[int, list[int]] = defaultdict(list)
+            for s in range(self.num_sites):
+                groups[int(inst.site_domain[lv, s])].append(s)
+            self.members.append(dict(groups))
+        self.capacity = [
+            {d: int(inst.site_blocks[ss].sum()) for d, ss in self.members[lv].items()}
+            for lv in range(inst.num_levels)
+        ]
+        self.objective_terms: list[Any] = []
+        self.constant = 0
+        self.quantum = 1.0
+        self.priced_terms = 0
+
+    # ----------------------------------------------------------------- pricing
+    def set_quantum(self) -> None:
+        """Choose the quantum so the largest possible objective is ~OBJECTIVE_RANGE."""
+        top = self.top
+        upper = sum(max(c.price[: top + 1]) for c in self.inst.classes)
+        self.quantum = upper / OBJECTIVE_RANGE if upper > 0 else 1.0
+        self.priced_terms = len(self.inst.classes)
+
+    def quantise(self, price: list[float]) -> list[int]:
+        return [round(p / self.quantum) for p in price[: self.top + 1]]
+
+    def price_class(self, cls: PricedClass, within: list[list[Any]], exact: bool) -> None:
+        """Add a class's cost: ``within[g][l]`` (l < max_span) says group g stays inside one
+        level-l domain. ``exact``: the within indicators are exact in both directions."""
+        f = self.quantise(cls.price)
+        if not within or all(v == f[0] for v in f):
+            self.constant += f[0]
+            return
+        top = self.top
+        m = self.model
+        if all(b >= a for a, b in itertools.pairwise(f)):
+            # S[l] = the class's slowest member spans level >= l; pay each increment once.
+            self.constant += f[0]
+            prev = None
+            for lv in range(1, top + 1):
+                inc = f[lv] - f[lv - 1]
+                s = m.new_bool_var(f"span[{cls.name}]>={lv}")
+                if prev is not None:
+                    m.add(prev >= s)
+                for w in within:
+                    m.add(s + w[lv - 1] >= 1)
+                if inc:
+                    self.objective_terms.append(inc * s)
+                prev = s
+            return
+        if not exact:
+            raise AssertionError("non-monotone prices need exact span indicators")
+        cost = m.new_int_var(min(f), max(f), f"cost[{cls.name}]")
+        for w in within:
+            # price(span) = f[top] - sum_l (f[l+1] - f[l]) * within_l, exact when within is.
+            m.add(cost >= f[top] - sum((f[lv + 1] - f[lv]) * w[lv] for lv in range(top)))
+        self.objective_terms.append(cost)
+
+    # ----------------------------------------------------------------- helpers
+    def within_indicators(self, load: Any, size: int, name: str) -> list[Any]:
+        """Per level below max_span, an exact boolean "all ``size`` units of ``load`` lie in
+        one domain" as a linear expression; ``load(level, domain)`` is their count there."""
+        m = self.model
+        out = []
+        for lv in range(self.top):
+            ws = []
+            for d, cap in self.capacity[lv].items():
+                if cap < size:
+                    continue
+                w = m.new_bool_var(f"in[{name},{lv},{d}]")
+                c = load(lv, d)
+                m.add(size * w <= c)
+                m.add(c <= size - 1 + w)
+                ws.append(w)
+            out.append(sum(ws) if ws else 0)
+        for a, b in itertools.pairwise(out):
+            if not (isinstance(a, int) or isinstance(b, int)):
+                m.add(a <= b)  # inside one level-l domain implies inside one above it
+        return out
+
+    def require(self, indicator: Any) -> None:
+        """A confinement rule: the indicator (a 0/1 expression, or 0 when no domain of the
+        level is large enough) must be 1."""
+        if isinstance(indicator, int):
+            if indicator != 1:
+                self.model.add_bool_or([])  # no domain can hold the group: infeasible
+            return
+        self.model.add(indicator == 1)
+
+    def symmetry_sites(self, load: list[Any]) -> None:
+        """Order the loads of interchangeable sibling sites and sibling domains."""
+        inst = self.inst
+        m = self.model
+        # signature of each domain: its capacity structure, bottom-up
+        sig: list[dict[int, Any]] = []
+        for lv in range(inst.num_levels):
+            level_sig: dict[int, Any] = {}
+            for d, ss in self.members[lv].items():
+                if lv == 0:
+                    level_sig[d] = int(inst.site_blocks[ss[0]])
+                else:
+                    kids = sorted({int(inst.site_domain[lv - 1, s]) for s in ss})
+                    level_sig[d] = tuple(sorted(repr(sig[lv - 1][k]) for k in kids))
+            sig.append(level_sig)
+        for lv in range(inst.num_levels - 1):
+            by_key: dict[tuple[int, str], list[int]] = defaultdict(list)
+            for d, ss in self.members[lv].items():
+                parent = int(inst.site_domain[lv + 1, ss[0]])
+                by_key[(parent, repr(sig[lv][d]))].append(d)
+            for twins in by_key.values():
+                twins.sort()
+                for a, b in itertools.pairwise(twins):
+                    la = sum(load[s] for s in self.members[lv][a])
+                    lb = sum(load[s] for s in self.members[lv][b])
+                    m.add(la >= lb)
+
+    def max_span_choice(self, load: list[Any], total: int) -> None:
+        """The job lies inside one domain of its max_span level."""
+        ms = self.inst.max_span
+        if len(self.members[ms]) <= 1:
+            return
+        m = self.model
+        z = []
+        for d, ss in self.members[ms].items():
+            zd = m.new_bool_var(f"job_in[{d}]")
+            m.add(sum(load[s] for s in ss) == total * zd)
+            z.append(zd)
+        m.add_exactly_one(z)
+
+    # ----------------------------------------------------------------- count model
+    def build_count(self, hint: np.ndarray | None) -> None:
+        inst = self.inst
+        m = self.model
+        r, p = inst.ring_size, inst.stages
+        cap = inst.site_blocks
+        counts = [
+            [m.new_int_var(0, min(int(cap[s]), r), f"m[{k},{s}]") for s in range(self.num_sites)]
+            for k in range(p)
+        ]
+        self.counts = counts
+        for k in range(p):
+            m.add(sum(counts[k]) == r)
+        load = [sum(counts[k][s] for k in range(p)) for s in range(self.num_sites)]
+        for s in range(self.num_sites):
+            m.add(load[s] <= int(cap[s]))
+        self.max_span_choice(load, inst.num_blocks)
+        self.symmetry_sites(load)
+        if hint is not None:
+            for k in range(p):
+                for s in range(self.num_sites):
+                    m.add_hint(counts[k][s], int(hint[k, s]))
+
+        def stage_load(k: int) -> Any:
+            return lambda lv, d: sum(counts[k][s] for s in self.members[lv][d])
+
+        rc = inst.ring_class
+        ring_needed = r > 1 and (rc is not None or inst.ring_confine is not None)
+        if ring_needed:
+            within = [self.within_indicators(stage_load(k), r, f"R{k}") for k in range(p)]
+            lc = inst.ring_confine
+            if lc is not None and lc < self.top:
+                for k in range(p):
+                    self.require(within[k][lc])
+            if rc is not None:
+                self.price_class(rc, within, exact=True)
+        cc = inst.chain_class
+        if p > 1 and (cc is not None or inst.chain_confine is not None):
+            within = []
+            for k in range(p - 1):
+                row = []
+                for lv in range(self.top):
+                    # Only "e => equal counts": the price is non-decreasing (analyse checks),
+                    # so the solver sets e whenever the counts allow.
+                    e = m.new_bool_var(f"pair[{k},{lv}]")
+                    for d in self.members[lv]:
+                        m.add(stage_load(k)(lv, d) == stage_load(k + 1)(lv, d)).only_enforce_if(e)
+                    row.append(e)
+                for a, b in itertools.pairwise(row):
+                    m.add(a <= b)
+                within.append(row)
+            lc = inst.chain_confine
+            if lc is not None and lc < self.top:
+                for row in within:
+                    self.require(row[lc])
+            if cc is not None:
+                self.price_class(cc, within, exact=True)
+        for cls in inst.classes:
+            if cls is not rc and cls is not cc:
+                self.price_class(cls, [], exact=True)  # block-internal: constant
+
+    # ----------------------------------------------------------------- assignment model
+    def build_assignment(self, hint: np.ndarray | None) -> None:
+        inst = self.inst
+        m = self.model
+        nb, ns = inst.num_blocks, self.num_sites
+        x = [[m.new_bool_var(f"x[{b},{s}]") for s in range(ns)] for b in range(nb)]
+        self.x = x
+        for b in range(nb):
+            m.add_exactly_one(x[b])
+        load = [sum(x[b][s] for b in range(nb)) for s in range(ns)]
+        for s in range(ns):
+            m.add(load[s] <= int(inst.site_blocks[s]))
+        self.max_span_choice(load, nb)
+        self.symmetry_sites(load)
+        twins = inst.twin_blocks
+        for a, b in itertools.pairwise(twins):
+            m.add(sum(s * x[a][s] for s in range(ns)) <= sum(s * x[b][s] for s in range(ns)))
+        if hint is not None:
+            for b in range(nb):
+                for s in range(ns):
+                    m.add_hint(x[b][s], int(hint[b] == s))
+
+        cache: dict[tuple[int, ...], list[Any]] = {}
+
+        def within(group: tuple[int, ...]) -> list[Any]:
+            key = tuple(sorted(group))
+            if key not in cache:
+                cache[key] = self.within_indicators(
+                    lambda lv, d: sum(x[b][s] for b in key for s in self.members[lv][d]),
+                    len(key),
+                    "G" + "_".join(map(str, key)),
+                )
+            return cache[key]
+
+        for lc, groups in inst.confined:
+            for g in groups:
+                self.require(within(g)[lc])
+        for cls in inst.classes:
+            self.price_class(cls, [within(g) for g in cls.groups], exact=True)
+
+    def objective(self) -> None:
+        self.model.minimize(sum(self.objective_terms) + self.constant)
+
+
+def model_variables(inst: Instance) -> int:
+    """Number of CP-SAT variables of the instance's model (builds it; no solving)."""
+    builder = _Builder(inst)
+    builder.set_quantum()
+    if inst.formulation == "count":
+        builder.build_count(None)
+    else:
+        builder.build_assignment(None)
+    return len(builder.model.proto.variables)
+
+
+# --------------------------------------------------------------------------- extraction
+def _chains(inst: Instance, stage_sites: list[list[int]]) -> np.ndarray:
+    """Site of block (r index, stage): pair each stage's blocks with the previous stage's,
+    bottom-up (same site, then same level-1 domain, ...), so the worst pair's level is the
+    lowest the stage counts allow."""
+    r, p = inst.ring_size, inst.stages
+    out = np.zeros((r, p), dtype=np.int64)
+    out[:, 0] = sorted(stage_sites[0])
+    for k in range(1, p):
+        pending = list(range(r))
+        pool = list(stage_sites[k])
+        for lv in range(inst.num_levels):
+            by_domain: dict[int, list[int]] = defaultdict(list)
+            for s in pool:
+                by_domain[int(inst.site_domain[lv, s])].append(s)
+            still = []
+            for i in pending:
+                d = int(inst.site_domain[lv, out[i, k - 1]])
+                if by_domain.get(d):
+                    out[i, k] = by_domain[d].pop()
+                else:
+                    still.append(i)
+            pending = still
+            pool = [s for ss in by_domain.values() for s in ss]
+            if not pending:
+                break
+        # Anything left (only if the pools were unbalanced, which the model forbids).
+        for i, s in zip(pending, pool, strict=False):
+            out[i, k] = s
+    return out
+
+
+def _gpus_from_blocks(inst: Instance, block_site: np.ndarray) -> np.ndarray:
+    """Concrete GPUs: each block takes the next ``block_size`` free GPUs of its site."""
+    next_free = [0] * len(inst.site_ids)
+    block_gpus = np.zeros((inst.num_blocks, inst.block_size), dtype=np.int64)
+    for b in range(inst.num_blocks):
+        s = int(block_site[b])
+        start = next_free[s]
+        block_gpus[b] = inst.site_gpus[s][start : start + inst.block_size]
+        next_free[s] = start + inst.block_size
+    return block_gpus[inst.rank_block, inst.rank_slot]
+
+
+def _hint_sites(inst: Instance, gpus: np.ndarray) -> np.ndarray | None:
+    """Site index of each block in a placement, or None if some block straddles sites or
+    leaves the candidates (then the placement cannot be a hint)."""
+    site_index = {int(s): i for i, s in enumerate(inst.site_ids)}
+    level0 = inst.topology.path[gpus, 0]
+    block_site = np.full(inst.num_blocks, -1, dtype=np.int64)
+    for rank, dom in enumerate(level0):
+        s = site_index.get(int(dom))
+        b = inst.rank_block[rank]
+        if s is None or block_site[b] not in (-1, s):
+            return None
+        block_site[b] = s
+    return block_site
+
+
+# --------------------------------------------------------------------------- solve
+def solve(
+    state: ClusterState,
+    job: Job,
+    *,
+    time_limit: float | None = None,
+    num_workers: int | None = None,
+    seed: int = 0,
+) -> SolveResult:
+    """Place ``job`` on the free GPUs of ``state`` with CP-SAT (see the module docstring).
+
+    ``time_limit`` (s) defaults to :data:`DEFAULT_TIME_LIMIT_S`; ``num_workers`` to
+    :func:`default_num_workers`. Raises :class:`gpuplace.Infeasible` when no placement
+    exists, and :class:`gpuplace.GpuplaceError` for a model bug or an unsupported topology.
+    """
+    start = time.perf_counter()
+    limit = DEFAULT_TIME_LIMIT_S if time_limit is None else float(time_limit)
+    workers = default_num_workers() if num_workers is None else int(num_workers)
+    topo = state.topology
+
+    greedy_gpus: np.ndarray | None = None
+    greedy_error: str | None = None
+    try:
+        greedy_gpus = np.asarray(place(state, job, "greedy").gpus, dtype=np.int64)
+    except Infeasible as exc:
+        greedy_error = str(exc)
+
+    inst = analyse(state, job)
+    if inst.infeasible is not None:
+        raise Infeasible(f"{job.name}: {greedy_error or inst.infeasible}")
+
+    hint_blocks = None if greedy_gpus is None else _hint_sites(inst, greedy_gpus)
+    builder = _Builder(inst)
+    builder.set_quantum()
+    if inst.formulation == "count":
+        hint = None
+        if hint_blocks is not None and inst.block_of is not None:
+            hint = np.zeros((inst.stages, len(inst.site_ids)), dtype=np.int64)
+            for i in range(inst.ring_size):
+                for k in range(inst.stages):
+                    hint[k, hint_blocks[inst.block_of[i, k]]] += 1
+        builder.build_count(hint)
+    else:
+        builder.build_assignment(hint_blocks)
+    builder.objective()
+    model = builder.model
+    build_s = time.perf_counter() - start
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, limit - build_s)
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = seed
+    status = solver.solve(model)
+    status_name = solver.status_name(status)
+    q = builder.quantum
+    rounding = 0.5 * q * builder.priced_terms
+
+    if status == cp_model.MODEL_INVALID:
+        raise GpuplaceError(
+            f"cpsat built an invalid model for {job.name} (a bug in gpuplace): {model.validate()}"
+        )
+    if status == cp_model.INFEASIBLE:
+        if greedy_gpus is not None:
+            raise GpuplaceError(
+                f"cpsat: the model of {job.name} is infeasible although greedy placed it "
+                "(a bug in gpuplace's model)"
+            )
+        reason = greedy_error or (
+            f"{job.name}: no placement satisfies the confinement rules "
+            f"({dict(job.confine)}, max_span={job.max_span}) on the free GPUs"
+        )
+        raise Infeasible(reason)
+
+    details: dict[str, Any] = {
+        "status": status_name,
+        "formulation": inst.formulation,
+        "variables": len(model.proto.variables),
+        "constraints": len(model.proto.constraints),
+        "sites": len(inst.site_ids),
+        "blocks": inst.num_blocks,
+        "block_size": inst.block_size,
+        "num_workers": workers,
+        "time_limit_s": limit,
+        "quantum_s": float(q),
+        "rounding_bound_s": float(rounding),
+    }
+    bound: float | None = None
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+        raw_bound = solver.best_objective_bound
+        if math.isfinite(raw_bound):
+            bound = float(max(0.0, q * raw_bound - rounding))
+    gpus: np.ndarray | None = None
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        details["objective_s"] = float(q * solver.objective_value)
+        if inst.formulation == "count":
+            assert inst.block_of is not None
+            stage_sites = []
+            for k in range(inst.stages):
+                sites_k: list[int] = []
+                for s, v in enumerate(builder.counts[k]):
+                    sites_k.extend([s] * solver.value(v))
+                stage_sites.append(sites_k)
+            chain_sites = _chains(inst, stage_sites)
+            block_site = np.zeros(inst.num_blocks, dtype=np.int64)
+            block_site[inst.block_of.reshape(-1)] = chain_sites.reshape(-1)
+        else:
+            block_site = np.array(
+                [
+                    next(s for s, v in enumerate(row) if solver.boolean_value(v))
+                    for row in builder.x
+                ],
+                dtype=np.int64,
+            )
+        gpus = _gpus_from_blocks(inst, block_site)
+    chosen = "cpsat"
+    if greedy_gpus is not None:
+        greedy_cost = evaluate(topo, job, greedy_gpus)
+        if greedy_cost.confinement_ok:
+            details["greedy_cost_s"] = greedy_cost.comm_seconds
+            if gpus is None or evaluate(topo, job, gpus).comm_seconds > greedy_cost.comm_seconds:
+                gpus, chosen = greedy_gpus, "greedy"
+    if gpus is None:
+        raise GpuplaceError(
+            f"cpsat found no placement of {job.name} within {limit:g} s ({status_name}); "
+            "raise time_limit or use solver='greedy'"
+        )
+    details["placement_from"] = chosen
+    details["wall_s"] = time.perf_counter() - start
+    optimal = status == cp_model.OPTIMAL
+    if bound is not None:
+        cost = evaluate(topo, job, gpus).comm_seconds
+        details["gap"] = 0.0 if cost <= 0 else float(max(0.0, (cost - bound) / cost))
+    return SolveResult(gpus=gpus, optimal=optimal, bound=bound, solver="cpsat", details=details)
+
+
+@register_solver(
+    "cpsat",
+    "exact (OR-Tools CP-SAT) over the tree cost model, greedy as hint; proves optimality on "
+    "small instances; time-limited",
+)
+def _cpsat(state: ClusterState, job: Job, seed: int, time_limit: float | None) -> SolveResult:
+    return solve(state, job, time_limit=time_limit, seed=seed)

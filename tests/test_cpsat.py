@@ -1,0 +1,405 @@
+"""The CP-SAT solver: exact against exhaustive enumeration, never worse than the heuristics,
+time-limited, and honest about infeasibility."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import gpuplace
+import numpy as np
+import pytest
+from gpuplace import Communication, Job, Topology
+from gpuplace.solvers import auto, cpsat
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+#: Relative slack on costs: CP-SAT's rounding (<= K * 1e-8 relative, K priced terms) plus
+#: floating-point noise between the model's prices and the Rust evaluator's.
+REL_TOL = 1e-6
+
+
+@pytest.fixture(autouse=True)
+def _two_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The machine is shared: never let a test take every core.
+    monkeypatch.setenv(cpsat.WORKERS_ENV, "1")
+
+
+def small_cluster(*, latencies: tuple[float, ...] = (1.0, 1.5, 3.0, 5.0)) -> Topology:
+    """16 GPUs: hosts of 4 GPUs in two PCIe pairs, 2 hosts per leaf, 2 leaves under a spine."""
+    names = ("pair", "node", "leaf", "spine")
+    bws = (100.0, 60.0, 25.0, 12.5)
+    return Topology.from_dict(
+        {
+            "format": "gpuplace.topology/1",
+            "name": "tiny",
+            "levels": [
+                {"name": n, "bandwidth_gbps": b, "latency_us": lat}
+                for n, b, lat in zip(names, bws, latencies, strict=True)
+            ],
+            "node_level": "node",
+            "nvlink_domain": "node",
+            "node_types": {"box": {"gpus": 4, "sublevels": {"pair": [0, 0, 1, 1]}}},
+            "nodes": [
+                {"name": "n[1-2]", "type": "box", "domains": {"leaf": "l1", "spine": "s"}},
+                {"name": "n[3-4]", "type": "box", "domains": {"leaf": "l2", "spine": "s"}},
+            ],
+        }
+    )
+
+
+def comm(**dims: tuple[str, float]) -> dict[str, Communication]:
+    return {d: Communication(kind, size) for d, (kind, size) in dims.items()}
+
+
+def occupy(state: gpuplace.ClusterState, gpus: list[int]) -> None:
+    if gpus:
+        state.allocate(name="other", gpus=gpus)
+
+
+def brute_force(state: gpuplace.ClusterState, job: Job) -> float:
+    """Least cost over every injective rank -> free GPU map that meets the job's rules."""
+    free = np.flatnonzero(state.free_mask())
+    best = np.inf
+    for perm in itertools.permutations(free.tolist(), job.gpus):
+        report = gpuplace.evaluate(state.topology, job, perm)
+        if report.confinement_ok and report.comm_seconds < best:
+            best = report.comm_seconds
+    return float(best)
+
+
+# Each case: job, busy GPUs, topology latencies. Enumeration sizes stay below ~100k maps.
+EXACT_CASES = [
+    # tp confined to the node, dp across: the count model
+    (
+        Job(
+            "tp2dp2", tp=2, dp=2, communication=comm(tp=("all-reduce", 4e8), dp=("all-reduce", 1e9))
+        ),
+        [0, 5, 10, 15],
+        None,
+    ),
+    # pipeline pairs between stages, dp rings inside each stage
+    (
+        Job(
+            "dp2pp3",
+            dp=2,
+            pp=3,
+            confine={},
+            communication=comm(dp=("all-reduce", 5e8), pp=("p2p", 2e8)),
+        ),
+        [1, 2, 6, 9, 13, 14],
+        None,
+    ),
+    (
+        Job("tp2pp2", tp=2, pp=2, communication=comm(tp=("all-reduce", 1e8), pp=("p2p", 3e8))),
+        [0, 3, 4, 8, 12],
+        None,
+    ),
+    # two collective dims outside the blocks: the assignment model
+    (
+        Job(
+            "ep2dp2",
+            ep=2,
+            dp=2,
+            confine={},
+            communication=comm(ep=("all-to-all", 6e8), dp=("all-reduce", 2e8)),
+        ),
+        [2, 7, 11],
+        None,
+    ),
+    # dp confined to a leaf, max_span, and 7 ranks
+    (
+        Job("dp7", dp=7, confine={}, max_span="spine", communication=comm(dp=("all-reduce", 1e8))),
+        [0, 1, 4, 6, 9, 10, 13, 14],
+        None,
+    ),
+    (
+        Job(
+            "cp2dp2leaf",
+            cp=2,
+            dp=2,
+            confine={"dp": "leaf"},
+            communication=comm(cp=("all-gather", 3e8), dp=("all-reduce", 9e8)),
+        ),
+        [0, 4, 5, 9],
+        None,
+    ),
+    # latencies that fall with the level (prices not monotone): the exact-indicator path
+    (
+        Job(
+            "latency",
+            dp=2,
+            pp=2,
+            confine={},
+            communication=comm(dp=("all-reduce", 10.0), pp=("p2p", 10.0)),
+        ),
+        [1, 2, 7, 8, 13, 14],
+        (20.0, 9.0, 30.0, 2.0),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("job", "busy", "latencies"), EXACT_CASES, ids=lambda c: getattr(c, "name", "")
+)
+def test_cpsat_matches_exhaustive_enumeration(job: Job, busy: list[int], latencies) -> None:
+    topo = small_cluster() if latencies is None else small_cluster(latencies=latencies)
+    state = gpuplace.ClusterState(topo)
+    occupy(state, busy)
+    expected = brute_force(state, job)
+    placement = gpuplace.place(state, job, "cpsat", time_limit=20)
+    assert placement.cost.confinement_ok
+    assert placement.optimal is True
+    assert placement.cost.comm_seconds == pytest.approx(expected, rel=REL_TOL)
+    assert placement.bound is not None and placement.bound <= expected * (1 + REL_TOL)
+    # The model's objective is the evaluator's cost up to the stated rounding.
+    d = placement.details
+    assert abs(d["objective_s"] - placement.cost.comm_seconds) <= d["rounding_bound_s"] + 1e-12
+
+
+def test_traffic_job_matches_exhaustive_enumeration() -> None:
+    rng = np.random.default_rng(7)
+    traffic = rng.integers(0, 4, size=(5, 5)) * 1e8
+    np.fill_diagonal(traffic, 0)
+    job = Job.from_traffic("qap", traffic)
+    state = gpuplace.ClusterState(small_cluster())
+    occupy(state, [0, 3, 5, 6, 9, 12, 15])
+    expected = brute_force(state, job)
+    placement = gpuplace.place(state, job, "cpsat", time_limit=20)
+    assert placement.optimal is True
+    assert placement.cost.comm_seconds == pytest.approx(expected, rel=REL_TOL)
+
+
+# --------------------------------------------------------------------------- random instances
+SHAPES = [
+    {"tp": 2, "dp": 2},
+    {"tp": 2, "pp": 2},
+    {"dp": 4},
+    {"dp": 2, "pp": 2},
+    {"tp": 2, "dp": 2, "pp": 2},
+    {"ep": 2, "dp": 3},
+    {"cp": 2, "dp": 2, "pp": 2},
+]
+
+
+@st.composite
+def instances(draw: st.DrawFn) -> tuple[gpuplace.ClusterState, Job]:
+    topo = Topology.preset("h100-superpod", nodes=draw(st.sampled_from([4, 8])))
+    state = gpuplace.ClusterState(topo)
+    busy = draw(st.sets(st.integers(0, topo.num_gpus - 1), max_size=topo.num_gpus // 2))
+    occupy(state, sorted(busy))
+    shape = draw(st.sampled_from(SHAPES))
+    kinds = {
+        "tp": "all-reduce",
+        "cp": "all-gather",
+        "ep": "all-to-all",
+        "dp": "all-reduce",
+        "pp": "p2p",
+    }
+    sizes = {d: draw(st.sampled_from([1e6, 1e8, 3e9])) for d in shape}
+    confine = {"tp": "node"} if draw(st.booleans()) else {}
+    job = Job(
+        "r",
+        **shape,
+        confine=confine,
+        communication={d: Communication(kinds[d], sizes[d]) for d in shape},
+    )
+    return state, job
+
+
+@settings(
+    max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(instances())
+def test_cpsat_never_worse_than_heuristics(instance: tuple[gpuplace.ClusterState, Job]) -> None:
+    state, job = instance
+    try:
+        best = gpuplace.place(state, job, "cpsat", time_limit=10)
+    except gpuplace.Infeasible:
+        for name in ("greedy", "first-fit"):
+            try:
+                other = gpuplace.place(state, job, name)
+            except gpuplace.Infeasible:
+                continue
+            assert not other.cost.confinement_ok, f"{name} placed a job cpsat called infeasible"
+        return
+    assert best.cost.confinement_ok
+    tol = best.details["rounding_bound_s"] * 2 + REL_TOL * best.cost.comm_seconds
+    for name in ("greedy", "first-fit", "random"):
+        try:
+            other = gpuplace.place(state, job, name)
+        except gpuplace.Infeasible:
+            continue
+        if other.cost.confinement_ok:
+            assert best.cost.comm_seconds <= other.cost.comm_seconds + tol, name
+    if best.optimal:
+        assert best.bound is not None and best.bound <= best.cost.comm_seconds + tol
+
+
+TINY_SHAPES = [
+    {"dp": 4},
+    {"tp": 2, "dp": 2},
+    {"dp": 2, "pp": 2},
+    {"pp": 4},
+    {"tp": 2, "pp": 2},
+    {"dp": 2, "pp": 3},
+    {"ep": 2, "dp": 2},
+    {"cp": 2, "pp": 2},
+]
+
+
+@st.composite
+def tiny_instances(draw: st.DrawFn, shape: dict[str, int]) -> tuple[gpuplace.ClusterState, Job]:
+    latencies = draw(st.sampled_from([(1.0, 1.5, 3.0, 5.0), (20.0, 9.0, 30.0, 2.0)]))
+    state = gpuplace.ClusterState(small_cluster(latencies=latencies))
+    free = draw(st.sets(st.integers(0, 15), min_size=6, max_size=9))
+    occupy(state, sorted(set(range(16)) - free))
+    kinds = {
+        "tp": "all-reduce",
+        "cp": "all-gather",
+        "ep": "all-to-all",
+        "dp": "all-reduce",
+        "pp": "p2p",
+    }
+    sizes = {d: draw(st.sampled_from([10.0, 1e7, 1e9])) for d in shape}
+    confine = draw(st.sampled_from([{}, {"tp": "node"}, {"tp": "pair"}, {"dp": "leaf"}]))
+    max_span = draw(st.sampled_from([None, None, "leaf"]))
+    job = Job(
+        "t",
+        **shape,
+        confine={d: lv for d, lv in confine.items() if d in shape},
+        max_span=max_span,
+        communication={d: Communication(kinds[d], sizes[d]) for d in shape},
+    )
+    return state, job
+
+
+@pytest.mark.parametrize(
+    "shape", TINY_SHAPES, ids=lambda s: "x".join(f"{d}{n}" for d, n in s.items())
+)
+@settings(
+    max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(data=st.data())
+def test_cpsat_is_optimal_on_random_tiny_instances(
+    shape: dict[str, int], data: st.DataObject
+) -> None:
+    state, job = data.draw(tiny_instances(shape))
+    expected = brute_force(state, job)
+    if not np.isfinite(expected):
+        with pytest.raises(gpuplace.Infeasible):
+            gpuplace.place(state, job, "cpsat", time_limit=20)
+        return
+    placement = gpuplace.place(state, job, "cpsat", time_limit=20)
+    assert placement.optimal is True
+    assert placement.cost.confinement_ok
+    assert placement.cost.comm_seconds == pytest.approx(expected, rel=REL_TOL)
+
+
+# --------------------------------------------------------------------------- limits and errors
+def fragmented_superpod(nodes: int, seed: int) -> gpuplace.ClusterState:
+    topo = Topology.preset("h100-superpod", nodes=nodes)
+    state = gpuplace.ClusterState(topo)
+    rng = np.random.default_rng(seed)
+    busy = rng.choice(topo.num_gpus, size=topo.num_gpus // 2, replace=False)
+    occupy(state, sorted(busy.tolist()))
+    return state
+
+
+def test_time_limit_is_respected() -> None:
+    state = fragmented_superpod(32, seed=3)
+    # Three collective dims outside the blocks: the large assignment model.
+    job = Job(
+        "big",
+        ep=4,
+        dp=4,
+        pp=2,
+        confine={},
+        communication=comm(ep=("all-to-all", 1e9), dp=("all-reduce", 2e9), pp=("p2p", 1e8)),
+    )
+    start = time.perf_counter()
+    placement = gpuplace.place(state, job, "cpsat", time_limit=1.0)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 15.0  # model building and greedy come on top of the search limit
+    assert placement.details["time_limit_s"] == 1.0
+    assert placement.cost.confinement_ok
+    if not placement.optimal:
+        assert placement.details["status"] in ("FEASIBLE", "UNKNOWN")
+
+
+def test_infeasible_raises_and_leaves_state_untouched() -> None:
+    state = gpuplace.ClusterState(small_cluster())
+    occupy(state, [0, 5, 10, 15])  # every host keeps 3 free GPUs
+    before = state.snapshot()
+    job = Job("tp4", tp=4, communication=comm(tp=("all-reduce", 1e8)))
+    with pytest.raises(gpuplace.Infeasible, match="node"):
+        gpuplace.place(state, job, "cpsat")
+    assert state.snapshot() == before
+    too_big = Job("huge", dp=13, confine={}, communication=comm(dp=("all-reduce", 1e8)))
+    with pytest.raises(gpuplace.Infeasible, match="13 GPUs"):
+        gpuplace.place(state, too_big, "cpsat")
+    assert state.snapshot() == before
+
+
+def test_infeasible_confinement_that_greedy_cannot_explain() -> None:
+    # dp groups confined to a leaf, but no leaf has room for a dp group of 6.
+    state = gpuplace.ClusterState(small_cluster())
+    occupy(state, [0, 1, 2, 8, 9, 10])
+    before = state.snapshot()
+    job = Job("dp6", dp=6, confine={"dp": "leaf"}, communication=comm(dp=("all-reduce", 1e8)))
+    with pytest.raises(gpuplace.Infeasible):
+        gpuplace.place(state, job, "cpsat")
+    assert state.snapshot() == before
+
+
+def test_result_reports_proof_and_solver() -> None:
+    state = fragmented_superpod(8, seed=1)
+    job = Job("j", tp=2, dp=4, communication=comm(tp=("all-reduce", 1e8), dp=("all-reduce", 1e9)))
+    p = gpuplace.place(state, job, "cpsat", time_limit=10)
+    assert p.solver == "cpsat"
+    for key in ("status", "objective_s", "gap", "wall_s", "num_workers", "rounding_bound_s"):
+        assert key in p.details
+    assert p.details["num_workers"] == 1
+    assert p.optimal is (p.details["status"] == "OPTIMAL")
+    assert p.gap is not None and p.gap <= 1e-6
+
+
+def test_auto_names_the_solver_that_ran() -> None:
+    state = fragmented_superpod(8, seed=2)
+    small = Job("s", tp=2, dp=2, communication=comm(tp=("all-reduce", 1e8), dp=("all-reduce", 1e9)))
+    p = gpuplace.place(state, small, "auto", time_limit=5)
+    assert p.solver == "cpsat"
+    assert "auto" in p.details
+    big_state = fragmented_superpod(64, seed=2)
+    big = Job(
+        "b",
+        ep=8,
+        dp=8,
+        confine={},
+        communication=comm(ep=("all-to-all", 1e9), dp=("all-reduce", 1e9)),
+    )
+    fits, _ = auto.cpsat_fits(big_state, big)
+    assert not fits
+    p = gpuplace.place(big_state, big, "auto")
+    assert p.solver == auto.FALLBACK
+
+
+def test_bandwidth_matrix_hosts_are_refused_not_mispriced() -> None:
+    m = [[0, 50, 20, 20], [50, 0, 20, 20], [20, 20, 0, 50], [20, 20, 50, 0]]
+    topo = Topology.from_dict(
+        {
+            "format": "gpuplace.topology/1",
+            "name": "matrix",
+            "levels": [
+                {"name": "node", "bandwidth_gbps": 50, "latency_us": 1},
+                {"name": "leaf", "bandwidth_gbps": 10, "latency_us": 3},
+            ],
+            "node_types": {"pcie": {"gpus": 4, "bandwidth_gbps": m}},
+            "nodes": [{"name": "h[1-2]", "type": "pcie", "domains": {"leaf": "l"}}],
+        }
+    )
+    state = gpuplace.ClusterState(topo)
+    job = Job("j", dp=2, confine={}, communication=comm(dp=("all-reduce", 1e8)))
+    with pytest.raises(gpuplace.GpuplaceError, match="bandwidth matrix"):
+        gpuplace.place(state, job, "cpsat")
+    assert gpuplace.place(state, job, "auto").solver == auto.FALLBACK
