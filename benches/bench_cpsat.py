@@ -4,7 +4,7 @@ gap to the proven optimum, on clusters fragmented by a Philly-like workload.
 Run: ``python benches/bench_cpsat.py [--quick] [--workers 2] [--repeats 3] [--out FILE.md]``.
 
 Fragmentation: background jobs whose sizes follow the Philly job-size distribution
-(``benches/data/philly_job_sizes.csv``; sizes larger than an eighth of the cluster are left out)
+(``gpuplace.sim.workload.philly_running_mix``; sizes larger than an eighth of the cluster are left out)
 are placed with greedy until the cluster is ``high`` full, then random jobs are released until it
 is at most ``low`` full; three such rounds leave the holes a busy cluster has.
 
@@ -17,7 +17,6 @@ proven optimum, minus one.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 import time
@@ -28,9 +27,9 @@ from pathlib import Path
 import gpuplace
 import numpy as np
 from gpuplace import Job, Topology, TransformerModel
-from gpuplace.solvers import cpsat
-
-DATA = Path(__file__).parent / "data" / "philly_job_sizes.csv"
+from gpuplace.placers import cpsat
+from gpuplace.sim import workload
+from gpuplace.sim.workload import philly_running_mix
 
 #: Llama-2-13B-like transformer (40 layers, hidden 5120, 4k context, 8 micro-batches per step):
 #: gives realistic bytes per collective.
@@ -48,40 +47,13 @@ MOE = TransformerModel(
 )
 
 
-def philly_sizes() -> tuple[np.ndarray, np.ndarray]:
-    with DATA.open(encoding="utf-8") as f:
-        rows = [(int(r["num_gpus"]), int(r["jobs"])) for r in csv.DictReader(f)]
-    sizes = np.array([s for s, _ in rows])
-    weights = np.array([w for _, w in rows], dtype=np.float64)
-    return sizes, weights / weights.sum()
-
-
 def fragment(
     topo: Topology, seed: int, *, high: float = 0.9, low: float = 0.6, rounds: int = 3
 ) -> gpuplace.ClusterState:
     """A cluster state after churn of Philly-sized background jobs (see the module docstring)."""
-    sizes, probs = philly_sizes()
-    keep = sizes <= max(1, topo.num_gpus // 8)
-    sizes, probs = sizes[keep], probs[keep] / probs[keep].sum()
-    rng = np.random.default_rng(seed)
     state = gpuplace.ClusterState(topo)
-    serial = 0
-    for _ in range(rounds):
-        failures = 0
-        while state.occupancy < high and failures < 20:
-            k = int(rng.choice(sizes, p=probs))
-            job = Job(f"bg{serial}", dp=k, confine={})
-            serial += 1
-            try:
-                state.allocate(gpuplace.place(state, job, "greedy"))
-            except gpuplace.Infeasible:
-                failures += 1
-        names = list(state.jobs)
-        rng.shuffle(names)
-        for name in names:
-            if state.occupancy <= low:
-                break
-            state.release(name)
+    mix = philly_running_mix().capped(topo.num_gpus // 8)
+    workload.fragment(state, low, seed=seed, mix=mix, rounds=rounds, high_water=high)
     return state
 
 

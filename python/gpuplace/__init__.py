@@ -59,9 +59,3 @@ __all__ = [
     "repair",
     "solvers",
 ]
-
-# Register the Python solvers (cpsat, auto); last, because they import the modules above.
-# The package shares its name with the ``solvers()`` function above and importing it rebinds
-# ``gpuplace.solvers``; the package is callable (it forwards to that function), so both
-# ``gpuplace.solvers()`` and ``gpuplace.solvers.cpsat`` work.
-import gpuplace.solvers  # noqa: F401

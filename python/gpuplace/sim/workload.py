@@ -31,6 +31,12 @@ class JobSizeMix:
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
         return rng.choice(self.sizes, size=count, p=self.probabilities)
 
+    def capped(self, max_gpus: int) -> JobSizeMix:
+        """The same mix without the jobs larger than ``max_gpus``."""
+        keep = self.sizes <= max(1, max_gpus)
+        weight = self.probabilities[keep]
+        return JobSizeMix(self.sizes[keep], weight / weight.sum())
+
 
 def philly_running_mix() -> JobSizeMix:
     """Sizes of the jobs running at one moment in Microsoft's Philly cluster (ATC'19 trace):
@@ -73,19 +79,25 @@ def fragment(
     mix: JobSizeMix | None = None,
     rounds: int = 3,
     solver: str = "greedy",
+    high_water: float | None = None,
 ) -> int:
     """Bring ``state`` to ``occupancy`` (fraction of GPUs allocated) the way a busy cluster
     gets there: fill it above the target with jobs drawn from ``mix``, release random jobs
     down to the target, and repeat ``rounds`` times. Jobs end at random, so the free GPUs are
     left scattered across nodes and leaves whatever solver placed them. Returns the number of
-    jobs allocated. Deterministic for a seed."""
+    jobs allocated. ``high_water`` is the fill level before each release (default: 60 % of the
+    way from ``occupancy`` to full). Deterministic for a seed."""
     if not 0.0 <= occupancy < 1.0:
         raise ValueError(f"occupancy must be in [0, 1), got {occupancy}")
     mix = mix or philly_running_mix()
     rng = np.random.default_rng(seed)
     total = state.topology.num_gpus
     target = int(occupancy * total)
-    high_water = int((occupancy + 0.6 * (1.0 - occupancy)) * total)
+    if high_water is None:
+        high_water = occupancy + 0.6 * (1.0 - occupancy)
+    if not occupancy <= high_water < 1.0:
+        raise ValueError(f"high_water must be in [occupancy, 1), got {high_water}")
+    high_water_gpus = int(high_water * total)
     counter = 0
     sizes: dict[str, int] = {name: len(g) for name, g in state.jobs.items()}
 
@@ -119,6 +131,6 @@ def fragment(
     if occupancy == 0.0:
         return 0
     for _ in range(max(1, rounds)):
-        fill(high_water)
+        fill(high_water_gpus)
         drain(target)
     return len(state.jobs)

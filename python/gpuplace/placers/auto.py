@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from gpuplace.errors import GpuplaceError
 from gpuplace.placement import _REGISTRY, SolveResult, register_solver
-from gpuplace.solvers import cpsat
+from gpuplace.placers import cpsat
 
 if TYPE_CHECKING:
     from gpuplace.job import Job
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["FALLBACK", "RULE", "cpsat_fits", "fallback"]
 
 #: The solver used when the instance is too large for CP-SAT to prove in time.
-FALLBACK = "greedy"
+FALLBACK = "refine"  # greedy, then local search on the cost model
 
 #: Largest CP-SAT models (number of model variables, per formulation) that ``auto`` hands to
 #: CP-SAT. Measured with benches/bench_cpsat.py (Philly-fragmented clusters, 2 workers):
