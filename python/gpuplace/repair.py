@@ -104,7 +104,7 @@ def repair(
     else:
         name = job_name
         job = state.specs.get(name)
-    old = state.jobs.get(name)
+    old = state.job_gpus(name)
     if old is None:
         raise InvalidState(f"no job named {name!r} is allocated")
     if job is None:

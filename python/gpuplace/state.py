@@ -120,6 +120,11 @@ class ClusterState:
         """Allocated jobs: name -> GPU of each rank."""
         return dict(self._core.jobs())
 
+    def job_gpus(self, name: str) -> np.ndarray | None:
+        """GPU of each rank of one allocated job (None if no such job); unlike :attr:`jobs`
+        it does not copy every job."""
+        return self._core.job_gpus(name)
+
     def owner_of(self, gpu: int) -> str | None:
         return self._core.owner_of(int(gpu))
 

@@ -775,6 +775,18 @@ impl PyClusterState {
         Ok(self.inner.owner_of(gpu).map(str::to_string))
     }
 
+    /// GPU of each rank of one job, or None when no job has that name.
+    fn job_gpus<'py>(&self, py: Python<'py>, name: &str) -> Option<Bound<'py, PyArray1<i64>>> {
+        self.inner.job(name).map(|alloc| {
+            alloc
+                .gpus
+                .iter()
+                .map(|&g| g as i64)
+                .collect::<Vec<_>>()
+                .into_pyarray(py)
+        })
+    }
+
     /// {job name: GPU per rank}, in allocation-slot order.
     fn jobs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let out = PyDict::new(py);
