@@ -100,6 +100,8 @@ pub(super) struct DenseModel<'a> {
     pub d: Cow<'a, [f64]>,
     /// Both matrices symmetric (after symmetrising one when the other is symmetric).
     pub sym: bool,
+    /// Transpose of `f` (asymmetric case only; empty otherwise).
+    pub ft: Vec<f64>,
 }
 
 pub(super) struct Problem<'a> {
@@ -118,6 +120,16 @@ pub(super) struct Problem<'a> {
 
 /// Largest size for the dense delta-matrix tabu search.
 const DENSE_MAX: usize = 2048;
+
+fn transpose(a: &[f64], s: usize) -> Vec<f64> {
+    let mut t = vec![0.0; s * s];
+    for i in 0..s {
+        for j in 0..s {
+            t[j * s + i] = a[i * s + j];
+        }
+    }
+    t
+}
 
 fn is_symmetric(a: &[f64], s: usize) -> bool {
     for i in 0..s {
@@ -177,7 +189,8 @@ impl<'a> Problem<'a> {
             } else {
                 false
             };
-            Some(DenseModel { size, f, d, sym })
+            let ft = if sym { Vec::new() } else { transpose(&f, size) };
+            Some(DenseModel { size, f, d, sym, ft })
         } else {
             None
         };

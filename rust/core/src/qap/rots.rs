@@ -3,7 +3,8 @@
 //!
 //! `delta[i*N + j]` (i < j) holds the cost change of swapping the locations of ranks i and j.
 //! After a swap of (r, s), every pair disjoint from {r, s} is updated in O(1) with Taillard's
-//! formula; pairs touching r or s are recomputed in O(N).
+//! formula; pairs touching r or s are recomputed in O(N). The distance matrix is kept permuted
+//! into rank space (`dp[i][j] = d[p[i]][p[j]]`) so that every inner loop is contiguous.
 
 use std::time::Instant;
 
@@ -12,6 +13,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::model::{expired, DenseModel, Problem};
 
+#[cfg(test)]
 pub(super) fn dense_cost(dm: &DenseModel, p: &[usize]) -> f64 {
     let n = dm.size;
     let mut total = 0.0;
@@ -27,47 +29,135 @@ pub(super) fn dense_cost(dm: &DenseModel, p: &[usize]) -> f64 {
     total
 }
 
-/// Cost change of swapping the locations of ranks r and s (r != s), in O(N).
-#[inline]
+/// Cost change of swapping the locations of ranks r and s (r != s), from scratch (tests).
+#[cfg(test)]
 pub(super) fn full_delta(dm: &DenseModel, p: &[usize], r: usize, s: usize) -> f64 {
-    let n = dm.size;
-    let f = &dm.f;
-    let d = &dm.d;
-    let (pr, ps) = (p[r], p[s]);
-    let fr = &f[r * n..(r + 1) * n];
-    let fs = &f[s * n..(s + 1) * n];
-    let dr = &d[pr * n..(pr + 1) * n];
-    let ds = &d[ps * n..(ps + 1) * n];
-    let diag = (fr[r] - fs[s]) * (ds[ps] - dr[pr]);
-    if dm.sym {
-        // 2 * sum_{k != r,s} (f_rk - f_sk)(d_{ps,pk} - d_{pr,pk})
-        let mut sum = 0.0;
-        for k in 0..n {
-            let pk = p[k];
-            sum += (fr[k] - fs[k]) * (ds[pk] - dr[pk]);
+    Perm::new(dm, p.to_vec()).delta(dm, r, s)
+}
+
+/// sum_k (a_k - b_k) * (c_k - e_k) with four accumulators (vectorisable; fixed order).
+#[inline]
+fn dot_diff(a: &[f64], b: &[f64], c: &[f64], e: &[f64]) -> f64 {
+    let len = a.len().min(b.len()).min(c.len()).min(e.len());
+    let (a, b, c, e) = (&a[..len], &b[..len], &c[..len], &e[..len]);
+    let mut acc = [0.0f64; 4];
+    let chunks = a
+        .chunks_exact(4)
+        .zip(b.chunks_exact(4))
+        .zip(c.chunks_exact(4).zip(e.chunks_exact(4)));
+    for ((ca, cb), (cc, ce)) in chunks {
+        for l in 0..4 {
+            acc[l] += (ca[l] - cb[l]) * (cc[l] - ce[l]);
         }
-        let tr = (fr[r] - fs[r]) * (ds[pr] - dr[pr]);
-        let ts = (fr[s] - fs[s]) * (ds[ps] - dr[ps]);
-        diag + 2.0 * (sum - tr - ts)
-    } else {
-        let mut sum = (fr[s] - fs[r]) * (d[ps * n + pr] - d[pr * n + ps]);
-        for k in 0..n {
-            if k == r || k == s {
+    }
+    let q = len / 4 * 4;
+    let mut tail = 0.0;
+    for k in q..len {
+        tail += (a[k] - b[k]) * (c[k] - e[k]);
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
+}
+
+/// Permutation with the distance matrix permuted into rank space.
+struct Perm {
+    n: usize,
+    p: Vec<usize>,
+    /// dp[i*n + j] = d[p[i]][p[j]]
+    dp: Vec<f64>,
+    /// dpt[i*n + j] = d[p[j]][p[i]] (asymmetric case only)
+    dpt: Vec<f64>,
+}
+
+impl Perm {
+    fn new(dm: &DenseModel, p: Vec<usize>) -> Perm {
+        let n = dm.size;
+        let mut st = Perm { n, p, dp: vec![0.0; n * n], dpt: Vec::new() };
+        if !dm.sym {
+            st.dpt = vec![0.0; n * n];
+        }
+        st.rebuild(dm);
+        st
+    }
+
+    fn rebuild(&mut self, dm: &DenseModel) {
+        let n = self.n;
+        for i in 0..n {
+            let drow = &dm.d[self.p[i] * n..(self.p[i] + 1) * n];
+            for j in 0..n {
+                self.dp[i * n + j] = drow[self.p[j]];
+            }
+        }
+        if !dm.sym {
+            for i in 0..n {
+                for j in 0..n {
+                    self.dpt[j * n + i] = self.dp[i * n + j];
+                }
+            }
+        }
+    }
+
+    fn swap(&mut self, r: usize, s: usize) {
+        let n = self.n;
+        self.p.swap(r, s);
+        for m in [&mut self.dp, &mut self.dpt] {
+            if m.is_empty() {
                 continue;
             }
-            let pk = p[k];
-            let dk = &d[pk * n..(pk + 1) * n];
-            sum += (f[k * n + r] - f[k * n + s]) * (dk[ps] - dk[pr]) + (fr[k] - fs[k]) * (ds[pk] - dr[pk]);
+            for k in 0..n {
+                m.swap(r * n + k, s * n + k);
+            }
+            for k in 0..n {
+                m.swap(k * n + r, k * n + s);
+            }
         }
-        diag + sum
+    }
+
+    fn cost(&self, dm: &DenseModel) -> f64 {
+        let mut total = 0.0;
+        let n = self.n;
+        for i in 0..n {
+            let f = &dm.f[i * n..(i + 1) * n];
+            let d = &self.dp[i * n..(i + 1) * n];
+            total += f.iter().zip(d).map(|(a, b)| a * b).sum::<f64>();
+        }
+        total
+    }
+
+    /// Cost change of swapping ranks r and s.
+    #[inline]
+    fn delta(&self, dm: &DenseModel, r: usize, s: usize) -> f64 {
+        let n = self.n;
+        let f = &dm.f;
+        let fr = &f[r * n..(r + 1) * n];
+        let fs = &f[s * n..(s + 1) * n];
+        let dr = &self.dp[r * n..(r + 1) * n];
+        let ds = &self.dp[s * n..(s + 1) * n];
+        let diag = (fr[r] - fs[s]) * (ds[s] - dr[r]);
+        if dm.sym {
+            // 2 * sum_{k != r,s} (f_rk - f_sk)(d_{ps,pk} - d_{pr,pk})
+            let sum = dot_diff(fr, fs, ds, dr);
+            let tr = (fr[r] - fs[r]) * (ds[r] - dr[r]);
+            let ts = (fr[s] - fs[s]) * (ds[s] - dr[s]);
+            diag + 2.0 * (sum - tr - ts)
+        } else {
+            // sum_{k != r,s} (f_kr - f_ks)(d_{pk,ps} - d_{pk,pr}) + (f_rk - f_sk)(d_{ps,pk} - d_{pr,pk})
+            let ftr = &dm.ft[r * n..(r + 1) * n];
+            let fts = &dm.ft[s * n..(s + 1) * n];
+            let dtr = &self.dpt[r * n..(r + 1) * n];
+            let dts = &self.dpt[s * n..(s + 1) * n];
+            let mut sum = dot_diff(fr, fs, ds, dr) + dot_diff(ftr, fts, dts, dtr);
+            let term = |k: usize| (ftr[k] - fts[k]) * (dts[k] - dtr[k]) + (fr[k] - fs[k]) * (ds[k] - dr[k]);
+            sum -= term(r) + term(s);
+            diag + (fr[s] - fs[r]) * (ds[r] - dr[s]) + sum
+        }
     }
 }
 
-fn fill_delta(dm: &DenseModel, p: &[usize], nr: usize, delta: &mut [f64]) {
+fn fill_delta(dm: &DenseModel, st: &Perm, nr: usize, delta: &mut [f64]) {
     let n = dm.size;
     for i in 0..nr {
         for j in i + 1..n {
-            delta[i * n + j] = full_delta(dm, p, i, j);
+            delta[i * n + j] = st.delta(dm, i, j);
         }
     }
 }
@@ -77,11 +167,19 @@ fn cube(x: f64) -> f64 {
     x * x * x
 }
 
+/// Tabu bookkeeping per pair i < j: the smaller and larger of tabu[i][p[j]], tabu[j][p[i]].
+#[inline]
+fn pair_tabu(tabu: &[i64], p: &[usize], n: usize, i: usize, j: usize) -> (i64, i64) {
+    let a = tabu[i * n + p[j]];
+    let b = tabu[j * n + p[i]];
+    (a.min(b), a.max(b))
+}
+
 /// Run RoTS from `p` (a full padded permutation). Returns the best permutation and iterations.
 pub(super) fn run(
     pb: &Problem,
     dm: &DenseModel,
-    mut p: Vec<usize>,
+    p: Vec<usize>,
     rng: &mut ChaCha8Rng,
     deadline: Option<Instant>,
     max_iter: u64,
@@ -91,15 +189,25 @@ pub(super) fn run(
     if n < 2 || max_iter == 0 || nr == 0 {
         return (p, 0);
     }
+    let mut st = Perm::new(dm, p);
     let mut delta = vec![0.0f64; n * n];
-    fill_delta(dm, &p, nr, &mut delta);
-    let mut cur = dense_cost(dm, &p);
+    fill_delta(dm, &st, nr, &mut delta);
+    let mut cur = st.cost(dm);
     let mut best = cur;
-    let mut best_p = p.clone();
+    let mut best_p = st.p.clone();
 
     // tabu[i*n + loc]: iteration until which rank i may not return to loc.
     let mut tabu: Vec<i64> = (0..n * n).map(|k| -(k as i64)).collect();
-    let tabu_duration = (8 * n) as f64;
+    let mut tlo = vec![0i64; n * n];
+    let mut thi = vec![0i64; n * n];
+    for i in 0..nr {
+        for j in i + 1..n {
+            let (lo, hi) = pair_tabu(&tabu, &st.p, n, i, j);
+            tlo[i * n + j] = lo;
+            thi[i * n + j] = hi;
+        }
+    }
+    let tabu_duration = std::env::var("QAP_TD").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(8.0) * n as f64;
     let aspiration = (n as i64) * (n as i64) * 5;
     let eps = if pb.integral { 0.0 } else { 1e-9 };
     let refresh = if pb.integral { u64::MAX } else { (4 * n as u64).max(64) };
@@ -110,6 +218,9 @@ pub(super) fn run(
     let mut a2 = vec![0.0f64; n];
     let mut b2 = vec![0.0f64; n];
 
+    let stall_mult: u64 = std::env::var("QAP_STALL").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let pert: usize = std::env::var("QAP_PERT").ok().and_then(|v| v.parse().ok()).unwrap_or(25);
+    let mut last_imp: u64 = 0;
     let mut iter: u64 = 0;
     loop {
         if iter >= max_iter {
@@ -122,55 +233,92 @@ pub(super) fn run(
         let it = iter as i64;
         let thr = best - eps * best.abs().max(1.0);
 
-        // --- choose the move ---
-        let mut ri = usize::MAX;
-        let mut sj = usize::MAX;
-        let mut min_delta = f64::INFINITY;
-        let mut already_aspired = false;
+        // --- choose the move: the best aspired move if any, else the best authorized one ---
+        let cost_thr = thr - cur;
+        let age_thr = it - aspiration;
+        let mut best_asp = (f64::INFINITY, usize::MAX);
+        let mut best_auth = (f64::INFINITY, usize::MAX);
+        let mut ties = 0u32;
         for i in 0..nr {
-            let pi = p[i];
-            let drow = &delta[i * n..(i + 1) * n];
-            let trow = &tabu[i * n..(i + 1) * n];
-            for j in i + 1..n {
-                let dl = drow[j];
-                let ti = trow[p[j]];
-                let tj = tabu[j * n + pi];
-                let authorized = ti < it || tj < it;
-                let aspired = (ti < it - aspiration && tj < it - aspiration) || cur + dl < thr;
-                if (aspired && !already_aspired)
-                    || (aspired && already_aspired && dl < min_delta)
-                    || (!aspired && !already_aspired && authorized && dl < min_delta)
-                {
-                    ri = i;
-                    sj = j;
-                    min_delta = dl;
-                    if aspired {
-                        already_aspired = true;
+            let row = i * n + i + 1..(i + 1) * n;
+            let drow = &delta[row.clone()];
+            let lrow = &tlo[row.clone()];
+            let hrow = &thi[row];
+            for (k, ((&dl, &lo), &hi)) in drow.iter().zip(lrow).zip(hrow).enumerate() {
+                if hi < age_thr || dl < cost_thr {
+                    if dl < best_asp.0 {
+                        best_asp = (dl, i * n + i + 1 + k);
+                    }
+                } else if lo < it && dl <= best_auth.0 {
+                    // Ties broken uniformly at random (reservoir sampling).
+                    if dl < best_auth.0 {
+                        best_auth = (dl, i * n + i + 1 + k);
+                        ties = 1;
+                    } else {
+                        ties += 1;
+                        if rng.gen_range(0..ties) == 0 {
+                            best_auth.1 = i * n + i + 1 + k;
+                        }
                     }
                 }
             }
         }
-        if ri == usize::MAX {
-            ri = rng.gen_range(0..nr);
-            sj = rng.gen_range(ri + 1..n);
-        }
-        let (r, s) = (ri, sj);
+        let chosen = if best_asp.1 != usize::MAX { best_asp.1 } else { best_auth.1 };
+        let (r, s) = if chosen == usize::MAX {
+            let r = rng.gen_range(0..nr);
+            (r, rng.gen_range(r + 1..n))
+        } else {
+            (chosen / n, chosen % n)
+        };
 
         // --- apply ---
         cur += delta[r * n + s];
-        p.swap(r, s);
-        tabu[r * n + p[s]] = it + (cube(rng.gen::<f64>()) * tabu_duration) as i64;
-        tabu[s * n + p[r]] = it + (cube(rng.gen::<f64>()) * tabu_duration) as i64;
+        st.swap(r, s);
+        tabu[r * n + st.p[s]] = it + (cube(rng.gen::<f64>()) * tabu_duration) as i64;
+        tabu[s * n + st.p[r]] = it + (cube(rng.gen::<f64>()) * tabu_duration) as i64;
+        for u in [r, s] {
+            for k in 0..n {
+                if k != u {
+                    let (i, j) = if k < u { (k, u) } else { (u, k) };
+                    if i < nr {
+                        let (lo, hi) = pair_tabu(&tabu, &st.p, n, i, j);
+                        tlo[i * n + j] = lo;
+                        thi[i * n + j] = hi;
+                    }
+                }
+            }
+        }
 
         if iter % refresh == 0 {
-            fill_delta(dm, &p, nr, &mut delta);
-            cur = dense_cost(dm, &p);
+            fill_delta(dm, &st, nr, &mut delta);
+            cur = st.cost(dm);
         } else {
-            update_delta(dm, &p, nr, r, s, &mut delta, &mut a, &mut b, &mut a2, &mut b2);
+            update_delta(dm, &st, nr, r, s, &mut delta, &mut a, &mut b, &mut a2, &mut b2);
         }
         if cur < thr {
             best = cur;
-            best_p.copy_from_slice(&p);
+            best_p.copy_from_slice(&st.p);
+            last_imp = iter;
+        } else if stall_mult > 0 && iter - last_imp > stall_mult * n as u64 {
+            // Restart from a perturbation of the best solution.
+            st.p.copy_from_slice(&best_p);
+            let k = (n * pert / 100).max(2);
+            for _ in 0..k {
+                let i = rng.gen_range(0..nr);
+                let j = rng.gen_range(0..n);
+                st.p.swap(i, j);
+            }
+            st.rebuild(dm);
+            fill_delta(dm, &st, nr, &mut delta);
+            cur = st.cost(dm);
+            for i in 0..nr {
+                for j in i + 1..n {
+                    let (lo, hi) = pair_tabu(&tabu, &st.p, n, i, j);
+                    tlo[i * n + j] = lo;
+                    thi[i * n + j] = hi;
+                }
+            }
+            last_imp = iter;
         }
     }
     (best_p, iter)
@@ -179,7 +327,7 @@ pub(super) fn run(
 #[allow(clippy::too_many_arguments)]
 fn update_delta(
     dm: &DenseModel,
-    p: &[usize],
+    st: &Perm,
     nr: usize,
     r: usize,
     s: usize,
@@ -191,53 +339,50 @@ fn update_delta(
 ) {
     let n = dm.size;
     let f = &dm.f;
-    let d = &dm.d;
-    let (pr, ps) = (p[r], p[s]);
     let fr = &f[r * n..(r + 1) * n];
     let fs = &f[s * n..(s + 1) * n];
-    let dr = &d[pr * n..(pr + 1) * n];
-    let ds = &d[ps * n..(ps + 1) * n];
+    let dr = &st.dp[r * n..(r + 1) * n];
+    let ds = &st.dp[s * n..(s + 1) * n];
+    let scale = if dm.sym { 2.0 } else { 1.0 };
     for k in 0..n {
-        a[k] = fr[k] - fs[k];
-        b[k] = ds[p[k]] - dr[p[k]];
+        a[k] = scale * (fr[k] - fs[k]);
+        b[k] = ds[k] - dr[k];
     }
     if dm.sym {
-        for k in 0..n {
-            a[k] *= 2.0;
-        }
         for i in 0..nr {
             let (ai, bi) = (a[i], b[i]);
             let row = &mut delta[i * n + i + 1..(i + 1) * n];
-            let aj = &a[i + 1..n];
-            let bj = &b[i + 1..n];
-            for ((x, &av), &bv) in row.iter_mut().zip(aj).zip(bj) {
+            for ((x, &av), &bv) in row.iter_mut().zip(&a[i + 1..n]).zip(&b[i + 1..n]) {
                 *x += (ai - av) * (bi - bv);
             }
         }
     } else {
+        let ftr = &dm.ft[r * n..(r + 1) * n];
+        let fts = &dm.ft[s * n..(s + 1) * n];
+        let dtr = &st.dpt[r * n..(r + 1) * n];
+        let dts = &st.dpt[s * n..(s + 1) * n];
         for k in 0..n {
-            a2[k] = f[k * n + r] - f[k * n + s];
-            let dk = &d[p[k] * n..(p[k] + 1) * n];
-            b2[k] = dk[ps] - dk[pr];
+            a2[k] = ftr[k] - fts[k];
+            b2[k] = dts[k] - dtr[k];
         }
         for i in 0..nr {
             let (ai, bi, a2i, b2i) = (a[i], b[i], a2[i], b2[i]);
             let row = &mut delta[i * n + i + 1..(i + 1) * n];
-            for (off, x) in row.iter_mut().enumerate() {
-                let j = i + 1 + off;
-                *x += (ai - a[j]) * (bi - b[j]) + (a2i - a2[j]) * (b2i - b2[j]);
+            let it = a[i + 1..n].iter().zip(&b[i + 1..n]).zip(a2[i + 1..n].iter().zip(&b2[i + 1..n]));
+            for (x, ((&aj, &bj), (&a2j, &b2j))) in row.iter_mut().zip(it) {
+                *x += (ai - aj) * (bi - bj) + (a2i - a2j) * (b2i - b2j);
             }
         }
     }
     // Pairs touching r or s: recompute.
-    for &u in &[r, s] {
+    for u in [r, s] {
         for k in 0..n {
             if k == u {
                 continue;
             }
             let (i, j) = if k < u { (k, u) } else { (u, k) };
             if i < nr {
-                delta[i * n + j] = full_delta(dm, p, i, j);
+                delta[i * n + j] = st.delta(dm, i, j);
             }
         }
     }
