@@ -13,7 +13,8 @@
 //!    that adds the least cost.
 //! 2. **Local search.** Dense problems (up to a few thousand locations with a reasonably dense
 //!    traffic matrix) run Taillard's robust tabu search (RoTS, 1991): all pairwise swaps are
-//!    evaluated every iteration from a delta matrix kept up to date in O(1) per pair after a swap.
+//!    evaluated every iteration from a delta matrix kept up to date in O(1) per pair after a swap;
+//!    on stagnation it restarts from a perturbation of its best solution.
 //!    Sparse or very large problems run an iterated local search whose swap moves are evaluated
 //!    in O(degree) and are guided towards locations close to a rank's traffic partners.
 //! 3. **Multi-start.** `threads` independent searches run in parallel (rayon), each with its own

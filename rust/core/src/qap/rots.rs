@@ -5,6 +5,12 @@
 //! After a swap of (r, s), every pair disjoint from {r, s} is updated in O(1) with Taillard's
 //! formula; pairs touching r or s are recomputed in O(N). The distance matrix is kept permuted
 //! into rank space (`dp[i][j] = d[p[i]][p[j]]`) so that every inner loop is contiguous.
+//!
+//! Taillard's parameters: tenure `cube(U(0,1)) * 8N`, aspiration by age after `5 N^2`
+//! iterations, aspiration by cost. Additions: ties between equally good authorised moves are
+//! broken at random, and after `STALL * N` iterations without a new best the search restarts
+//! from the best solution perturbed by `PERTURB_PERCENT`% of N random swaps (an iterated tabu
+//! search; it measurably helps the irregular chr and tai*b instances).
 
 use std::time::Instant;
 
@@ -162,6 +168,11 @@ fn fill_delta(dm: &DenseModel, st: &Perm, nr: usize, delta: &mut [f64]) {
     }
 }
 
+/// Stagnation limit of the tabu search, in multiples of n iterations without a new best.
+const STALL: u64 = 20;
+/// Strength of the restart perturbation, in percent of n random swaps.
+const PERTURB_PERCENT: usize = 30;
+
 #[inline]
 fn cube(x: f64) -> f64 {
     x * x * x
@@ -207,7 +218,7 @@ pub(super) fn run(
             thi[i * n + j] = hi;
         }
     }
-    let tabu_duration = std::env::var("QAP_TD").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(8.0) * n as f64;
+    let tabu_duration = (8 * n) as f64;
     let aspiration = (n as i64) * (n as i64) * 5;
     let eps = if pb.integral { 0.0 } else { 1e-9 };
     let refresh = if pb.integral { u64::MAX } else { (4 * n as u64).max(64) };
@@ -218,8 +229,8 @@ pub(super) fn run(
     let mut a2 = vec![0.0f64; n];
     let mut b2 = vec![0.0f64; n];
 
-    let stall_mult: u64 = std::env::var("QAP_STALL").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-    let pert: usize = std::env::var("QAP_PERT").ok().and_then(|v| v.parse().ok()).unwrap_or(25);
+    // Restart from a perturbed best solution after STALL * n iterations without a new best.
+    let stall_limit = STALL * n as u64;
     let mut last_imp: u64 = 0;
     let mut iter: u64 = 0;
     loop {
@@ -299,10 +310,10 @@ pub(super) fn run(
             best = cur;
             best_p.copy_from_slice(&st.p);
             last_imp = iter;
-        } else if stall_mult > 0 && iter - last_imp > stall_mult * n as u64 {
-            // Restart from a perturbation of the best solution.
+        } else if iter - last_imp > stall_limit {
+            // Restart from the best solution with PERTURB_PERCENT % of n random swaps.
             st.p.copy_from_slice(&best_p);
-            let k = (n * pert / 100).max(2);
+            let k = (n * PERTURB_PERCENT / 100).max(2);
             for _ in 0..k {
                 let i = rng.gen_range(0..nr);
                 let j = rng.gen_range(0..n);
