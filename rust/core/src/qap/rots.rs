@@ -306,6 +306,17 @@ pub(super) fn run(
         } else {
             update_delta(dm, &st, nr, r, s, &mut delta, &mut a, &mut b, &mut a2, &mut b2);
         }
+        #[cfg(debug_assertions)]
+        if pb.integral && iter % 64 == 0 {
+            debug_assert_eq!(cur, st.cost(dm), "incremental cost drifted");
+            let (i, j) = (r.min(s), r.max(s));
+            if i < nr {
+                debug_assert_eq!(delta[i * n + j], st.delta(dm, i, j), "delta matrix drifted");
+            }
+            if nr >= 2 {
+                debug_assert_eq!(delta[1], st.delta(dm, 0, 1), "delta matrix drifted");
+            }
+        }
         if cur < thr {
             best = cur;
             best_p.copy_from_slice(&st.p);

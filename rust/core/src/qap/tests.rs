@@ -324,7 +324,7 @@ fn delta_formulas_match_recomputation() {
         }
         // RoTS keeps its incremental delta matrix exact (checked through iterations).
         let t2 = Traffic::Dense { n, values: random_matrix(&mut rng, n, sym_a, false) };
-        let r = map_ranks(&t2, &b, n, &opts(1, Some(500))).unwrap();
+        let r = map_ranks(&t2, &b, n, &opts(1, Some(5000))).unwrap();
         assert_eq!(r.cost, brute_force(&t2, &b, n));
     }
 }
