@@ -119,7 +119,7 @@ pub(super) struct Problem<'a> {
 }
 
 /// Largest size for the dense delta-matrix tabu search.
-const DENSE_MAX: usize = 2048;
+const DENSE_MAX: usize = 1024;
 
 fn transpose(a: &[f64], s: usize) -> Vec<f64> {
     let mut t = vec![0.0; s * s];
