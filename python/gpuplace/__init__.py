@@ -19,6 +19,7 @@ from gpuplace.errors import (
     InvalidTopology,
 )
 from gpuplace.job import Communication, Job, TransformerModel
+from gpuplace.mapping import Mapping, map_ranks
 from gpuplace.placement import (
     CostReport,
     Placement,
@@ -44,6 +45,7 @@ __all__ = [
     "InvalidTopology",
     "Job",
     "Level",
+    "Mapping",
     "MovedRank",
     "NodeType",
     "Placement",
@@ -53,6 +55,7 @@ __all__ = [
     "TransformerModel",
     "__version__",
     "evaluate",
+    "map_ranks",
     "place",
     "refine",
     "register_solver",

@@ -14,6 +14,7 @@ __all__ = [
     "__version__",
     "evaluate",
     "loss_factor",
+    "map_ranks",
     "place",
     "refine",
     "rust_solvers",
@@ -55,6 +56,7 @@ class Topology:
     def domain_sizes(self, level: int) -> npt.NDArray[np.int64]: ...
     def parents(self, level: int) -> npt.NDArray[np.int64]: ...
     def path(self) -> npt.NDArray[np.int64]: ...
+    def bandwidth_matrix(self, gpus: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]: ...
     def lca(self, a: int, b: int) -> int: ...
     def pair_bandwidth(self, a: int, b: int) -> float: ...
 
@@ -138,6 +140,19 @@ def evaluate(
     state: ClusterState | None = None,
 ) -> dict[str, object]: ...
 def loss_factor(loss: float) -> float: ...
+def map_ranks(
+    distance: npt.NDArray[np.float64],
+    n: int,
+    traffic_dense: npt.NDArray[np.float64] | None = None,
+    traffic_src: npt.NDArray[np.int64] | None = None,
+    traffic_dst: npt.NDArray[np.int64] | None = None,
+    traffic_weight: npt.NDArray[np.float64] | None = None,
+    time_limit: float = 1.0,
+    seed: int = 0,
+    threads: int = 1,
+    initial: npt.NDArray[np.int64] | None = None,
+    max_iterations: int | None = None,
+) -> tuple[npt.NDArray[np.int64], float, int, float]: ...
 def place(
     state: ClusterState,
     job: JobSpec,

@@ -241,6 +241,13 @@ class Topology:
         lvl = level if isinstance(level, int) else self.level_index(level)
         return self.domain_names[lvl][int(self._core.path()[gpu, lvl])]
 
+    def bandwidth_matrix(self, gpus: Any = None) -> np.ndarray:
+        """Bandwidth (GB/s) between every pair of ``gpus`` (default: all) as the cost model
+        prices it on healthy hardware; 0 on the diagonal. ``1 / (B * 1e9)`` is the seconds per
+        byte to use as a :func:`gpuplace.map_ranks` distance."""
+        ids = np.arange(self.num_gpus) if gpus is None else np.asarray(gpus, dtype=np.int64)
+        return self._core.bandwidth_matrix(ids.astype(np.int64))
+
     @cached_property
     def path(self) -> np.ndarray:
         """Domain id of every GPU at every level, shape (num_gpus, num_levels)."""

@@ -10,6 +10,7 @@ from gpuplace.io.cloud import read_ec2_topology, read_k8s_nodes
 from gpuplace.io.ibnetdiscover import read_ibnetdiscover
 from gpuplace.io.model import Fabric, Host, Link, NodeType, Switch, to_topology_dict
 from gpuplace.io.nvidia_smi import read_nvidia_smi_topo
+from gpuplace.io.qaplib import read_qaplib, read_qaplib_solution
 from gpuplace.io.rocm_smi import read_rocm_smi_topo
 from gpuplace.io.slurm import read_slurm_topology
 from gpuplace.io.writers import (
@@ -37,6 +38,8 @@ __all__ = [
     "read_ibnetdiscover",
     "read_k8s_nodes",
     "read_nvidia_smi_topo",
+    "read_qaplib",
+    "read_qaplib_solution",
     "read_rocm_smi_topo",
     "read_slurm_topology",
     "slurm_hostlist",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-from typing import List, Tuple
 
 import numpy as np
 
@@ -29,11 +28,11 @@ _DAT_SEP = re.compile(r"\s+")
 _SLN_SEP = re.compile(r"[\s,]+")
 
 
-def _tokens(path: str, sep: re.Pattern) -> List[Tuple[str, int]]:
+def _tokens(path: str, sep: re.Pattern) -> list[tuple[str, int]]:
     """All tokens of the file with their 1-based line numbers."""
-    with open(path, "r", encoding="utf-8", errors="replace") as fh:
+    with open(path, encoding="utf-8", errors="replace") as fh:
         text = fh.read()
-    out: List[Tuple[str, int]] = []
+    out: list[tuple[str, int]] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         for tok in sep.split(line.strip()):
             if tok:
@@ -53,7 +52,7 @@ def _as_int(path: str, tok: str, lineno: int, what: str) -> int:
     return value
 
 
-def _first_line_count(toks: List[Tuple[str, int]]) -> int:
+def _first_line_count(toks: list[tuple[str, int]]) -> int:
     if not toks:
         return 0
     first = toks[0][1]
@@ -65,7 +64,7 @@ def _first_line_count(toks: List[Tuple[str, int]]) -> int:
     return count
 
 
-def read_qaplib(path: "str | os.PathLike[str]") -> Tuple[np.ndarray, np.ndarray]:
+def read_qaplib(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
     """Read a QAPLIB ``.dat`` instance; returns ``(A, B)`` as ``int64`` arrays of shape (n, n)."""
     path = os.fspath(path)
     toks = _tokens(path, _DAT_SEP)
@@ -103,7 +102,7 @@ def read_qaplib(path: "str | os.PathLike[str]") -> Tuple[np.ndarray, np.ndarray]
     return a, b
 
 
-def read_qaplib_solution(path: "str | os.PathLike[str]") -> Tuple[int, int, np.ndarray]:
+def read_qaplib_solution(path: str | os.PathLike[str]) -> tuple[int, int, np.ndarray]:
     """Read a QAPLIB ``.sln``; returns ``(n, cost, perm)`` with ``perm`` 0-based (int64).
 
     ``perm[i]`` is the location of facility ``i`` as written in the file (a few QAPLIB files
@@ -128,7 +127,10 @@ def read_qaplib_solution(path: "str | os.PathLike[str]") -> Tuple[int, int, np.n
         raise InvalidJob(
             f"{path}: line {ln}: unexpected extra token {tok!r} after the {n} permutation entries"
         )
-    raw = [(_as_int(path, tok, ln, f"location of facility {i + 1}"), ln) for i, (tok, ln) in enumerate(body)]
+    raw = [
+        (_as_int(path, tok, ln, f"location of facility {i + 1}"), ln)
+        for i, (tok, ln) in enumerate(body)
+    ]
     # QAPLIB is 1-based, but a few files (e.g. tai40a.sln) are written 0-based: a permutation
     # of 0..n-1 is accepted as such.
     base = 0 if min(v for v, _ in raw) == 0 and max(v for v, _ in raw) == n - 1 else 1

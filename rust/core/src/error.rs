@@ -22,3 +22,9 @@ pub enum CoreError {
 }
 
 pub type Result<T> = std::result::Result<T, CoreError>;
+
+impl From<crate::qap::QapError> for CoreError {
+    fn from(err: crate::qap::QapError) -> Self {
+        CoreError::InvalidJob(err.to_string())
+    }
+}

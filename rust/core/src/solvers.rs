@@ -29,13 +29,21 @@ pub fn solve(
     match name {
         "greedy" => crate::greedy::place(state, job),
         "refine" => {
-            let start = crate::greedy::place(state, job)?;
             let mut refine_opts = crate::refine::RefineOptions {
                 seed: opts.seed,
                 ..Default::default()
             };
             if let Some(limit) = opts.time_limit {
                 refine_opts.time_limit = std::time::Duration::from_secs_f64(limit.max(0.0));
+            }
+            let mut start = crate::greedy::place(state, job)?;
+            if !job.traffic.is_empty() && job.num_ranks <= 8192 {
+                // An explicit traffic matrix is a quadratic assignment problem on the GPUs
+                // greedy chose: order the ranks with the QAP search first (a third of the
+                // budget), then let the local search also trade GPUs.
+                let qap_budget = refine_opts.time_limit / 3;
+                start = map_onto(state, job, &start, qap_budget, opts.seed)?;
+                refine_opts.time_limit -= qap_budget;
             }
             Ok(crate::refine::refine(state, job, &start, &refine_opts)?.gpus)
         }
@@ -46,6 +54,41 @@ pub fn solve(
             SOLVERS.join(", ")
         ))),
     }
+}
+
+/// Reorder the ranks of an explicit-traffic job over a fixed set of GPUs with the QAP search;
+/// the distance is the cost model's seconds per byte between two GPUs.
+fn map_onto(
+    state: &ClusterState,
+    job: &JobSpec,
+    gpus: &[u32],
+    budget: std::time::Duration,
+    seed: u64,
+) -> Result<Vec<u32>> {
+    let topo = state.topology();
+    let n = gpus.len();
+    let mut distance = vec![0.0; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            if i != j {
+                let bw = topo.pair_bandwidth(gpus[i] as usize, gpus[j] as usize);
+                distance[i * n + j] = 1.0 / (bw * 1e9);
+            }
+        }
+    }
+    let traffic = crate::qap::Traffic::Sparse {
+        n,
+        edges: job.traffic.clone(),
+    };
+    let qap_opts = crate::qap::QapOptions {
+        time_limit: budget,
+        seed,
+        threads: 1,
+        initial: Some((0..n).collect()),
+        max_iterations: None,
+    };
+    let mapping = crate::qap::map_ranks(&traffic, &distance, n, &qap_opts)?;
+    Ok(mapping.perm.iter().map(|&slot| gpus[slot]).collect())
 }
 
 fn free_gpus(state: &ClusterState) -> Vec<u32> {

@@ -228,6 +228,36 @@ impl PyTopology {
         let v: Vec<i64> = self.inner.path().iter().map(|&s| s as i64).collect();
         v.into_pyarray(py).reshape([self.inner.num_gpus(), nl])
     }
+    /// Bandwidth (GB/s) between every pair of the given GPUs as the cost model sees it on
+    /// healthy hardware; 0 on the diagonal.
+    fn bandwidth_matrix<'py>(
+        &self,
+        py: Python<'py>,
+        gpus: PyReadonlyArray1<'_, i64>,
+    ) -> PyResult<Bound<'py, PyArray2<f64>>> {
+        let gpus = array_u32("GPU", &gpus, CoreError::InvalidState).py_ok(py)?;
+        if let Some(&g) = gpus.iter().find(|&&g| g as usize >= self.inner.num_gpus()) {
+            return Err(to_pyerr(
+                py,
+                CoreError::InvalidState(format!("GPU {g} does not exist")),
+            ));
+        }
+        let n = gpus.len();
+        let topo = self.inner.clone();
+        let values = py.detach(|| {
+            let mut out = vec![0.0; n * n];
+            for i in 0..n {
+                for j in 0..n {
+                    if gpus[i] != gpus[j] {
+                        out[i * n + j] = topo.pair_bandwidth(gpus[i] as usize, gpus[j] as usize);
+                    }
+                }
+            }
+            out
+        });
+        values.into_pyarray(py).reshape([n, n])
+    }
+
     fn lca(&self, a: usize, b: usize) -> PyResult<usize> {
         self.check_gpu(a)?;
         self.check_gpu(b)?;
@@ -934,6 +964,125 @@ fn loss_factor(loss: f64) -> f64 {
     gpuplace_core::cost::loss_factor(loss)
 }
 
+/// Quadratic assignment: minimise sum_ij traffic[i,j] * distance[perm[i], perm[j]]. Traffic is
+/// either dense (`n x n`) or sparse rows (src, dst, weight) with `n`; distance is `m x m`.
+/// Returns (perm, cost, iterations, elapsed seconds).
+#[pyfunction]
+#[pyo3(signature = (distance, n, traffic_dense=None, traffic_src=None, traffic_dst=None, traffic_weight=None, time_limit=1.0, seed=0, threads=1, initial=None, max_iterations=None))]
+#[allow(clippy::too_many_arguments)]
+fn map_ranks<'py>(
+    py: Python<'py>,
+    distance: PyReadonlyArray2<'_, f64>,
+    n: usize,
+    traffic_dense: Option<PyReadonlyArray2<'_, f64>>,
+    traffic_src: Option<PyReadonlyArray1<'_, i64>>,
+    traffic_dst: Option<PyReadonlyArray1<'_, i64>>,
+    traffic_weight: Option<PyReadonlyArray1<'_, f64>>,
+    time_limit: f64,
+    seed: u64,
+    threads: usize,
+    initial: Option<PyReadonlyArray1<'_, i64>>,
+    max_iterations: Option<u64>,
+) -> PyResult<(Bound<'py, PyArray1<i64>>, f64, u64, f64)> {
+    use gpuplace_core::qap::{QapOptions, Traffic};
+    let shape = distance.shape();
+    if shape[0] != shape[1] {
+        return Err(to_pyerr(
+            py,
+            CoreError::InvalidJob(format!(
+                "distance must be a square matrix, got {} x {}",
+                shape[0], shape[1]
+            )),
+        ));
+    }
+    let m = shape[0];
+    let distance: Vec<f64> = distance.as_array().iter().copied().collect();
+    let traffic = match (traffic_dense, traffic_src, traffic_dst, traffic_weight) {
+        (Some(dense), None, None, None) => {
+            let t = dense.shape();
+            if t[0] != t[1] || t[0] != n {
+                return Err(to_pyerr(
+                    py,
+                    CoreError::InvalidJob(format!(
+                        "traffic must be a square n x n matrix, got {} x {}",
+                        t[0], t[1]
+                    )),
+                ));
+            }
+            Traffic::Dense {
+                n,
+                values: dense.as_array().iter().copied().collect(),
+            }
+        }
+        (None, Some(src), Some(dst), Some(w)) => {
+            let src = array_u32("traffic source rank", &src, CoreError::InvalidJob).py_ok(py)?;
+            let dst =
+                array_u32("traffic destination rank", &dst, CoreError::InvalidJob).py_ok(py)?;
+            let w: Vec<f64> = w.as_array().iter().copied().collect();
+            if src.len() != dst.len() || src.len() != w.len() {
+                return Err(to_pyerr(
+                    py,
+                    CoreError::InvalidJob("traffic rows differ in length".into()),
+                ));
+            }
+            Traffic::Sparse {
+                n,
+                edges: src
+                    .into_iter()
+                    .zip(dst)
+                    .zip(w)
+                    .map(|((a, b), t)| (a, b, t))
+                    .collect(),
+            }
+        }
+        _ => {
+            return Err(to_pyerr(
+                py,
+                CoreError::InvalidJob("give either a dense traffic matrix or sparse rows".into()),
+            ))
+        }
+    };
+    let initial = match initial {
+        None => None,
+        Some(a) => Some(
+            array_u32("initial", &a, CoreError::InvalidJob)
+                .py_ok(py)?
+                .into_iter()
+                .map(|v| v as usize)
+                .collect(),
+        ),
+    };
+    if !(time_limit.is_finite() && time_limit >= 0.0) {
+        return Err(to_pyerr(
+            py,
+            CoreError::InvalidJob(format!("time_limit must be >= 0 seconds, got {time_limit}")),
+        ));
+    }
+    let opts = QapOptions {
+        time_limit: std::time::Duration::from_secs_f64(time_limit),
+        seed,
+        threads,
+        initial,
+        max_iterations,
+    };
+    let mapping = py
+        .detach(|| gpuplace_core::qap::map_ranks(&traffic, &distance, m, &opts))
+        .map_err(CoreError::from)
+        .py_ok(py)?;
+    let perm = mapping
+        .perm
+        .into_iter()
+        .map(|p| p as i64)
+        .collect::<Vec<_>>()
+        .into_pyarray(py);
+    Ok((
+        perm,
+        mapping.cost,
+        mapping.iterations,
+        mapping.elapsed.as_secs_f64(),
+    ))
+}
+
 /// Names of the solvers implemented in Rust.
 #[pyfunction]
 fn rust_solvers() -> Vec<&'static str> {
@@ -948,6 +1097,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(place, m)?)?;
     m.add_function(wrap_pyfunction!(refine, m)?)?;
+    m.add_function(wrap_pyfunction!(map_ranks, m)?)?;
     m.add_function(wrap_pyfunction!(rust_solvers, m)?)?;
     m.add_function(wrap_pyfunction!(loss_factor, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -102,7 +102,9 @@ pub(super) fn greedy(pb: &Problem) -> Option<Vec<usize>> {
     // Centrality of locations (row + column sums), most central first.
     let mut central: Vec<usize> = (0..m).collect();
     let cent: Vec<f64> = if (m as f64) * (m as f64) <= 6.4e7 {
-        (0..m).map(|l| d[l * m..(l + 1) * m].iter().sum::<f64>()).collect()
+        (0..m)
+            .map(|l| d[l * m..(l + 1) * m].iter().sum::<f64>())
+            .collect()
     } else {
         vec![0.0; m]
     };
@@ -192,7 +194,11 @@ pub(super) fn greedy(pb: &Problem) -> Option<Vec<usize>> {
                 for &l in &touched {
                     let mut c = 0.0;
                     for (j, w, outgoing) in partners() {
-                        c += if outgoing { w * d[l * m + p[j]] } else { w * d[p[j] * m + l] };
+                        c += if outgoing {
+                            w * d[l * m + p[j]]
+                        } else {
+                            w * d[p[j] * m + l]
+                        };
                     }
                     if c < best_c {
                         best_c = c;

@@ -50,7 +50,11 @@ impl Hierarchy {
             }
         }
         let mut order: Vec<usize> = (0..m).collect();
-        let mut nodes = vec![Node { start: 0, end: m, children: Vec::new() }];
+        let mut nodes = vec![Node {
+            start: 0,
+            end: m,
+            children: Vec::new(),
+        }];
         // (node index, level of the parent block: inner distances must be strictly below it)
         let mut stack: Vec<(usize, f64)> = vec![(0, f64::INFINITY)];
         while let Some((id, parent_level)) = stack.pop() {
@@ -101,7 +105,11 @@ impl Hierarchy {
             }
             for (s, e) in blocks {
                 let cid = nodes.len();
-                nodes.push(Node { start: s, end: e, children: Vec::new() });
+                nodes.push(Node {
+                    start: s,
+                    end: e,
+                    children: Vec::new(),
+                });
                 nodes[id].children.push(cid);
                 stack.push((cid, level));
             }
@@ -115,7 +123,11 @@ impl Hierarchy {
                 }
             }
         }
-        let h = Hierarchy { order, nodes, leaf_block };
+        let h = Hierarchy {
+            order,
+            nodes,
+            leaf_block,
+        };
         // A single level (all off-diagonal distances equal) carries no structure to exploit.
         if h.nodes[0].children.iter().all(|&c| h.nodes[c].len() == 1) {
             return None;

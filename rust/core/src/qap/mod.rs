@@ -62,7 +62,10 @@ pub enum Traffic {
     /// Row-major `n * n` matrix.
     Dense { n: usize, values: Vec<f64> },
     /// Directed weighted edges `(src, dst, weight)`; duplicates are summed.
-    Sparse { n: usize, edges: Vec<(u32, u32, f64)> },
+    Sparse {
+        n: usize,
+        edges: Vec<(u32, u32, f64)>,
+    },
 }
 
 impl Traffic {
@@ -118,11 +121,24 @@ pub struct Mapping {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum QapError {
     #[error("traffic matrix has {got} entries; expected n*n = {expected} for n = {n} ranks")]
-    TrafficShape { n: usize, expected: usize, got: usize },
+    TrafficShape {
+        n: usize,
+        expected: usize,
+        got: usize,
+    },
     #[error("distance matrix has {got} entries; expected m*m = {expected} for m = {m} locations")]
-    DistanceShape { m: usize, expected: usize, got: usize },
+    DistanceShape {
+        m: usize,
+        expected: usize,
+        got: usize,
+    },
     #[error("traffic edge #{index} ({src} -> {dst}) names a rank >= n = {n}")]
-    EdgeOutOfRange { index: usize, src: u32, dst: u32, n: usize },
+    EdgeOutOfRange {
+        index: usize,
+        src: u32,
+        dst: u32,
+        n: usize,
+    },
     #[error("traffic entry ({row}, {col}) is not finite: {value}")]
     TrafficNotFinite { row: usize, col: usize, value: f64 },
     #[error("distance entry ({row}, {col}) is not finite: {value}")]
@@ -134,9 +150,17 @@ pub enum QapError {
     #[error("initial mapping has length {got}; expected one location per rank ({n})")]
     InitialLength { n: usize, got: usize },
     #[error("initial mapping sends rank {rank} to location {location}, but there are only {m} locations")]
-    InitialOutOfRange { rank: usize, location: usize, m: usize },
+    InitialOutOfRange {
+        rank: usize,
+        location: usize,
+        m: usize,
+    },
     #[error("initial mapping is not a permutation: ranks {first} and {second} both go to location {location}")]
-    InitialNotInjective { first: usize, second: usize, location: usize },
+    InitialNotInjective {
+        first: usize,
+        second: usize,
+        location: usize,
+    },
     #[error("threads must be at least 1 (got 0)")]
     ZeroThreads,
 }
@@ -154,13 +178,19 @@ fn validate(
         return Err(QapError::ZeroThreads);
     }
     if m > MAX_LOCATIONS {
-        return Err(QapError::TooLarge { what: format!("{m} locations (at most {MAX_LOCATIONS})") });
+        return Err(QapError::TooLarge {
+            what: format!("{m} locations (at most {MAX_LOCATIONS})"),
+        });
     }
-    let mm = m
-        .checked_mul(m)
-        .ok_or_else(|| QapError::TooLarge { what: format!("{m}*{m} distance entries overflow") })?;
+    let mm = m.checked_mul(m).ok_or_else(|| QapError::TooLarge {
+        what: format!("{m}*{m} distance entries overflow"),
+    })?;
     if distance.len() != mm {
-        return Err(QapError::DistanceShape { m, expected: mm, got: distance.len() });
+        return Err(QapError::DistanceShape {
+            m,
+            expected: mm,
+            got: distance.len(),
+        });
     }
     let n = traffic.n();
     match traffic {
@@ -169,16 +199,29 @@ fn validate(
                 what: format!("{n}*{n} traffic entries overflow"),
             })?;
             if values.len() != nn {
-                return Err(QapError::TrafficShape { n: *n, expected: nn, got: values.len() });
+                return Err(QapError::TrafficShape {
+                    n: *n,
+                    expected: nn,
+                    got: values.len(),
+                });
             }
             if let Some(k) = values.iter().position(|v| !v.is_finite()) {
-                return Err(QapError::TrafficNotFinite { row: k / n, col: k % n, value: values[k] });
+                return Err(QapError::TrafficNotFinite {
+                    row: k / n,
+                    col: k % n,
+                    value: values[k],
+                });
             }
         }
         Traffic::Sparse { n, edges } => {
             for (index, &(src, dst, w)) in edges.iter().enumerate() {
                 if src as usize >= *n || dst as usize >= *n {
-                    return Err(QapError::EdgeOutOfRange { index, src, dst, n: *n });
+                    return Err(QapError::EdgeOutOfRange {
+                        index,
+                        src,
+                        dst,
+                        n: *n,
+                    });
                 }
                 if !w.is_finite() {
                     return Err(QapError::TrafficNotFinite {
@@ -191,7 +234,11 @@ fn validate(
         }
     }
     if let Some(k) = distance.iter().position(|v| !v.is_finite()) {
-        return Err(QapError::DistanceNotFinite { row: k / m, col: k % m, value: distance[k] });
+        return Err(QapError::DistanceNotFinite {
+            row: k / m,
+            col: k % m,
+            value: distance[k],
+        });
     }
     if n > m {
         return Err(QapError::TooManyRanks { n, m });
@@ -209,10 +256,18 @@ fn check_perm(perm: &[usize], n: usize, m: usize) -> Result<(), QapError> {
     let mut owner = vec![usize::MAX; m];
     for (rank, &loc) in perm.iter().enumerate() {
         if loc >= m {
-            return Err(QapError::InitialOutOfRange { rank, location: loc, m });
+            return Err(QapError::InitialOutOfRange {
+                rank,
+                location: loc,
+                m,
+            });
         }
         if owner[loc] != usize::MAX {
-            return Err(QapError::InitialNotInjective { first: owner[loc], second: rank, location: loc });
+            return Err(QapError::InitialNotInjective {
+                first: owner[loc],
+                second: rank,
+                location: loc,
+            });
         }
         owner[loc] = rank;
     }
@@ -282,7 +337,12 @@ pub fn map_ranks(
 
     let finish = |perm: Vec<usize>, iterations: u64| {
         let cost = qap_cost(traffic, distance, m, &perm);
-        Mapping { perm, cost, iterations, elapsed: start.elapsed() }
+        Mapping {
+            perm,
+            cost,
+            iterations,
+            elapsed: start.elapsed(),
+        }
     };
     if n == 0 {
         return Ok(finish(Vec::new(), 0));
@@ -302,15 +362,26 @@ pub fn map_ranks(
     // Each search: construct (or take the initial mapping), then improve.
     let run_search = |index: usize| -> (Vec<usize>, u64) {
         let mut rng = ChaCha8Rng::seed_from_u64(search_seed(opts.seed, index as u64));
-        let start_perm = construct::start(&problem, hierarchy.as_ref(), opts.initial.as_deref(), index, &mut rng);
+        let start_perm = construct::start(
+            &problem,
+            hierarchy.as_ref(),
+            opts.initial.as_deref(),
+            index,
+            &mut rng,
+        );
         problem.improve(start_perm, &mut rng, deadline, max_iter)
     };
 
     let results: Vec<(Vec<usize>, u64)> = if opts.threads == 1 {
         vec![run_search(0)]
     } else {
-        match rayon::ThreadPoolBuilder::new().num_threads(opts.threads).build() {
-            Ok(pool) => pool.install(|| (0..opts.threads).into_par_iter().map(run_search).collect()),
+        match rayon::ThreadPoolBuilder::new()
+            .num_threads(opts.threads)
+            .build()
+        {
+            Ok(pool) => {
+                pool.install(|| (0..opts.threads).into_par_iter().map(run_search).collect())
+            }
             // No thread pool available: run the searches one after the other, same results.
             Err(_) => (0..opts.threads).map(run_search).collect(),
         }

@@ -34,7 +34,8 @@ impl FlowCsr {
                 e
             }
             Traffic::Sparse { edges, .. } => {
-                let mut e: Vec<(u32, u32, f64)> = edges.iter().copied().filter(|e| e.2 != 0.0).collect();
+                let mut e: Vec<(u32, u32, f64)> =
+                    edges.iter().copied().filter(|e| e.2 != 0.0).collect();
                 e.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
                 let mut merged: Vec<(u32, u32, f64)> = Vec::with_capacity(e.len());
                 for (a, b, w) in e {
@@ -66,7 +67,13 @@ impl FlowCsr {
             fill[b as usize] += 1;
         }
         edges.clear();
-        FlowCsr { size, out_ptr, out, in_ptr, inn }
+        FlowCsr {
+            size,
+            out_ptr,
+            out,
+            in_ptr,
+            inn,
+        }
     }
 
     #[inline]
@@ -85,8 +92,18 @@ impl FlowCsr {
 
     /// Total traffic of rank `i` in both directions (self-loops excluded).
     pub fn degree_weight(&self, i: usize) -> f64 {
-        let o: f64 = self.out_of(i).iter().filter(|e| e.0 as usize != i).map(|e| e.1).sum();
-        let n: f64 = self.in_of(i).iter().filter(|e| e.0 as usize != i).map(|e| e.1).sum();
+        let o: f64 = self
+            .out_of(i)
+            .iter()
+            .filter(|e| e.0 as usize != i)
+            .map(|e| e.1)
+            .sum();
+        let n: f64 = self
+            .in_of(i)
+            .iter()
+            .filter(|e| e.0 as usize != i)
+            .map(|e| e.1)
+            .sum();
         o + n
     }
 }
@@ -145,7 +162,8 @@ fn is_symmetric(a: &[f64], s: usize) -> bool {
 impl<'a> Problem<'a> {
     pub fn new(n: usize, size: usize, dist: &'a [f64], csr: FlowCsr) -> Problem<'a> {
         let nnz = csr.nnz();
-        let dense_engine = size <= DENSE_MAX && (size <= 256 || nnz as f64 >= 0.05 * (size * size) as f64);
+        let dense_engine =
+            size <= DENSE_MAX && (size <= 256 || nnz as f64 >= 0.05 * (size * size) as f64);
 
         let fmax: f64 = csr.out.iter().map(|e| e.1.abs()).sum();
         let dmax: f64 = dist.iter().fold(0.0f64, |a, &b| a.max(b.abs()));
@@ -190,13 +208,30 @@ impl<'a> Problem<'a> {
                 false
             };
             let ft = if sym { Vec::new() } else { transpose(&f, size) };
-            Some(DenseModel { size, f, d, sym, ft })
+            Some(DenseModel {
+                size,
+                f,
+                d,
+                sym,
+                ft,
+            })
         } else {
             None
         };
         // Halving may create .5 values: still exact in f64, but keep the flag conservative.
-        let integral = integral && dense.as_ref().map_or(true, |dm| dm.f.iter().all(|v| v.fract() == 0.0));
-        Problem { n, size, dist, csr, dense, integral, near: None }
+        let integral = integral
+            && dense
+                .as_ref()
+                .map_or(true, |dm| dm.f.iter().all(|v| v.fract() == 0.0));
+        Problem {
+            n,
+            size,
+            dist,
+            csr,
+            dense,
+            integral,
+            near: None,
+        }
     }
 
     /// Cost of a full (padded) permutation, from the sparse flow.
@@ -218,7 +253,15 @@ impl<'a> Problem<'a> {
         let m = self.size;
         let d = self.dist;
         let (a, b) = (p[r], p[s]);
-        let newp = |k: usize| if k == r { b } else if k == s { a } else { p[k] };
+        let newp = |k: usize| {
+            if k == r {
+                b
+            } else if k == s {
+                a
+            } else {
+                p[k]
+            }
+        };
         let mut delta = 0.0;
         if r < self.n {
             for &(j, w) in self.csr.out_of(r) {

@@ -77,7 +77,12 @@ struct Perm {
 impl Perm {
     fn new(dm: &DenseModel, p: Vec<usize>) -> Perm {
         let n = dm.size;
-        let mut st = Perm { n, p, dp: vec![0.0; n * n], dpt: Vec::new() };
+        let mut st = Perm {
+            n,
+            p,
+            dp: vec![0.0; n * n],
+            dpt: Vec::new(),
+        };
         if !dm.sym {
             st.dpt = vec![0.0; n * n];
         }
@@ -152,7 +157,9 @@ impl Perm {
             let dtr = &self.dpt[r * n..(r + 1) * n];
             let dts = &self.dpt[s * n..(s + 1) * n];
             let mut sum = dot_diff(fr, fs, ds, dr) + dot_diff(ftr, fts, dts, dtr);
-            let term = |k: usize| (ftr[k] - fts[k]) * (dts[k] - dtr[k]) + (fr[k] - fs[k]) * (ds[k] - dr[k]);
+            let term = |k: usize| {
+                (ftr[k] - fts[k]) * (dts[k] - dtr[k]) + (fr[k] - fs[k]) * (ds[k] - dr[k])
+            };
             sum -= term(r) + term(s);
             diag + (fr[s] - fs[r]) * (ds[r] - dr[s]) + sum
         }
@@ -221,7 +228,11 @@ pub(super) fn run(
     let tabu_duration = (8 * n) as f64;
     let aspiration = (n as i64) * (n as i64) * 5;
     let eps = if pb.integral { 0.0 } else { 1e-9 };
-    let refresh = if pb.integral { u64::MAX } else { (4 * n as u64).max(64) };
+    let refresh = if pb.integral {
+        u64::MAX
+    } else {
+        (4 * n as u64).max(64)
+    };
     let check_every = (1 + 65536 / (n * n)) as u64;
 
     let mut a = vec![0.0f64; n];
@@ -274,7 +285,11 @@ pub(super) fn run(
                 }
             }
         }
-        let chosen = if best_asp.1 != usize::MAX { best_asp.1 } else { best_auth.1 };
+        let chosen = if best_asp.1 != usize::MAX {
+            best_asp.1
+        } else {
+            best_auth.1
+        };
         let (r, s) = if chosen == usize::MAX {
             let r = rng.gen_range(0..nr);
             (r, rng.gen_range(r + 1..n))
@@ -304,7 +319,9 @@ pub(super) fn run(
             fill_delta(dm, &st, nr, &mut delta);
             cur = st.cost(dm);
         } else {
-            update_delta(dm, &st, nr, r, s, &mut delta, &mut a, &mut b, &mut a2, &mut b2);
+            update_delta(
+                dm, &st, nr, r, s, &mut delta, &mut a, &mut b, &mut a2, &mut b2,
+            );
         }
         #[cfg(debug_assertions)]
         if pb.integral && iter % 64 == 0 {
@@ -390,7 +407,10 @@ fn update_delta(
         for i in 0..nr {
             let (ai, bi, a2i, b2i) = (a[i], b[i], a2[i], b2[i]);
             let row = &mut delta[i * n + i + 1..(i + 1) * n];
-            let it = a[i + 1..n].iter().zip(&b[i + 1..n]).zip(a2[i + 1..n].iter().zip(&b2[i + 1..n]));
+            let it = a[i + 1..n]
+                .iter()
+                .zip(&b[i + 1..n])
+                .zip(a2[i + 1..n].iter().zip(&b2[i + 1..n]));
             for (x, ((&aj, &bj), (&a2j, &b2j))) in row.iter_mut().zip(it) {
                 *x += (ai - aj) * (bi - bj) + (a2i - a2j) * (b2i - b2j);
             }

@@ -55,9 +55,15 @@ impl Near {
                 let mut row: Vec<(f64, u32)> = Vec::with_capacity(m);
                 for l in 0..m {
                     row.clear();
-                    row.extend((0..m).filter(|&x| x != l).map(|x| (dist[l * m + x] + dist[x * m + l], x as u32)));
+                    row.extend(
+                        (0..m)
+                            .filter(|&x| x != l)
+                            .map(|x| (dist[l * m + x] + dist[x * m + l], x as u32)),
+                    );
                     if k > 0 && k < row.len() {
-                        row.select_nth_unstable_by(k - 1, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                        row.select_nth_unstable_by(k - 1, |a, b| {
+                            a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+                        });
                     }
                     row.truncate(k);
                     row.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -199,7 +205,11 @@ pub(super) fn run(
         seen: vec![0; size],
         stamp: 0,
     };
-    let eps = if pb.integral { 0.0 } else { 1e-9 * cur.abs().max(1.0) };
+    let eps = if pb.integral {
+        0.0
+    } else {
+        1e-9 * cur.abs().max(1.0)
+    };
     for r in (0..n).rev() {
         st.push_work(r);
     }

@@ -9,7 +9,13 @@ use super::model::{FlowCsr, Problem};
 use super::*;
 
 fn opts(seed: u64, iters: Option<u64>) -> QapOptions {
-    QapOptions { time_limit: Duration::from_secs(30), seed, threads: 1, initial: None, max_iterations: iters }
+    QapOptions {
+        time_limit: Duration::from_secs(30),
+        seed,
+        threads: 1,
+        initial: None,
+        max_iterations: iters,
+    }
 }
 
 fn random_matrix(rng: &mut ChaCha8Rng, n: usize, sym: bool, zero_diag: bool) -> Vec<f64> {
@@ -28,7 +34,14 @@ fn random_matrix(rng: &mut ChaCha8Rng, n: usize, sym: bool, zero_diag: bool) -> 
 
 /// Minimum cost over all injections of n ranks into m locations (tiny sizes only).
 fn brute_force(t: &Traffic, d: &[f64], m: usize) -> f64 {
-    fn rec(t: &Traffic, d: &[f64], m: usize, perm: &mut Vec<usize>, used: &mut Vec<bool>, best: &mut f64) {
+    fn rec(
+        t: &Traffic,
+        d: &[f64],
+        m: usize,
+        perm: &mut Vec<usize>,
+        used: &mut Vec<bool>,
+        best: &mut f64,
+    ) {
         if perm.len() == t.n() {
             *best = best.min(qap_cost(t, d, m, perm));
             return;
@@ -109,7 +122,15 @@ fn megatron() -> (usize, Vec<f64>, Vec<f64>, f64) {
             }
         }
     }
-    let opt = qap_cost(&Traffic::Dense { n, values: a.clone() }, &b, n, &perm);
+    let opt = qap_cost(
+        &Traffic::Dense {
+            n,
+            values: a.clone(),
+        },
+        &b,
+        n,
+        &perm,
+    );
     (n, a, b, opt)
 }
 
@@ -130,12 +151,18 @@ fn relabel(n: usize, a: &[f64], rng: &mut ChaCha8Rng) -> Vec<f64> {
 #[test]
 fn cost_of_known_permutation() {
     // traffic: 0->1: 2, 1->2: 3, 2->0: 5 ; distance on 3 locations.
-    let t = Traffic::Dense { n: 3, values: vec![0., 2., 0., 0., 0., 3., 5., 0., 0.] };
+    let t = Traffic::Dense {
+        n: 3,
+        values: vec![0., 2., 0., 0., 0., 3., 5., 0., 0.],
+    };
     let d = vec![0., 1., 4., 1., 0., 2., 4., 2., 0.];
     // p = [2, 0, 1]: 2*d[2][0] + 3*d[0][1] + 5*d[1][2] = 8 + 3 + 10
     assert_eq!(qap_cost(&t, &d, 3, &[2, 0, 1]), 21.0);
     assert_eq!(qap_cost(&t, &d, 3, &[0, 1, 2]), 2.0 + 6.0 + 20.0);
-    let s = Traffic::Sparse { n: 3, edges: vec![(0, 1, 2.), (1, 2, 1.), (2, 0, 5.), (1, 2, 2.)] };
+    let s = Traffic::Sparse {
+        n: 3,
+        edges: vec![(0, 1, 2.), (1, 2, 1.), (2, 0, 5.), (1, 2, 2.)],
+    };
     assert_eq!(qap_cost(&s, &d, 3, &[2, 0, 1]), 21.0);
     // invalid permutations give NaN, not a panic
     assert!(qap_cost(&t, &d, 3, &[0, 0, 1]).is_nan());
@@ -169,7 +196,10 @@ fn padding_fewer_ranks_than_locations() {
         let (n, m) = (4 + case % 2, 7);
         let a = random_matrix(&mut rng, n, case % 2 == 0, true);
         let b = random_matrix(&mut rng, m, case < 2, true);
-        let t = Traffic::Dense { n, values: a.clone() };
+        let t = Traffic::Dense {
+            n,
+            values: a.clone(),
+        };
         let opt = brute_force(&t, &b, m);
         let r = map_ranks(&t, &b, m, &opts(1, Some(3000))).unwrap();
         assert_eq!(r.perm.len(), n);
@@ -214,7 +244,10 @@ fn deterministic_for_seed() {
     let n = 25;
     let a = random_matrix(&mut rng, n, false, false);
     let b = random_matrix(&mut rng, n, true, true);
-    let t = Traffic::Dense { n, values: a.clone() };
+    let t = Traffic::Dense {
+        n,
+        values: a.clone(),
+    };
     for threads in [1, 2] {
         let mut o = opts(42, Some(3000));
         o.threads = threads;
@@ -241,7 +274,10 @@ fn hierarchical_megatron_reaches_optimum_under_relabelling() {
     let mut rng = ChaCha8Rng::seed_from_u64(2024);
     for rep in 0..3 {
         let a2 = relabel(n, &a, &mut rng);
-        let dense = Traffic::Dense { n, values: a2.clone() };
+        let dense = Traffic::Dense {
+            n,
+            values: a2.clone(),
+        };
         let r = map_ranks(&dense, &b, n, &opts(rep, Some(5))).unwrap();
         assert_eq!(r.cost, opt, "dense rep {rep}");
         let sparse = to_sparse(n, &a2);
@@ -287,7 +323,10 @@ fn sparse_equals_dense() {
             }
         }
         let b = random_matrix(&mut rng, n, true, true);
-        let dense = Traffic::Dense { n, values: a.clone() };
+        let dense = Traffic::Dense {
+            n,
+            values: a.clone(),
+        };
         let sparse = to_sparse(n, &a);
         let opt = brute_force(&dense, &b, n);
         let rd = map_ranks(&dense, &b, n, &opts(case as u64, Some(3000))).unwrap();
@@ -323,7 +362,10 @@ fn delta_formulas_match_recomputation() {
             assert_eq!(super::rots::dense_cost(dm, &p), after);
         }
         // RoTS keeps its incremental delta matrix exact (checked through iterations).
-        let t2 = Traffic::Dense { n, values: random_matrix(&mut rng, n, sym_a, false) };
+        let t2 = Traffic::Dense {
+            n,
+            values: random_matrix(&mut rng, n, sym_a, false),
+        };
         let r = map_ranks(&t2, &b, n, &opts(1, Some(5000))).unwrap();
         assert_eq!(r.cost, brute_force(&t2, &b, n));
     }
@@ -338,7 +380,11 @@ fn non_integer_and_negative_inputs() {
     let t = Traffic::Dense { n, values: a };
     let opt = brute_force(&t, &b, n);
     let r = map_ranks(&t, &b, n, &opts(0, Some(3000))).unwrap();
-    assert!((r.cost - opt).abs() <= 1e-9 * opt.abs().max(1.0), "{} vs {opt}", r.cost);
+    assert!(
+        (r.cost - opt).abs() <= 1e-9 * opt.abs().max(1.0),
+        "{} vs {opt}",
+        r.cost
+    );
 }
 
 #[test]
@@ -369,37 +415,88 @@ fn hierarchy_detection() {
     d[m] = 30.0;
     assert!(Hierarchy::detect(&d, m).is_none());
     // A line metric is not hierarchical.
-    let line: Vec<f64> = (0..16).map(|k| ((k / 4) as f64 - (k % 4) as f64).abs()).collect();
+    let line: Vec<f64> = (0..16)
+        .map(|k| ((k / 4) as f64 - (k % 4) as f64).abs())
+        .collect();
     assert!(Hierarchy::detect(&line, 4).is_none());
 }
 
 #[test]
 fn validation_errors() {
     let d4 = vec![0.0; 16];
-    let t = Traffic::Dense { n: 2, values: vec![0.0; 4] };
+    let t = Traffic::Dense {
+        n: 2,
+        values: vec![0.0; 4],
+    };
     let o = opts(0, Some(10));
     assert!(matches!(
-        map_ranks(&Traffic::Dense { n: 2, values: vec![0.0; 3] }, &d4, 4, &o),
+        map_ranks(
+            &Traffic::Dense {
+                n: 2,
+                values: vec![0.0; 3]
+            },
+            &d4,
+            4,
+            &o
+        ),
         Err(QapError::TrafficShape { .. })
     ));
-    assert!(matches!(map_ranks(&t, &d4[..15], 4, &o), Err(QapError::DistanceShape { .. })));
     assert!(matches!(
-        map_ranks(&Traffic::Dense { n: 2, values: vec![0.0, f64::NAN, 0.0, 0.0] }, &d4, 4, &o),
+        map_ranks(&t, &d4[..15], 4, &o),
+        Err(QapError::DistanceShape { .. })
+    ));
+    assert!(matches!(
+        map_ranks(
+            &Traffic::Dense {
+                n: 2,
+                values: vec![0.0, f64::NAN, 0.0, 0.0]
+            },
+            &d4,
+            4,
+            &o
+        ),
         Err(QapError::TrafficNotFinite { row: 0, col: 1, .. })
     ));
     let mut dinf = d4.clone();
     dinf[6] = f64::INFINITY;
-    assert!(matches!(map_ranks(&t, &dinf, 4, &o), Err(QapError::DistanceNotFinite { row: 1, col: 2, .. })));
     assert!(matches!(
-        map_ranks(&Traffic::Sparse { n: 2, edges: vec![(0, 2, 1.0)] }, &d4, 4, &o),
+        map_ranks(&t, &dinf, 4, &o),
+        Err(QapError::DistanceNotFinite { row: 1, col: 2, .. })
+    ));
+    assert!(matches!(
+        map_ranks(
+            &Traffic::Sparse {
+                n: 2,
+                edges: vec![(0, 2, 1.0)]
+            },
+            &d4,
+            4,
+            &o
+        ),
         Err(QapError::EdgeOutOfRange { .. })
     ));
     assert!(matches!(
-        map_ranks(&Traffic::Sparse { n: 2, edges: vec![(0, 1, f64::NAN)] }, &d4, 4, &o),
+        map_ranks(
+            &Traffic::Sparse {
+                n: 2,
+                edges: vec![(0, 1, f64::NAN)]
+            },
+            &d4,
+            4,
+            &o
+        ),
         Err(QapError::TrafficNotFinite { .. })
     ));
     assert!(matches!(
-        map_ranks(&Traffic::Dense { n: 3, values: vec![0.0; 9] }, &[0.0; 4], 2, &o),
+        map_ranks(
+            &Traffic::Dense {
+                n: 3,
+                values: vec![0.0; 9]
+            },
+            &[0.0; 4],
+            2,
+            &o
+        ),
         Err(QapError::TooManyRanks { n: 3, m: 2 })
     ));
     let mut bad = o.clone();
@@ -416,13 +513,49 @@ fn validation_errors() {
         assert!(e.to_string().contains(want), "{e}");
     }
     // Degenerate sizes.
-    let r = map_ranks(&Traffic::Dense { n: 0, values: vec![] }, &[], 0, &o).unwrap();
+    let r = map_ranks(
+        &Traffic::Dense {
+            n: 0,
+            values: vec![],
+        },
+        &[],
+        0,
+        &o,
+    )
+    .unwrap();
     assert!(r.perm.is_empty());
-    let r = map_ranks(&Traffic::Dense { n: 1, values: vec![3.0] }, &[2.0], 1, &o).unwrap();
+    let r = map_ranks(
+        &Traffic::Dense {
+            n: 1,
+            values: vec![3.0],
+        },
+        &[2.0],
+        1,
+        &o,
+    )
+    .unwrap();
     assert_eq!((r.perm, r.cost), (vec![0], 6.0));
-    let r = map_ranks(&Traffic::Sparse { n: 0, edges: vec![] }, &d4, 4, &o).unwrap();
+    let r = map_ranks(
+        &Traffic::Sparse {
+            n: 0,
+            edges: vec![],
+        },
+        &d4,
+        4,
+        &o,
+    )
+    .unwrap();
     assert!(r.perm.is_empty());
-    let r = map_ranks(&Traffic::Dense { n: 1, values: vec![1.0] }, &[0.0, 1.0, 1.0, 5.0], 2, &o).unwrap();
+    let r = map_ranks(
+        &Traffic::Dense {
+            n: 1,
+            values: vec![1.0],
+        },
+        &[0.0, 1.0, 1.0, 5.0],
+        2,
+        &o,
+    )
+    .unwrap();
     assert_eq!((r.perm, r.cost), (vec![0], 0.0));
 }
 
@@ -439,13 +572,23 @@ fn sparse_large_ring_improves() {
     for i in (1..n).rev() {
         sigma.swap(i, rng.gen_range(0..=i));
     }
-    let edges: Vec<_> = edges.into_iter().map(|(a, b, w)| (sigma[a as usize], sigma[b as usize], w)).collect();
+    let edges: Vec<_> = edges
+        .into_iter()
+        .map(|(a, b, w)| (sigma[a as usize], sigma[b as usize], w))
+        .collect();
     let t = Traffic::Sparse { n, edges };
-    let d: Vec<f64> = (0..n * n).map(|k| ((k / n) as f64 - (k % n) as f64).abs()).collect();
+    let d: Vec<f64> = (0..n * n)
+        .map(|k| ((k / n) as f64 - (k % n) as f64).abs())
+        .collect();
     let mut o = opts(0, None);
     o.time_limit = Duration::from_millis(300);
     let r = map_ranks(&t, &d, n, &o).unwrap();
     let random_cost = qap_cost(&t, &d, n, &(0..n).collect::<Vec<_>>());
     // optimum is 2*(n-1); a random layout costs ~ n*n/3.
-    assert!(r.cost < random_cost / 20.0, "{} vs random {}", r.cost, random_cost);
+    assert!(
+        r.cost < random_cost / 20.0,
+        "{} vs random {}",
+        r.cost,
+        random_cost
+    );
 }
