@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    full = {**os.environ, "PYTHONPATH": str(ROOT / "python"), **(env or {})}
+    # The child imports the same gpuplace as this process (installed, or an editable checkout).
+    package_root = str(Path(gpuplace.__file__).resolve().parents[1])
+    full = {**os.environ, "PYTHONPATH": package_root, **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "gpuplace.cli", *args],
         env=full,

@@ -155,9 +155,7 @@ pub(super) fn greedy(pb: &Problem) -> Option<Vec<usize>> {
             let mut best_l = usize::MAX;
             let mut best_c = f64::INFINITY;
             if full_scan {
-                for l in 0..m {
-                    cost_at[l] = 0.0;
-                }
+                cost_at[..m].fill(0.0);
                 for (j, w, outgoing) in partners() {
                     let pj = p[j];
                     if outgoing {

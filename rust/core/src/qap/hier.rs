@@ -69,7 +69,8 @@ impl Hierarchy {
                     level = level.max(row[order[y]]);
                 }
             }
-            if !(level < parent_level) {
+            // NaN-safe: anything but a level strictly below the parent's ends the detection.
+            if level.partial_cmp(&parent_level) != Some(std::cmp::Ordering::Less) {
                 return None;
             }
             // Split into classes of "distance < level".
@@ -79,7 +80,9 @@ impl Hierarchy {
                 let a = order[cur];
                 let bs = cur;
                 cur += 1;
-                for k in cur..en {
+                // Partition order[cur..en]: members of a's class move to the front.
+                let first_unsorted = cur;
+                for k in first_unsorted..en {
                     if d[a * m + order[k]] < level {
                         order.swap(cur, k);
                         cur += 1;

@@ -393,7 +393,7 @@ pub fn map_ranks(
         iterations = iterations.saturating_add(iters);
         let perm: Vec<usize> = full_perm[..n].to_vec();
         let cost = qap_cost(traffic, distance, m, &perm);
-        if best.as_ref().map_or(true, |(c, _)| cost < *c) {
+        if best.as_ref().is_none_or(|(c, _)| cost < *c) {
             best = Some((cost, perm));
         }
     }

@@ -36,7 +36,7 @@ impl FlowCsr {
             Traffic::Sparse { edges, .. } => {
                 let mut e: Vec<(u32, u32, f64)> =
                     edges.iter().copied().filter(|e| e.2 != 0.0).collect();
-                e.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+                e.sort_by_key(|a| (a.0, a.1));
                 let mut merged: Vec<(u32, u32, f64)> = Vec::with_capacity(e.len());
                 for (a, b, w) in e {
                     match merged.last_mut() {
@@ -222,7 +222,7 @@ impl<'a> Problem<'a> {
         let integral = integral
             && dense
                 .as_ref()
-                .map_or(true, |dm| dm.f.iter().all(|v| v.fract() == 0.0));
+                .is_none_or(|dm| dm.f.iter().all(|v| v.fract() == 0.0));
         Problem {
             n,
             size,
