@@ -31,20 +31,9 @@ from gpuplace.placers import cpsat
 from gpuplace.sim import workload
 from gpuplace.sim.workload import philly_running_mix
 
-#: Llama-2-13B-like transformer (40 layers, hidden 5120, 4k context, 8 micro-batches per step):
-#: gives realistic bytes per collective.
-LLAMA_13B = TransformerModel(
-    parameters=13e9,
-    layers=40,
-    hidden_size=5120,
-    sequence_length=4096,
-    micro_batch_size=1,
-    micro_batches=8,
-)
-#: A 16-expert MoE-like model for jobs with expert parallelism.
-MOE = TransformerModel(
-    parameters=47e9, layers=32, hidden_size=4096, sequence_length=4096, micro_batches=8
-)
+#: The models of the benchmark jobs (shared with the other benchmarks).
+LLAMA_13B = workload.DEFAULT_MODEL
+MOE = workload.MOE_MODEL
 
 
 def fragment(

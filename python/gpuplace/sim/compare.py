@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from gpuplace.errors import Infeasible, InvalidJob
-from gpuplace.job import Job, TransformerModel
+from gpuplace.job import Job
 from gpuplace.placement import Placement, place, solvers
-from gpuplace.sim.workload import DEFAULT_MODEL, fragment, training_job
+from gpuplace.sim.workload import DEFAULT_MODEL, MOE_MODEL, fragment, training_job
 from gpuplace.state import ClusterState
 from gpuplace.topology import Topology
 
@@ -64,17 +64,6 @@ CLUSTERS: tuple[ClusterSpec, ...] = (
     ClusterSpec("pcie-cluster-32", "pcie-cluster", {"nodes": 32}),
 )
 OCCUPANCIES: tuple[float, ...] = (0.0, 0.5, 0.85)
-
-#: A mixture-of-experts transformer (experts every layer, top-2 routing).
-MOE_MODEL = TransformerModel(
-    parameters=47e9,
-    layers=32,
-    hidden_size=4096,
-    sequence_length=4096,
-    micro_batch_size=1,
-    micro_batches=8,
-    moe_top_k=2,
-)
 
 
 def _traffic_job(name: str, ranks: int, seed: int) -> Job:

@@ -48,7 +48,8 @@ def philly_running_mix() -> JobSizeMix:
     return JobSizeMix(sizes, weight / weight.sum())
 
 
-#: A mid-sized transformer used to give background and benchmark jobs realistic bytes.
+#: A Llama-2-13B-like transformer (40 layers, hidden 5120, 4k context, 8 micro-batches per
+#: step): gives benchmark jobs realistic bytes per collective.
 DEFAULT_MODEL = TransformerModel(
     parameters=13e9,
     layers=40,
@@ -56,6 +57,18 @@ DEFAULT_MODEL = TransformerModel(
     sequence_length=4096,
     micro_batch_size=1,
     micro_batches=8,
+)
+
+
+#: A mixture-of-experts transformer (experts in every layer, top-2 routing).
+MOE_MODEL = TransformerModel(
+    parameters=47e9,
+    layers=32,
+    hidden_size=4096,
+    sequence_length=4096,
+    micro_batch_size=1,
+    micro_batches=8,
+    moe_top_k=2,
 )
 
 

@@ -417,50 +417,9 @@ fn pack(state: &ClusterState, job: &JobSpec, healthy_only: bool) -> Result<Vec<u
 mod tests {
     use super::*;
     use crate::cost::evaluate;
-    use crate::job::{Collective, CollectiveKind, Dim};
+    use crate::job::testing::tp_dp_job;
     use crate::topology::tests::tree;
     use std::sync::Arc;
-
-    fn tp_dp_job(topo: &Topology, tp: usize, dp: usize) -> JobSpec {
-        let n = tp * dp;
-        let mut offsets = vec![0];
-        let mut ranks = vec![];
-        let mut collectives = vec![];
-        for d in 0..dp {
-            ranks.extend((0..tp).map(|t| (d * tp + t) as u32));
-            offsets.push(ranks.len());
-            collectives.push(Collective {
-                group: d as u32,
-                kind: CollectiveKind::AllReduce,
-                bytes: 1e8,
-                count: 1.0,
-                class: 0,
-                dim: Some(0),
-            });
-        }
-        JobSpec::new(
-            n,
-            vec![
-                Dim {
-                    name: "tp".into(),
-                    size: tp,
-                    confine: Some(topo.nvlink_level()),
-                },
-                Dim {
-                    name: "dp".into(),
-                    size: dp,
-                    confine: None,
-                },
-            ],
-            topo.num_levels() - 1,
-            offsets,
-            ranks,
-            collectives,
-            vec![],
-            topo,
-        )
-        .unwrap()
-    }
 
     #[test]
     fn tp_groups_stay_in_nodes_on_a_fragmented_cluster() {

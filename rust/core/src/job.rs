@@ -222,3 +222,58 @@ impl JobSpec {
         weight
     }
 }
+
+/// Jobs for the unit tests of several modules.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A tp x dp job in Megatron order: every tp group all-reduces 100 MB (confined to the
+    /// NVLink domain), every dp group 1 GB.
+    pub(crate) fn tp_dp_job(topo: &Topology, tp: usize, dp: usize) -> JobSpec {
+        let mut offsets = vec![0];
+        let mut ranks = vec![];
+        let mut collectives = vec![];
+        let mut add = |members: Vec<u32>, bytes: f64, dim: u32| {
+            ranks.extend(members);
+            offsets.push(ranks.len());
+            collectives.push(Collective {
+                group: (offsets.len() - 2) as u32,
+                kind: CollectiveKind::AllReduce,
+                bytes,
+                count: 1.0,
+                class: dim,
+                dim: Some(dim),
+            });
+        };
+        for d in 0..dp {
+            add((0..tp).map(|t| (d * tp + t) as u32).collect(), 1e8, 0);
+        }
+        for t in 0..tp {
+            add((0..dp).map(|d| (d * tp + t) as u32).collect(), 1e9, 1);
+        }
+        let dims = vec![
+            Dim {
+                name: "tp".into(),
+                size: tp,
+                confine: Some(topo.nvlink_level()),
+            },
+            Dim {
+                name: "dp".into(),
+                size: dp,
+                confine: None,
+            },
+        ];
+        JobSpec::new(
+            tp * dp,
+            dims,
+            topo.num_levels() - 1,
+            offsets,
+            ranks,
+            collectives,
+            vec![],
+            topo,
+        )
+        .unwrap()
+    }
+}

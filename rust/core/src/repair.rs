@@ -862,69 +862,16 @@ fn partners(job: &JobSpec, moving: &[Option<MoveReason>]) -> Vec<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{Collective, CollectiveKind, Dim};
+    use crate::job::testing::tp_dp_job;
     use crate::state::GpuStatus;
     use crate::topology::tests::tree;
     use std::sync::Arc;
-
-    fn tp_dp(topo: &Topology, tp: usize, dp: usize) -> JobSpec {
-        let n = tp * dp;
-        let mut offsets = vec![0];
-        let mut ranks = vec![];
-        let mut collectives = vec![];
-        for d in 0..dp {
-            ranks.extend((0..tp).map(|t| (d * tp + t) as u32));
-            offsets.push(ranks.len());
-            collectives.push(Collective {
-                group: d as u32,
-                kind: CollectiveKind::AllReduce,
-                bytes: 1e8,
-                count: 1.0,
-                class: 0,
-                dim: Some(0),
-            });
-        }
-        for t in 0..tp {
-            ranks.extend((0..dp).map(|d| (d * tp + t) as u32));
-            offsets.push(ranks.len());
-            collectives.push(Collective {
-                group: (dp + t) as u32,
-                kind: CollectiveKind::AllReduce,
-                bytes: 1e9,
-                count: 1.0,
-                class: 1,
-                dim: Some(1),
-            });
-        }
-        JobSpec::new(
-            n,
-            vec![
-                Dim {
-                    name: "tp".into(),
-                    size: tp,
-                    confine: Some(topo.nvlink_level()),
-                },
-                Dim {
-                    name: "dp".into(),
-                    size: dp,
-                    confine: None,
-                },
-            ],
-            topo.num_levels() - 1,
-            offsets,
-            ranks,
-            collectives,
-            vec![],
-            topo,
-        )
-        .unwrap()
-    }
 
     #[test]
     fn lost_rank_stays_in_its_tp_node_when_there_is_room() {
         let topo = Arc::new(tree(4, 8, 2));
         let mut s = ClusterState::new(topo.clone());
-        let job = tp_dp(&topo, 4, 2);
+        let job = tp_dp_job(&topo, 4, 2);
         s.allocate("a", &[0, 1, 2, 3, 8, 9, 10, 11]).unwrap();
         s.set_health(&[1], GpuStatus::Failed).unwrap();
         let plan = repair(&mut s, &job, "a", &RepairOptions::default()).unwrap();
@@ -942,7 +889,7 @@ mod tests {
     fn full_node_moves_the_whole_tp_group() {
         let topo = Arc::new(tree(4, 8, 2));
         let mut s = ClusterState::new(topo.clone());
-        let job = tp_dp(&topo, 8, 2);
+        let job = tp_dp_job(&topo, 8, 2);
         let gpus: Vec<u32> = (0..16).collect();
         s.allocate("a", &gpus).unwrap();
         s.set_health(&[3], GpuStatus::Failed).unwrap();
@@ -965,7 +912,7 @@ mod tests {
     fn infeasible_repair_changes_nothing() {
         let topo = Arc::new(tree(2, 4, 1));
         let mut s = ClusterState::new(topo.clone());
-        let job = tp_dp(&topo, 4, 1);
+        let job = tp_dp_job(&topo, 4, 1);
         s.allocate("a", &[0, 1, 2, 3]).unwrap();
         s.allocate("b", &[4, 5]).unwrap();
         s.set_health(&[0], GpuStatus::Failed).unwrap();
