@@ -487,6 +487,40 @@ fn i64s(a: &PyReadonlyArray1<'_, i64>) -> Vec<i64> {
     a.as_array().iter().copied().collect()
 }
 
+impl PyClusterState {
+    /// A per-GPU boolean array from a state predicate.
+    fn gpu_mask<'py>(
+        &self,
+        py: Python<'py>,
+        predicate: fn(&ClusterState, usize) -> bool,
+    ) -> Bound<'py, PyArray1<bool>> {
+        let n = self.inner.topology().num_gpus();
+        (0..n)
+            .map(|g| predicate(&self.inner, g))
+            .collect::<Vec<_>>()
+            .into_pyarray(py)
+    }
+
+    /// A per-domain counter of one level, checking the level exists.
+    fn per_domain<'py>(
+        &self,
+        py: Python<'py>,
+        level: usize,
+        count: fn(&ClusterState, usize, usize) -> u32,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let topo = self.inner.topology();
+        if level >= topo.num_levels() {
+            return Err(PyValueError::new_err(format!(
+                "level {level} does not exist"
+            )));
+        }
+        Ok((0..topo.domain_count(level))
+            .map(|d| count(&self.inner, level, d) as i64)
+            .collect::<Vec<_>>()
+            .into_pyarray(py))
+    }
+}
+
 #[pymethods]
 impl PyClusterState {
     /// `gpu_nic[g]`: dense NIC id of GPU g, or -1 for none.
@@ -575,11 +609,7 @@ impl PyClusterState {
 
     /// Mask of GPUs some degraded component slows down.
     fn degraded_mask<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<bool>> {
-        let n = self.inner.topology().num_gpus();
-        (0..n)
-            .map(|g| self.inner.is_degraded(g))
-            .collect::<Vec<_>>()
-            .into_pyarray(py)
+        self.gpu_mask(py, ClusterState::is_degraded)
     }
 
     /// Free spare GPUs per domain of a level.
@@ -588,16 +618,7 @@ impl PyClusterState {
         py: Python<'py>,
         level: usize,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        let topo = self.inner.topology();
-        if level >= topo.num_levels() {
-            return Err(PyValueError::new_err(format!(
-                "level {level} does not exist"
-            )));
-        }
-        Ok((0..topo.domain_count(level))
-            .map(|d| self.inner.spare_free_count(level, d) as i64)
-            .collect::<Vec<_>>()
-            .into_pyarray(py))
+        self.per_domain(py, level, ClusterState::spare_free_count)
     }
 
     /// Check every incremental counter and derived array against a recount; raises
@@ -753,11 +774,7 @@ impl PyClusterState {
 
     /// Free usable GPU mask.
     fn free_mask<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<bool>> {
-        let n = self.inner.topology().num_gpus();
-        (0..n)
-            .map(|g| self.inner.is_free(g))
-            .collect::<Vec<_>>()
-            .into_pyarray(py)
+        self.gpu_mask(py, ClusterState::is_free)
     }
 
     fn free_counts<'py>(
@@ -765,18 +782,7 @@ impl PyClusterState {
         py: Python<'py>,
         level: usize,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        if level >= self.inner.topology().num_levels() {
-            return Err(PyValueError::new_err(format!(
-                "level {level} does not exist"
-            )));
-        }
-        Ok(self
-            .inner
-            .free_counts(level)
-            .iter()
-            .map(|&c| c as i64)
-            .collect::<Vec<_>>()
-            .into_pyarray(py))
+        self.per_domain(py, level, ClusterState::free_count)
     }
 
     /// Free counters recounted from scratch, per level (for consistency checks).
