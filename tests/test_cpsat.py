@@ -296,6 +296,136 @@ def test_cpsat_is_optimal_on_random_tiny_instances(
     assert placement.cost.comm_seconds == pytest.approx(expected, rel=REL_TOL)
 
 
+# --------------------------------------------------------------------------- PCIe hosts
+def pcie_tree() -> Topology:
+    """12 GPUs shaped like the ``pcie-cluster`` preset: hosts of 6 GPUs in three PCIe-switch
+    pairs, two switches on NUMA domain 0 and one on NUMA domain 1; the host is the NVLink
+    domain (tp's confinement level), so the sites (PCIe switches) lie below it. As in the
+    preset, a cross-host hop has a lower latency than a cross-socket one (prices are not
+    monotone in the level)."""
+    names = ("pcie-switch", "numa", "node", "leaf")
+    bws = (64.0, 32.0, 16.0, 25.0)
+    lats = (1.5, 2.0, 3.0, 2.5)
+    return Topology.from_dict(
+        {
+            "format": "gpuplace.topology/1",
+            "name": "pcie-tiny",
+            "levels": [
+                {"name": n, "bandwidth_gbps": b, "latency_us": lat}
+                for n, b, lat in zip(names, bws, lats, strict=True)
+            ],
+            "node_level": "node",
+            "nvlink_domain": "node",
+            "node_types": {
+                "pcie6": {
+                    "gpus": 6,
+                    "sublevels": {
+                        "pcie-switch": [0, 0, 1, 1, 2, 2],
+                        "numa": [0, 0, 0, 0, 1, 1],
+                    },
+                }
+            },
+            "nodes": [{"name": "p[1-2]", "type": "pcie6", "domains": {"leaf": "l"}}],
+        }
+    )
+
+
+# Each case: job, busy GPUs. tp stays confined to the host (above the sites), so these run the
+# assignment model with its capacity cuts and symmetry breaking. Small sizes (10, 1e7 bytes)
+# make latency decide, where the cross-host hop is cheaper than the cross-socket one.
+PCIE_CASES = [
+    (
+        Job(
+            "tp2dp2", tp=2, dp=2, communication=comm(tp=("all-reduce", 1e9), dp=("all-reduce", 4e8))
+        ),
+        [3, 10],
+    ),
+    (
+        Job(
+            "tp2dp3", tp=2, dp=3, communication=comm(tp=("all-reduce", 1e8), dp=("all-reduce", 1e9))
+        ),
+        [0, 7, 11],
+    ),
+    (
+        Job("tp2pp3", tp=2, pp=3, communication=comm(tp=("all-reduce", 1e9), pp=("p2p", 3e8))),
+        [2, 5, 9],
+    ),
+    (
+        Job(
+            "dp3pp2-latency",
+            dp=3,
+            pp=2,
+            confine={},
+            communication=comm(dp=("all-reduce", 10.0), pp=("p2p", 10.0)),
+        ),
+        [0, 5, 8],
+    ),
+    (
+        Job(
+            "tp3ep2", tp=3, ep=2, communication=comm(tp=("all-reduce", 1e7), ep=("all-to-all", 1e9))
+        ),
+        [1, 4, 11],
+    ),
+    (
+        Job(
+            "cp2pp3-numa",
+            cp=2,
+            pp=3,
+            confine={"cp": "numa"},
+            communication=comm(cp=("all-gather", 1e9), pp=("p2p", 1e8)),
+        ),
+        [3, 8, 9],
+    ),
+    (Job("dp7", dp=7, confine={}, communication=comm(dp=("all-reduce", 1e8))), [2, 4, 6, 9]),
+    # dp carries no traffic: its index is free, only tp is priced
+    (Job("tp2dp2-free-dp", tp=2, dp=2, communication=comm(tp=("all-gather", 10.0))), [0, 1, 6]),
+]
+
+
+@pytest.mark.parametrize(("job", "busy"), PCIE_CASES, ids=lambda c: getattr(c, "name", ""))
+def test_cpsat_matches_exhaustive_enumeration_on_pcie_hosts(job: Job, busy: list[int]) -> None:
+    state = gpuplace.ClusterState(pcie_tree())
+    occupy(state, busy)
+    expected = brute_force(state, job)
+    placement = gpuplace.place(state, job, "cpsat", time_limit=20)
+    assert placement.optimal is True
+    assert placement.cost.confinement_ok
+    assert placement.cost.comm_seconds == pytest.approx(expected, rel=REL_TOL)
+    assert placement.bound is not None and placement.bound <= expected * (1 + REL_TOL)
+    d = placement.details
+    assert abs(d["objective_s"] - placement.cost.comm_seconds) <= d["rounding_bound_s"] + 1e-12
+
+
+def test_capacity_cut_helpers() -> None:
+    # Overlapping groups join into one component; blocks in no group are left out.
+    assert cpsat._component_sizes(7, [(0, 1), (2, 3), (1, 2, 4)]) == [5]
+    assert cpsat._component_sizes(6, [(0, 1), (2, 3)]) == [2, 2]
+    # A stage of 8 ranks (tp2 x dp4) cannot stay on one NUMA domain of 4 GPUs.
+    assert not cpsat._fits_side_by_side([8], [4, 4, 4])
+    assert cpsat._fits_side_by_side([8], [8, 4])
+    # Two components of 5 need two domains of at least 5.
+    assert not cpsat._fits_side_by_side([5, 5], [6, 4, 4])
+    assert cpsat._fits_side_by_side([5, 3], [6, 4])
+    assert cpsat._fits_side_by_side([3, 3], [6])
+
+
+def test_sixteen_ranks_proven_optimal_on_fragmented_pcie_cluster() -> None:
+    """The issue's target on the PCIe preset: 16 ranks, tp confined above the sites."""
+    from gpuplace.sim import workload
+
+    topo = Topology.preset("pcie-cluster", nodes=16)
+    state = gpuplace.ClusterState(topo)
+    mix = workload.philly_running_mix().capped(topo.num_gpus // 8)
+    workload.fragment(state, 0.3, seed=0, mix=mix, rounds=3, high_water=0.6)
+    job = Job("t16", model=workload.DEFAULT_MODEL, tp=2, pp=2, dp=4)
+    placement = gpuplace.place(state, job, "cpsat", time_limit=120)
+    assert placement.details["formulation"] == "assignment"
+    assert placement.optimal is True
+    assert placement.cost.confinement_ok
+    greedy = gpuplace.place(state, job, "greedy")
+    assert placement.cost.comm_seconds <= greedy.cost.comm_seconds * (1 + REL_TOL)
+
+
 # --------------------------------------------------------------------------- limits and errors
 def fragmented_superpod(nodes: int, seed: int) -> gpuplace.ClusterState:
     topo = Topology.preset("h100-superpod", nodes=nodes)

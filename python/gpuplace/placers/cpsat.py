@@ -48,11 +48,31 @@ groups that communicate get indicators. Where a class's price is not increasing 
 (possible with user latencies), an integer class cost bounded below by every member's exact
 price is used instead.
 
+Every class also gets *reach* booleans ``reach[c, l]`` >= "some member spans level >= l" (the
+``S`` chain above; for non-monotone prices an extra bound ``cost >= floor(0) + sum_l (floor(l) -
+floor(l-1)) * reach[c, l]`` with the increasing envelope ``floor(l) = min(f(l), f(l+1), ...)``).
+
+*Capacity cuts* (assignment model). If every class of a subset ``F`` keeps each of its groups
+inside one level-``l`` domain, each connected component of the union of their groups lies
+inside one level-``l`` domain, since overlapping groups share a domain. When the free capacity
+of the level's domains cannot hold those components side by side (for every size ``u``, the
+components of at least ``u`` blocks exceed ``sum_D floor(cap_D / u)``), some class of ``F`` must
+reach level ``l + 1``: the clause ``OR_{c in F} reach[c, l+1]``. Confinement rules join the
+subsets as families known to stay inside their level. The cuts hold for every placement, so
+they cost no optimality; they are the pigeonhole arguments the LP relaxation of the ``w``
+indicators cannot see (it spreads every group fractionally over domains and prices every
+class at level 0). On PCIe hosts, where the sites (PCIe switches of 2 GPUs) lie below tp's
+confinement level (the 8-GPU node), they state e.g. that tp pairs and the dp rings through them
+cannot all stay on NUMA domains of 4 GPUs, which closed gaps of 10-30 % at 10 s.
+
 *Symmetry.* Sibling sites with the same block capacity, and sibling domains whose subtrees have
 the same capacities, are interchangeable: their loads are ordered (non-increasing by id). In the
-assignment model, blocks that differ only in the coordinate of one collective dimension are
-interchangeable: their sites are ordered. The greedy placement (if greedy succeeds) is given as a
-hint, and returned instead when CP-SAT's placement is not cheaper.
+assignment model, every dimension but pipelines (p2p) is interchangeable: permuting its index
+maps groups onto groups. With those dimensions ``d_1..d_m``, the lowest site index among the
+blocks with ``d_1..d_{j-1} = 0`` and ``d_j = v`` is non-decreasing in ``v``, for every ``j`` (all
+these orders hold together: sort ``d_1`` first, whose key is a minimum over every later
+coordinate, then ``d_2``, ...). The greedy placement (if greedy succeeds), relabelled to meet
+that order, is given as a hint, and returned instead when CP-SAT's placement is not cheaper.
 
 Rounding
 --------
@@ -118,6 +138,9 @@ WORKERS_ENV = "GPUPLACE_CPSAT_WORKERS"
 OBJECTIVE_RANGE = 10**8
 
 _KIND_P2P = "p2p"
+#: Largest number of group families (priced classes and confinement rules) whose subsets get
+#: capacity cuts (2**n subsets per level).
+_CUT_FAMILIES = 6
 
 
 # --------------------------------------------------------------------------- workers
@@ -210,9 +233,11 @@ class Instance:
     chain_confine: int | None = None
     ring_class: PricedClass | None = None
     chain_class: PricedClass | None = None
-    #: Block-interchangeable dimension for symmetry breaking (assignment model): block ids of
-    #: each value of that dimension with all other coordinates 0.
-    twin_blocks: list[int] = field(default_factory=list)
+    #: Assignment model: each block's coordinates along the outer dimensions, and the columns
+    #: of the interchangeable dimensions (whose index can be permuted without changing any
+    #: cost: every one but pipelines), for :meth:`_Builder.order_interchangeable`.
+    block_coords: np.ndarray | None = None
+    interchangeable: list[int] = field(default_factory=list)
     #: Why the instance cannot be placed, found before solving (None: not known).
     infeasible: str | None = None
 
@@ -255,6 +280,42 @@ def _matrix_hosts(topology: Topology) -> np.ndarray:
     """Boolean per host: its node type has a bandwidth matrix."""
     flags = {t: nt.bandwidth_gbps is not None for t, nt in topology.node_types.items()}
     return np.array([flags[t] for t in topology.host_types], dtype=bool)
+
+
+def _block_coordinates(outer: list[str], coords: dict[str, np.ndarray], rank_block) -> np.ndarray:
+    """Coordinates of every block along the outer dimensions (``num_blocks x len(outer)``)."""
+    out = np.zeros((int(rank_block.max()) + 1, len(outer)), dtype=np.int64)
+    for j, d in enumerate(outer):
+        out[rank_block, j] = coords[d]
+    return out
+
+
+def _value_blocks(block_coords: np.ndarray, dims: list[int], j: int) -> list[list[int]]:
+    """For the ``j``-th interchangeable dimension: per index value, the blocks whose earlier
+    interchangeable coordinates are all 0 (see :meth:`_Builder.order_interchangeable`)."""
+    col = dims[j]
+    rest = np.all(block_coords[:, dims[:j]] == 0, axis=1)
+    size = int(block_coords[:, col].max()) + 1
+    return [np.flatnonzero(rest & (block_coords[:, col] == v)).tolist() for v in range(size)]
+
+
+def _canonical_hint(inst: Instance, block_site: np.ndarray) -> np.ndarray:
+    """The same placement relabelled (a job symmetry, so the same cost) to meet the order of
+    :meth:`_Builder.order_interchangeable`, so that it stays a feasible hint."""
+    coords = inst.block_coords
+    if coords is None:
+        return block_site
+    index = {tuple(c): b for b, c in enumerate(coords.tolist())}
+    site = block_site.copy()
+    for j, col in enumerate(inst.interchangeable):
+        keys = [min(site[b] for b in bs) for bs in _value_blocks(coords, inst.interchangeable, j)]
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        new = site.copy()
+        for b, c in enumerate(coords.tolist()):
+            c[col] = order[c[col]]
+            new[b] = site[index[tuple(c)]]
+        site = new
+    return site
 
 
 def analyse(state: ClusterState, job: Job) -> Instance:
@@ -453,17 +514,47 @@ def analyse(state: ClusterState, job: Job) -> Instance:
                 inst.ring_class = cls
             if p_dim and cls.name.startswith(f"{p_dim} "):
                 inst.chain_class = cls
-    elif ring:
-        # Blocks differing only in the first collective dimension's coordinate are
-        # interchangeable (permuting that coordinate maps every group onto a group).
-        d = ring[0]
-        zero = np.ones(n, dtype=bool)
-        for other in outer:
-            if other != d:
-                zero &= coords[other] == 0
-        by_value = {int(coords[d][rank]): int(rank_block[rank]) for rank in np.flatnonzero(zero)}
-        inst.twin_blocks = [by_value[v] for v in range(getattr(job, d))]
+    else:
+        inst.block_coords = _block_coordinates(outer, coords, rank_block)
+        inst.interchangeable = [
+            j for j, d in enumerate(outer) if comm.get(d) is None or comm[d].kind != _KIND_P2P
+        ]
     return inst
+
+
+def _component_sizes(num_blocks: int, groups: list[tuple[int, ...]]) -> list[int]:
+    """Sizes (in blocks) of the connected components of the union of ``groups``; blocks in
+    no group are left out."""
+    parent = list(range(num_blocks))
+
+    def root(b: int) -> int:
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
+        return b
+
+    used: set[int] = set()
+    for g in groups:
+        used.update(g)
+        for a, b in itertools.pairwise(g):
+            ra, rb = root(a), root(b)
+            if ra != rb:
+                parent[ra] = rb
+    sizes: dict[int, int] = defaultdict(int)
+    for b in used:
+        sizes[root(b)] += 1
+    return sorted(sizes.values(), reverse=True)
+
+
+def _fits_side_by_side(sizes: list[int], capacities: Any) -> bool:
+    """A necessary condition for packing disjoint components of ``sizes`` blocks into domains
+    of ``capacities`` blocks, one component inside one domain: for every size ``u``, the
+    components of at least ``u`` blocks fit ``sum floor(cap / u)``."""
+    caps = list(capacities)
+    for u in sorted(set(sizes)):
+        if sum(1 for c in sizes if c >= u) > sum(c // u for c in caps):
+            return False
+    return True
 
 
 # --------------------------------------------------------------------------- model
@@ -502,37 +593,53 @@ class _Builder:
     def quantise(self, price: list[float]) -> list[int]:
         return [round(p / self.quantum) for p in price[: self.top + 1]]
 
-    def price_class(self, cls: PricedClass, within: list[list[Any]], exact: bool) -> None:
+    def price_class(
+        self, cls: PricedClass, within: list[list[Any]], exact: bool
+    ) -> list[Any] | None:
         """Add a class's cost: ``within[g][l]`` (l < max_span) says group g stays inside one
-        level-l domain. ``exact``: the within indicators are exact in both directions."""
+        level-l domain. ``exact``: the within indicators are exact in both directions.
+
+        Returns the class's reach indicators ``reach[l]`` (``1 <= l <= max_span``; index 0 is
+        unused): booleans at least "some group of the class spans level >= l", which the
+        objective pushes down to exactly that; None when the class's price is a constant."""
         f = self.quantise(cls.price)
         if not within or all(v == f[0] for v in f):
             self.constant += f[0]
-            return
+            return None
         top = self.top
         m = self.model
+        reach: list[Any] = [1]
+        for lv in range(1, top + 1):
+            s = m.new_bool_var(f"span[{cls.name}]>={lv}")
+            if lv > 1:
+                m.add(reach[-1] >= s)
+            for w in within:
+                m.add(s + w[lv - 1] >= 1)
+            reach.append(s)
         if all(b >= a for a, b in itertools.pairwise(f)):
-            # S[l] = the class's slowest member spans level >= l; pay each increment once.
+            # reach[l] = the class's slowest member spans level >= l; pay each increment once.
             self.constant += f[0]
-            prev = None
             for lv in range(1, top + 1):
-                inc = f[lv] - f[lv - 1]
-                s = m.new_bool_var(f"span[{cls.name}]>={lv}")
-                if prev is not None:
-                    m.add(prev >= s)
-                for w in within:
-                    m.add(s + w[lv - 1] >= 1)
-                if inc:
-                    self.objective_terms.append(inc * s)
-                prev = s
-            return
+                if f[lv] != f[lv - 1]:
+                    self.objective_terms.append((f[lv] - f[lv - 1]) * reach[lv])
+            return reach
         if not exact:
             raise AssertionError("non-monotone prices need exact span indicators")
         cost = m.new_int_var(min(f), max(f), f"cost[{cls.name}]")
         for w in within:
             # price(span) = f[top] - sum_l (f[l+1] - f[l]) * within_l, exact when within is.
             m.add(cost >= f[top] - sum((f[lv + 1] - f[lv]) * w[lv] for lv in range(top)))
+        # The same cost through the reach indicators, priced by the increasing lower envelope
+        # floor[l] = min(f[l:]): a member spans exactly the highest level l reached and costs
+        # f[l] >= floor[l]. Redundant, but linear in few booleans, which the cuts of
+        # :meth:`component_cuts` act on.
+        floor = [min(f[lv:]) for lv in range(top + 1)]
+        m.add(
+            cost
+            >= floor[0] + sum((floor[lv] - floor[lv - 1]) * reach[lv] for lv in range(1, top + 1))
+        )
         self.objective_terms.append(cost)
+        return reach
 
     # ----------------------------------------------------------------- helpers
     def within_indicators(self, load: Any, size: int, name: str) -> list[Any]:
@@ -564,6 +671,70 @@ class _Builder:
                 self.model.add_bool_or([])  # no domain can hold the group: infeasible
             return
         self.model.add(indicator == 1)
+
+    def component_cuts(self, families: list[tuple[list[tuple[int, ...]], list[Any]]]) -> None:
+        """Capacity cuts between group families (classes, confinement rules).
+
+        ``families``: each family's groups (block tuples) and its reach list (``reach[l]``
+        is a 0/1 expression at least "some group of the family spans level >= l", 0 when
+        the family is known to stay below ``l``, None when unknown). If every family of a
+        subset ``F`` keeps each of its groups inside one level-``l`` domain, then each
+        connected component of the union of their groups lies inside one level-``l``
+        domain (overlapping groups share a domain, and the domains of a level partition
+        the GPUs). When the level's free capacity cannot hold those components side by
+        side, some family of ``F`` reaches level ``l + 1``: ``sum_F reach[l+1] >= 1``.
+        The cuts are implied by the model (valid for every placement), so they cost no
+        optimality; they give the solver the pigeonhole arguments its LP cannot see, e.g.
+        on PCIe hosts that a tp pair and the dp ring through it cannot both stay on one
+        NUMA domain of four GPUs. Subsets of at most :data:`_CUT_FAMILIES` families."""
+        if not families or len(families) > _CUT_FAMILIES:
+            return
+        m = self.model
+        nb = self.inst.num_blocks
+        done: list[tuple[int, frozenset[int]]] = []
+        for size in range(1, len(families) + 1):
+            for subset in itertools.combinations(range(len(families)), size):
+                comps: list[int] | None = None
+                for lv in range(self.top):
+                    if any(done_lv == lv and done_set <= set(subset) for done_lv, done_set in done):
+                        continue  # a subset of these families already gave a stronger cut
+                    terms = [families[i][1][lv + 1] for i in subset]
+                    if any(t is None for t in terms):
+                        continue
+                    if comps is None:
+                        comps = _component_sizes(nb, [g for i in subset for g in families[i][0]])
+                    if _fits_side_by_side(comps, self.capacity[lv].values()):
+                        continue
+                    # An empty cut (only families known to stay below) means infeasible.
+                    m.add_bool_or([t for t in terms if not isinstance(t, int)])
+                    done.append((lv, frozenset(subset)))
+
+    def order_interchangeable(self, x: list[list[Any]]) -> None:
+        """Break the job's symmetries. Permuting the index of an interchangeable dimension
+        maps every group onto a group of the same kind (collectives other than p2p are priced
+        as sets, confinement holds per group), so the cost is unchanged. With such dimensions
+        ``d_1..d_m`` and ``key_j(v)`` = the lowest site index of the blocks with
+        ``d_1..d_{j-1} = 0`` and ``d_j = v`` (any other coordinates), every ``key_j`` may be
+        required non-decreasing at once: sort ``d_1`` first (its key is a minimum over every
+        later coordinate, so later permutations keep it), then ``d_2`` among the blocks with
+        ``d_1 = 0``, and so on (:func:`_canonical_hint` does exactly that to the hint)."""
+        inst = self.inst
+        if inst.block_coords is None:
+            return
+        m = self.model
+        ns = self.num_sites
+        site_of = [sum(s * x[b][s] for s in range(1, ns)) for b in range(len(x))]
+        for j in range(len(inst.interchangeable)):
+            keys = []
+            for v, blocks in enumerate(_value_blocks(inst.block_coords, inst.interchangeable, j)):
+                if len(blocks) == 1:
+                    keys.append(site_of[blocks[0]])
+                    continue
+                key = m.new_int_var(0, ns - 1, f"first_site[{j},{v}]")
+                m.add_min_equality(key, [site_of[b] for b in blocks])
+                keys.append(key)
+            for a, b in itertools.pairwise(keys):
+                m.add(a <= b)
 
     def symmetry_sites(self, load: list[Any]) -> None:
         """Order the loads of interchangeable sibling sites and sibling domains."""
@@ -680,10 +851,9 @@ class _Builder:
             m.add(load[s] <= int(inst.site_blocks[s]))
         self.max_span_choice(load, nb)
         self.symmetry_sites(load)
-        twins = inst.twin_blocks
-        for a, b in itertools.pairwise(twins):
-            m.add(sum(s * x[a][s] for s in range(ns)) <= sum(s * x[b][s] for s in range(ns)))
+        self.order_interchangeable(x)
         if hint is not None:
+            hint = _canonical_hint(inst, hint)
             for b in range(nb):
                 for s in range(ns):
                     m.add_hint(x[b][s], int(hint[b] == s))
@@ -700,11 +870,17 @@ class _Builder:
                 )
             return cache[key]
 
+        families: list[tuple[list[tuple[int, ...]], list[Any]]] = []
         for lc, groups in inst.confined:
             for g in groups:
                 self.require(within(g)[lc])
+            # Known to stay inside level lc; unknown below it (no indicators of its own).
+            families.append((groups, [None if lv <= lc else 0 for lv in range(self.top + 1)]))
         for cls in inst.classes:
-            self.price_class(cls, [within(g) for g in cls.groups], exact=True)
+            reach = self.price_class(cls, [within(g) for g in cls.groups], exact=True)
+            if reach is not None:
+                families.append((cls.groups, reach))
+        self.component_cuts(families)
 
     def objective(self) -> None:
         self.model.minimize(sum(self.objective_terms) + self.constant)
