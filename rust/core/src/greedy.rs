@@ -323,7 +323,64 @@ fn describe_confinement(topo: &Topology, job: &JobSpec) -> String {
 }
 
 /// Place `job` on the free GPUs of `state`. Returns the GPU of each rank.
+///
+/// Besides the packing the job's own confinement rules ask for, it tries packings that also
+/// keep the heaviest unconfined dimensions inside the smallest domain that holds their block
+/// (e.g. the data-parallel groups of a tp x dp job inside one host when they fit), and keeps the
+/// cheapest by the cost model. On a fragmented cluster the plain packing can cut such a group
+/// across hosts where an aligned one would not; the variants cost one packing and one
+/// evaluation each.
 pub fn place(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
+    let plain = place_health_aware(state, job)?;
+    let variants = aligned_variants(state.topology(), job);
+    if variants.is_empty() {
+        return Ok(plain);
+    }
+    let cost = |gpus: &[u32]| crate::cost::evaluate_in(state, job, gpus).map(|r| r.comm_seconds);
+    let mut best_cost = cost(&plain)?;
+    let mut best = plain;
+    for variant in &variants {
+        let Ok(gpus) = place_health_aware(state, variant) else {
+            continue;
+        };
+        let c = cost(&gpus)?;
+        if c < best_cost * (1.0 - 1e-12) {
+            best_cost = c;
+            best = gpus;
+        }
+    }
+    Ok(best)
+}
+
+/// The job with its unconfined dimensions, heaviest first, progressively confined to the
+/// lowest level whose largest domain holds their block (the product of the degrees laid out
+/// inside it). These are preferences, tried by [`place`], never requirements.
+fn aligned_variants(topo: &Topology, job: &JobSpec) -> Vec<JobSpec> {
+    let mut block: usize = job
+        .dims
+        .iter()
+        .filter(|d| d.confine.is_some_and(|c| c < job.max_span))
+        .map(|d| d.size)
+        .product();
+    let mut variant = job.clone();
+    let mut out = Vec::new();
+    for d in layout_order(job) {
+        if job.dims[d].confine.is_some() || job.dims[d].size < 2 {
+            continue;
+        }
+        block *= job.dims[d].size;
+        let fits = (0..job.max_span)
+            .find(|&l| topo.domain_sizes(l).iter().copied().max().unwrap_or(0) as usize >= block);
+        let Some(level) = fits else { break };
+        variant.dims[d].confine = Some(level);
+        out.push(variant.clone());
+    }
+    out
+}
+
+/// Pack on all free GPUs and, when some free GPUs are degraded, on the healthy ones only;
+/// keep the cheaper.
+fn place_health_aware(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
     let any = pack(state, job, false);
     if state.total_free_degraded() == 0 {
         return any;
@@ -442,6 +499,98 @@ mod tests {
         assert!(report.confinement_ok, "{:?}", report.violations);
         // Best fit keeps it inside one leaf (4 nodes x 4 free GPUs).
         assert_eq!(report.span_level, Some(1));
+    }
+
+    /// tp 2 x dp 4 x pp 2 with heavy dp all-reduces, on 2 leaves of 4 hosts. The tightest
+    /// leaf only has hosts with 6 free GPUs, which cut every dp group across hosts; the
+    /// aligned variant takes two whole free hosts in the other leaf instead.
+    #[test]
+    fn keeps_heavy_dp_groups_inside_hosts_when_it_pays() {
+        use crate::job::{Collective, CollectiveKind, Dim};
+        let topo = Arc::new(tree(8, 8, 4));
+        let mut s = ClusterState::new(topo.clone());
+        for (i, host) in [0u32, 1, 2, 3, 6, 7].iter().enumerate() {
+            s.allocate(&format!("bg{i}"), &[host * 8, host * 8 + 1])
+                .unwrap();
+        }
+        let (tp, dp, pp) = (2usize, 4usize, 2usize);
+        let rank = |t: usize, d: usize, p: usize| (t + tp * (d + dp * p)) as u32;
+        let mut offsets = vec![0];
+        let mut ranks = Vec::new();
+        let mut collectives = Vec::new();
+        let mut add = |members: Vec<u32>, kind, bytes: f64, dim: u32| {
+            ranks.extend(members);
+            offsets.push(ranks.len());
+            collectives.push(Collective {
+                group: (offsets.len() - 2) as u32,
+                kind,
+                bytes,
+                count: 1.0,
+                class: dim,
+                dim: Some(dim),
+            });
+        };
+        for d in 0..dp {
+            for p in 0..pp {
+                add(
+                    (0..tp).map(|t| rank(t, d, p)).collect(),
+                    CollectiveKind::AllReduce,
+                    1e6,
+                    0,
+                );
+            }
+        }
+        for t in 0..tp {
+            for p in 0..pp {
+                add(
+                    (0..dp).map(|d| rank(t, d, p)).collect(),
+                    CollectiveKind::AllReduce,
+                    1e9,
+                    1,
+                );
+            }
+        }
+        for t in 0..tp {
+            for d in 0..dp {
+                add(
+                    vec![rank(t, d, 0), rank(t, d, 1)],
+                    CollectiveKind::PointToPoint,
+                    1e3,
+                    2,
+                );
+            }
+        }
+        let dims = vec![
+            Dim {
+                name: "tp".into(),
+                size: tp,
+                confine: Some(0),
+            },
+            Dim {
+                name: "dp".into(),
+                size: dp,
+                confine: None,
+            },
+            Dim {
+                name: "pp".into(),
+                size: pp,
+                confine: None,
+            },
+        ];
+        let job = JobSpec::new(16, dims, 2, offsets, ranks, collectives, vec![], &topo).unwrap();
+        let gpus = place(&s, &job).unwrap();
+        let hosts: std::collections::BTreeSet<u32> = gpus.iter().map(|g| g / 8).collect();
+        assert_eq!(hosts, [4, 5].into_iter().collect(), "{gpus:?}");
+        for t in 0..tp {
+            for p in 0..pp {
+                let group: Vec<u32> = (0..dp).map(|d| gpus[rank(t, d, p) as usize]).collect();
+                assert_eq!(
+                    crate::cost::span_of(&topo, &group),
+                    Some(0),
+                    "dp group {group:?}"
+                );
+            }
+        }
     }
 
     #[test]
