@@ -53,6 +53,11 @@ from pathlib import Path  # noqa: E402
 import gpuplace  # noqa: E402
 import numpy as np  # noqa: E402
 from gpuplace.io.qaplib import read_qaplib  # noqa: E402
+from gpuplace.sim.instances import (  # noqa: E402
+    HIERARCHICAL_OPTIMUM,
+    hierarchical_distance,
+    megatron_traffic,
+)
 
 try:
     from scipy.optimize import quadratic_assignment
@@ -351,40 +356,10 @@ def bench_qaplib(report: Report, qaplib: Path, seeds: Sequence[int], quick: bool
 TP, DP, PP = 8, 16, 4
 GPUS_PER_NODE, NODES_PER_RACK, RACKS = 8, 4, 16
 DISTANCES = (1, 10, 100)  # inside a node, inside a rack, across racks
-HIERARCHICAL_OPTIMUM = 5_376_000
 # The whole call, construction included, stays under the 50 ms target with ~5 ms to spare for
 # the Python side (copying the 2 MiB matrices in).
 GPUPLACE_LIMIT = 0.04
 FAQ_BUDGET = 1.0
-
-
-def megatron_traffic() -> np.ndarray:
-    """Traffic of the tp 8, pp 4, dp 16 job in Megatron rank order r = tp + 8 (dp + 16 pp)."""
-    ranks = TP * DP * PP
-    traffic = np.zeros((ranks, ranks))
-    tp, dp, pp = np.meshgrid(np.arange(TP), np.arange(DP), np.arange(PP), indexing="ij")
-    rank = tp + TP * (dp + DP * pp)
-    for a in range(TP):  # every pair inside a tp group
-        for b in range(TP):
-            if a != b:
-                traffic[rank[a], rank[b]] = 1000
-    src, dst = rank[:, :, :-1].ravel(), rank[:, :, 1:].ravel()  # pipeline neighbours
-    traffic[src, dst] = traffic[dst, src] = 100
-    src, dst = rank.ravel(), np.roll(rank, -1, axis=1).ravel()  # data-parallel rings
-    traffic[src, dst] = traffic[dst, src] = 10
-    return traffic
-
-
-def cluster_distance() -> np.ndarray:
-    """GPU g sits in node g // 8 and rack g // 32 (the numbering of Scotch's tleaf, too)."""
-    gpu = np.arange(GPUS_PER_NODE * NODES_PER_RACK * RACKS)
-    node, rack = gpu // GPUS_PER_NODE, gpu // (GPUS_PER_NODE * NODES_PER_RACK)
-    same_node = node[:, None] == node[None, :]
-    same_rack = rack[:, None] == rack[None, :]
-    near, mid, far = DISTANCES
-    distance = np.where(same_node, near, np.where(same_rack, mid, far)).astype(np.float64)
-    np.fill_diagonal(distance, 0.0)
-    return distance
 
 
 @dataclass(frozen=True)
@@ -461,7 +436,7 @@ def kahip_map(traffic: np.ndarray, seed: int) -> PeerResult:
 
 
 def bench_hierarchy(report: Report, relabellings: int) -> None:
-    traffic, distance = megatron_traffic(), cluster_distance()
+    traffic, distance = megatron_traffic(), hierarchical_distance()
     identity_cost = qap_cost(traffic, distance, np.arange(len(traffic)))
     report()
     report(

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import scipy.sparse
 from gpuplace.io.qaplib import read_qaplib, read_qaplib_solution
+from gpuplace.sim.instances import HIERARCHICAL_OPTIMUM, hierarchical_distance, megatron_traffic
 
 QAPLIB = Path(__file__).resolve().parent / "data" / "qaplib"
 INSTANCES = sorted(p.stem for p in QAPLIB.glob("*.dat"))
@@ -142,43 +143,10 @@ def test_invalid_job_is_a_value_error() -> None:
 
 
 # --------------------------------------------------------------------------- hierarchy
-TP, DP, PP = 8, 16, 4
-GPUS_PER_NODE, NODES_PER_RACK, RACKS = 8, 4, 16
-# tp groups on nodes (56,000 each), pipeline chains inside racks (100 * 10 per hop),
-# data-parallel rings across racks (10 * 100 per hop), both directions counted.
-HIERARCHICAL_OPTIMUM = 5_376_000
-
-
-def megatron_traffic() -> np.ndarray:
-    """Traffic of a tp 8, pp 4, dp 16 job in Megatron rank order r = tp + 8 (dp + 16 pp)."""
-    ranks = TP * DP * PP
-    traffic = np.zeros((ranks, ranks))
-    tp, dp, pp = np.meshgrid(np.arange(TP), np.arange(DP), np.arange(PP), indexing="ij")
-    rank = tp + TP * (dp + DP * pp)
-    for a in range(TP):  # every pair inside a tp group
-        for b in range(TP):
-            if a != b:
-                traffic[rank[a], rank[b]] = 1000
-    src, dst = rank[:, :, :-1].ravel(), rank[:, :, 1:].ravel()  # pipeline neighbours
-    traffic[src, dst] = traffic[dst, src] = 100
-    src, dst = rank.ravel(), np.roll(rank, -1, axis=1).ravel()  # data-parallel rings
-    traffic[src, dst] = traffic[dst, src] = 10
-    return traffic
-
-
-def cluster_distance() -> np.ndarray:
-    """1 inside a node, 10 inside a rack, 100 across racks (GPU g: rack g // 32, node g // 8)."""
-    gpu = np.arange(GPUS_PER_NODE * NODES_PER_RACK * RACKS)
-    node, rack = gpu // GPUS_PER_NODE, gpu // (GPUS_PER_NODE * NODES_PER_RACK)
-    same_node = node[:, None] == node[None, :]
-    same_rack = rack[:, None] == rack[None, :]
-    distance = np.where(same_node, 1.0, np.where(same_rack, 10.0, 100.0))
-    np.fill_diagonal(distance, 0.0)
-    return distance
 
 
 def test_hierarchical_job_reaches_optimum_under_relabelling() -> None:
-    traffic, distance = megatron_traffic(), cluster_distance()
+    traffic, distance = megatron_traffic(), hierarchical_distance()
     assert qap_cost(traffic, distance, np.arange(len(traffic))) > HIERARCHICAL_OPTIMUM
     relabel = np.random.default_rng(2024).permutation(len(traffic))
     shuffled = traffic[np.ix_(relabel, relabel)]
