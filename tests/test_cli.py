@@ -349,3 +349,32 @@ def test_state_in_a_missing_directory_fails_cleanly(workdir):
     )
     assert_one_line_error(result)
     assert not (workdir / "no").exists()
+
+
+def test_emit_writes_the_scheduler_formats_of_the_placement(workdir):
+    result = run(
+        "place", "-c", "h100-superpod", "--nodes", "64", "-j", "job.yaml", "--format", "json",
+        "--emit", "hostlist=hosts.txt", "--emit", "cuda=cuda.txt", "--emit", "rankfile=ranks",
+        "--emit", "k8s=affinity.json",
+        cwd=workdir,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    placement = json.loads(result.stdout)
+    assert (workdir / "hosts.txt").read_text().strip() == placement["hostlist"]
+    cuda = (workdir / "cuda.txt").read_text().splitlines()
+    assert [line.split()[0] for line in cuda] == placement["nodes"]
+    rankfile = (workdir / "ranks").read_text().splitlines()
+    assert len(rankfile) == len(placement["gpus"])
+    affinity = json.loads((workdir / "affinity.json").read_text())
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    hosts = terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
+    assert sorted(hosts) == sorted(placement["nodes"])
+
+
+def test_emit_with_an_unknown_format_is_one_line_and_writes_nothing(workdir):
+    result = run(
+        "place", "-c", "dgx-h100", "-j", "job.yaml", "--state", "s.json", "--emit", "bogus=x",
+        cwd=workdir,
+    )  # fmt: skip
+    assert_one_line_error(result, "--emit", "bogus")
+    assert not (workdir / "x").exists() and not (workdir / "s.json").exists()

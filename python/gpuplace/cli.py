@@ -17,9 +17,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gpuplace._validate import write_atomically
 from gpuplace.commands.bench import bench
 from gpuplace.commands.topo import topo
 from gpuplace.errors import GpuplaceError, InvalidTopology
+from gpuplace.io import writers
 from gpuplace.job import Job
 from gpuplace.placement import Placement, place, solvers
 from gpuplace.presets import PRESETS
@@ -137,6 +139,15 @@ def with_cluster(func: Callable[..., Any]) -> Callable[..., Any]:
     default=None,
     help="Job name to use instead of the file's (to place one file several times).",
 )
+@click.option(
+    "--emit",
+    "emits",
+    multiple=True,
+    metavar="FORMAT=PATH",
+    help="Also write the placement for a scheduler: hostlist, cuda (CUDA_VISIBLE_DEVICES per "
+    "host), ranks (CSV rank table), rankfile / hostfile (Open MPI), torchrun, k8s (node "
+    "affinity JSON). Repeatable.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--time-limit", type=float, default=None, help="Seconds, for solvers that search.")
 @click.option(
@@ -150,11 +161,13 @@ def place_cmd(
     solver: str,
     state_path: str | None,
     name: str | None,
+    emits: tuple[str, ...],
     seed: int,
     time_limit: float | None,
     fmt: str,
 ) -> None:
     """Place a job on a cluster."""
+    targets = [_emit_target(e) for e in emits]
     topology = load_cluster(cluster, nodes, racks)
     job = Job.load(job_path)
     if name is not None:
@@ -164,9 +177,14 @@ def place_cmd(
     else:
         state = ClusterState(topology)
     placement = place(state, job, solver, seed=seed, time_limit=time_limit)
+    # Render every output before changing anything, so an output that cannot be written for
+    # this placement (torchrun with interleaved hosts) leaves the state file as it was.
+    rendered = [(path, EMITTERS[kind](placement)) for kind, path in targets]
     if state_path is not None:
         state.allocate(placement)
         state.save(state_path)
+    for path, text in rendered:
+        write_atomically(path, text if text.endswith("\n") else text + "\n")
     if fmt == "json":
         click.echo(json.dumps(placement.to_dict()))
     else:
@@ -175,6 +193,28 @@ def place_cmd(
             _out.print(
                 f"allocated in {state_path}: {state.free_gpus} of {topology.num_gpus} GPUs free"
             )
+
+
+#: ``--emit`` formats and the writer of each.
+EMITTERS: dict[str, Callable[[Placement], str]] = {
+    "hostlist": writers.slurm_hostlist,
+    "cuda": writers.write_cuda_visible_devices,
+    "ranks": writers.write_rank_table,
+    "rankfile": writers.write_openmpi_rankfile,
+    "hostfile": writers.write_openmpi_hostfile,
+    "torchrun": writers.write_torchrun_commands,
+    "k8s": writers.write_k8s_node_affinity,
+}
+
+
+def _emit_target(spec: str) -> tuple[str, str]:
+    kind, sep, path = spec.partition("=")
+    if not sep or not path or kind not in EMITTERS:
+        raise click.BadParameter(
+            f"expected FORMAT=PATH with FORMAT one of {', '.join(EMITTERS)}, got {spec!r}",
+            param_hint="--emit",
+        )
+    return kind, path
 
 
 def main(argv: list[str] | None = None) -> int:
