@@ -4,6 +4,7 @@ exit status."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -321,8 +322,40 @@ def test_state_allocates_and_a_second_placement_lands_elsewhere(workdir):
     assert_one_line_error(big, "needs 64 GPUs")
     assert state_path.read_bytes() == before
 
-    # No temporary file is ever left behind.
-    assert sorted(p.name for p in workdir.iterdir()) == ["big.yaml", "job.yaml", "state.json"]
+    # No temporary file is ever left behind (the empty lock file beside the state stays).
+    assert sorted(p.name for p in workdir.iterdir()) == [
+        "big.yaml",
+        "job.yaml",
+        "state.json",
+        "state.json.lock",
+    ]
+
+
+def test_concurrent_placements_into_one_state_file_all_land(workdir):
+    """The state file is locked across read, place and write: no update is lost. Each writer
+    pauses before its rename (a test hook) so that, without the lock, they would all read the
+    same old state and only the last write would survive."""
+    names = [f"job{i}" for i in range(4)]
+    env = {**os.environ, "GPUPLACE_TEST_PAUSE_BEFORE_RENAME_S": "0.3"}
+    procs = [
+        subprocess.Popen(
+            [*CLI, "place", "-c", "h100-superpod", "--nodes", "8", "-j", "job.yaml"]
+            + ["--state", "state.json", "--name", name],
+            cwd=workdir,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in names
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    topo = gpuplace.Topology.preset("h100-superpod", nodes=8)
+    state = gpuplace.ClusterState.load(topo, workdir / "state.json")
+    assert sorted(state.jobs) == names
+    assert state.free_gpus == topo.num_gpus - 4 * 16
 
 
 def test_state_of_another_cluster_is_refused(workdir):

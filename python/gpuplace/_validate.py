@@ -7,9 +7,11 @@ topology files, InvalidJob for job files).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +178,20 @@ def write_atomically(path: str | Path, text: str) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``<path>.lock`` while reading, changing and writing
+    ``path``: two commands updating one state file at once then run one after the other
+    instead of one silently losing the other's change. The lock file stays (it is empty)."""
+    lock_path = Path(f"{path}.lock")
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def dump_document(path: str | Path, document: Any) -> str:

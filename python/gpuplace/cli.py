@@ -6,6 +6,7 @@ no traceback reaches the user. State files are written atomically.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
@@ -17,7 +18,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gpuplace._validate import write_atomically
+from gpuplace._validate import exclusive_lock, write_atomically
 from gpuplace.commands.bench import bench
 from gpuplace.commands.topo import topo
 from gpuplace.errors import GpuplaceError, InvalidTopology
@@ -172,17 +173,19 @@ def place_cmd(
     job = Job.load(job_path)
     if name is not None:
         job = dataclasses.replace(job, name=name)
-    if state_path is not None and Path(state_path).exists():
-        state = ClusterState.load(topology, state_path)
-    else:
-        state = ClusterState(topology)
-    placement = place(state, job, solver, seed=seed, time_limit=time_limit)
-    # Render every output before changing anything, so an output that cannot be written for
-    # this placement (torchrun with interleaved hosts) leaves the state file as it was.
-    rendered = [(path, EMITTERS[kind](placement)) for kind, path in targets]
-    if state_path is not None:
-        state.allocate(placement)
-        state.save(state_path)
+    lock = exclusive_lock(state_path) if state_path is not None else contextlib.nullcontext()
+    with lock:
+        if state_path is not None and Path(state_path).exists():
+            state = ClusterState.load(topology, state_path)
+        else:
+            state = ClusterState(topology)
+        placement = place(state, job, solver, seed=seed, time_limit=time_limit)
+        # Render every output before changing anything, so an output that cannot be written
+        # for this placement (torchrun with interleaved hosts) leaves the state file as it was.
+        rendered = [(path, EMITTERS[kind](placement)) for kind, path in targets]
+        if state_path is not None:
+            state.allocate(placement)
+            state.save(state_path)
     for path, text in rendered:
         write_atomically(path, text if text.endswith("\n") else text + "\n")
     if fmt == "json":

@@ -18,6 +18,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gpuplace._validate import exclusive_lock
 from gpuplace.errors import InvalidState, InvalidTopology
 from gpuplace.repair import repair
 from gpuplace.state import ClusterState
@@ -165,9 +166,10 @@ def _event_command(name: str, verb: str, method: str, doc: str) -> click.Command
         fmt: str,
     ) -> None:
         targets = _targets(gpus, hosts, nics, switches)
-        state = open_state(state_path, cluster, nodes, racks)
-        affected = getattr(state, method)(**targets, reason=reason)
-        state.save(state_path)
+        with exclusive_lock(state_path):
+            state = open_state(state_path, cluster, nodes, racks)
+            affected = getattr(state, method)(**targets, reason=reason)
+            state.save(state_path)
         if fmt == "json":
             click.echo(
                 json.dumps({"affected": {k: [int(r) for r in v] for k, v in affected.items()}})
@@ -222,16 +224,17 @@ def degrade(
 ) -> None:
     """Mark hardware degraded: still used, but paths through it are slower."""
     targets = _targets(gpus, hosts, nics, switches)
-    state = open_state(state_path, cluster, nodes, racks)
-    affected = state.degrade(
-        loss=loss,
-        factor=factor,
-        width=_pair(width, "--width"),
-        speed=_pair(speed, "--speed"),
-        reason=reason,
-        **targets,
-    )
-    state.save(state_path)
+    with exclusive_lock(state_path):
+        state = open_state(state_path, cluster, nodes, racks)
+        affected = state.degrade(
+            loss=loss,
+            factor=factor,
+            width=_pair(width, "--width"),
+            speed=_pair(speed, "--speed"),
+            reason=reason,
+            **targets,
+        )
+        state.save(state_path)
     if fmt == "json":
         click.echo(json.dumps({"affected": {k: [int(r) for r in v] for k, v in affected.items()}}))
     else:
@@ -283,10 +286,11 @@ def repair_cmd(
     fmt: str,
 ) -> None:
     """Repair a job: keep surviving ranks, give lost ranks free healthy GPUs."""
-    state = open_state(state_path, cluster, nodes, racks)
     policy = {"allow": True, "forbid": False, "only": "only"}[spares]
-    result = repair(state, job_name, max_moves=max_moves, spares=policy, time_limit=time_limit)
-    state.save(state_path)
+    with exclusive_lock(state_path):
+        state = open_state(state_path, cluster, nodes, racks)
+        result = repair(state, job_name, max_moves=max_moves, spares=policy, time_limit=time_limit)
+        state.save(state_path)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict()))
         return
