@@ -339,8 +339,20 @@ def test_concurrent_placements_into_one_state_file_all_land(workdir):
     env = {**os.environ, "GPUPLACE_TEST_PAUSE_BEFORE_RENAME_S": "0.3"}
     procs = [
         subprocess.Popen(
-            [*CLI, "place", "-c", "h100-superpod", "--nodes", "8", "-j", "job.yaml"]
-            + ["--state", "state.json", "--name", name],
+            [
+                *CLI,
+                "place",
+                "-c",
+                "h100-superpod",
+                "--nodes",
+                "8",
+                "-j",
+                "job.yaml",
+                "--state",
+                "state.json",
+                "--name",
+                name,
+            ],
             cwd=workdir,
             env=env,
             stdout=subprocess.DEVNULL,
