@@ -174,7 +174,7 @@ ERRORS = [
         "infeasible-tp",
         {"tp16.yaml": "name: j\nparallelism: {tp: 16}\n"},
         ["place", "-c", "h100-superpod", "--nodes", "4", "-j", "tp16.yaml"],
-        ["16 GPUs inside one node"],
+        ["tp group (16 GPUs) must stay inside one node", "largest node has 8"],
     ),
     (
         "unknown-solver",

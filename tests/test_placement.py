@@ -199,7 +199,10 @@ def test_infeasible_tp_larger_than_any_nvlink_domain(pod):
     with pytest.raises(gpuplace.Infeasible) as info:
         gpuplace.place(ClusterState(pod), Job(name="j", tp=16))
     message = str(info.value)
-    assert "needs 16 GPUs" in message and "16 GPUs inside one node" in message
+    assert (
+        "needs 16 GPUs" in message
+        and "each tp group (16 GPUs) must stay inside one node" in message
+    )
     assert "largest node has 8" in message
 
 
@@ -233,5 +236,7 @@ def test_infeasible_too_few_free_gpus(pod):
 
 def test_infeasible_nvl72_domain():
     topo = Topology.preset("gb200-nvl72", racks=2)
-    with pytest.raises(gpuplace.Infeasible, match="144 GPUs inside one nvlink-domain"):
+    with pytest.raises(
+        gpuplace.Infeasible, match=r"tp group \(144 GPUs\) must stay inside one nvlink-domain"
+    ):
         gpuplace.place(ClusterState(topo), Job(name="j", tp=144))

@@ -418,7 +418,19 @@ fn pack(state: &ClusterState, job: &JobSpec, healthy_only: bool) -> Result<Vec<u
             let what = if l == job.max_span && u == job.num_ranks {
                 format!("the job may span at most one {level}")
             } else {
-                format!("its confined groups need {u} GPUs inside one {level}")
+                let names: Vec<&str> = job
+                    .dims
+                    .iter()
+                    .filter(|d| d.size > 1 && d.confine.is_some_and(|c| c <= l))
+                    .map(|d| d.name.as_str())
+                    .collect();
+                match names.as_slice() {
+                    [one] => format!("each {one} group ({u} GPUs) must stay inside one {level}"),
+                    many => format!(
+                        "its {} groups together need {u} GPUs inside one {level}",
+                        many.join(" and ")
+                    ),
+                }
             };
             return Err(CoreError::Infeasible(format!(
                 "needs {n} GPUs: {what}, but the largest {level} has {largest} GPUs"
