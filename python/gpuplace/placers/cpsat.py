@@ -112,6 +112,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from gpuplace.errors import GpuplaceError, Infeasible
+from gpuplace.job import KINDS
 from gpuplace.placement import SolveResult, evaluate, place, register_solver
 
 if TYPE_CHECKING:
@@ -250,18 +251,13 @@ class Instance:
 
 
 def _collective_price(
-    kind: str, n: int, size_bytes: float, count: float, lat_s: np.ndarray, bw: np.ndarray
+    topo: Topology, kind: str, n: int, size_bytes: float, count: float
 ) -> list[float]:
-    """Seconds per step of one collective of ``n`` ranks at each span level (as cost.rs)."""
-    if n < 2:
-        return [0.0] * len(lat_s)
-    if kind == _KIND_P2P:
-        return [count * (lat_s[lv] + size_bytes / bw[lv]) for lv in range(len(lat_s))]
-    if kind == "all-reduce":
-        steps, per_rank = 2.0 * (n - 1), 2.0 * (n - 1) / n * size_bytes
-    else:
-        steps, per_rank = float(n - 1), (n - 1) / n * size_bytes
-    return [count * (steps * lat_s[lv] + per_rank / bw[lv]) for lv in range(len(lat_s))]
+    """Seconds per step of ``count`` calls of one collective of ``n`` ranks at each span level,
+    from the core's cost formulas (``cost::collective_seconds_by_level``): the model prices
+    exactly what the evaluator charges."""
+    per_call = topo._core.collective_seconds_by_level(KINDS[kind], n, float(size_bytes))
+    return [count * t for t in per_call]
 
 
 def _coordinates(job: Job) -> dict[str, np.ndarray]:
@@ -325,9 +321,7 @@ def analyse(state: ClusterState, job: Job) -> Instance:
     topo = state.topology
     job.compile(topo)  # validates level names in the job against this topology
     nl = len(topo.levels)
-    bw_gbps = np.array([lv.bandwidth_gbps for lv in topo.levels], dtype=np.float64)
-    bw = np.minimum.accumulate(bw_gbps) * 1e9  # bytes/s of the slowest hop up to each level
-    lat_s = np.array([lv.latency_us for lv in topo.levels], dtype=np.float64) * 1e-6
+    bw = np.asarray(topo._core.effective_bandwidth_gbps) * 1e9  # bytes/s, slowest hop
     max_span = nl - 1 if job.max_span is None else topo.level_index(job.max_span)
     n = job.gpus
 
@@ -456,7 +450,7 @@ def analyse(state: ClusterState, job: Job) -> Instance:
             pairs = np.stack([groups[:, :-1], groups[:, 1:]], axis=-1).reshape(-1, 2)
             block_groups = sorted({tuple(int(b) for b in rank_block[p]) for p in pairs})
         price = _collective_price(
-            c.kind, 2 if c.kind == _KIND_P2P else getattr(job, d), c.bytes, c.count, lat_s, bw
+            topo, c.kind, 2 if c.kind == _KIND_P2P else getattr(job, d), c.bytes, c.count
         )
         classes.append(PricedClass(f"{d} {c.kind}", price, block_groups))
     # Collectives inside a block cost their level-0 price whatever the placement.
@@ -464,7 +458,7 @@ def analyse(state: ClusterState, job: Job) -> Instance:
         c = comm.get(d)
         if c is not None:
             n_d = 2 if c.kind == _KIND_P2P else getattr(job, d)
-            price0 = _collective_price(c.kind, n_d, c.bytes, c.count, lat_s, bw)[0]
+            price0 = _collective_price(topo, c.kind, n_d, c.bytes, c.count)[0]
             classes.append(PricedClass(f"{d} {c.kind}", [price0] * nl, []))
 
     # --- count model when the outer dimensions are one collective dim R and one chain dim P

@@ -182,13 +182,16 @@ pub(crate) fn collective_cost(
         if let Some(acc) = bytes_by_level {
             acc[l] += bytes * weight;
         }
-        return levels[l].latency_us * 1e-6 + bytes / (health.bandwidth(topo, a, b, l) * 1e9);
+        return call_seconds(
+            kind,
+            n,
+            bytes,
+            levels[l].latency_us,
+            health.bandwidth(topo, a, b, l),
+        );
     }
     members.sort_unstable();
-    let (steps, per_rank) = match kind {
-        CollectiveKind::AllReduce => (2.0 * (nf - 1.0), 2.0 * (nf - 1.0) / nf * bytes),
-        _ => (nf - 1.0, (nf - 1.0) / nf * bytes),
-    };
+    let (_, per_rank) = ring_terms(kind, n, bytes);
     let mut span = 0usize;
     let mut slowest = f64::INFINITY;
     if kind == CollectiveKind::AllToAll {
@@ -216,7 +219,56 @@ pub(crate) fn collective_cost(
             slowest = slowest.min(health.bandwidth(topo, a, b, l));
         }
     }
-    steps * levels[span].latency_us * 1e-6 + per_rank / (slowest * 1e9)
+    call_seconds(kind, n, bytes, levels[span].latency_us, slowest)
+}
+
+/// Latency steps and bytes each rank sends for one call (the table in the module docs).
+fn ring_terms(kind: CollectiveKind, n: usize, bytes: f64) -> (f64, f64) {
+    let nf = n as f64;
+    match kind {
+        CollectiveKind::PointToPoint => (1.0, bytes),
+        CollectiveKind::AllReduce => (2.0 * (nf - 1.0), 2.0 * (nf - 1.0) / nf * bytes),
+        _ => (nf - 1.0, (nf - 1.0) / nf * bytes),
+    }
+}
+
+/// Seconds of one call over `n` ranks at a latency (µs) and a bottleneck bandwidth (GB/s).
+fn call_seconds(
+    kind: CollectiveKind,
+    n: usize,
+    bytes: f64,
+    latency_us: f64,
+    bandwidth_gbps: f64,
+) -> f64 {
+    if n < 2 {
+        return 0.0;
+    }
+    let (steps, per_rank) = ring_terms(kind, n, bytes);
+    steps * latency_us * 1e-6 + per_rank / (bandwidth_gbps * 1e9)
+}
+
+/// Seconds of one call of a collective over `n` ranks whose group spans each level (indexed
+/// by level), on healthy hardware without host matrices: the prices an exact model needs, from
+/// the same formulas [`evaluate`] uses.
+pub fn collective_seconds_by_level(
+    topo: &Topology,
+    kind: CollectiveKind,
+    n: usize,
+    bytes: f64,
+) -> Vec<f64> {
+    topo.levels()
+        .iter()
+        .enumerate()
+        .map(|(l, level)| {
+            call_seconds(
+                kind,
+                n,
+                bytes,
+                level.latency_us,
+                topo.effective_bandwidth(l),
+            )
+        })
+        .collect()
 }
 
 /// Time (s) of explicit traffic of `bytes` from GPU `a` to GPU `b`.

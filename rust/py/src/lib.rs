@@ -228,6 +228,37 @@ impl PyTopology {
         let v: Vec<i64> = self.inner.path().iter().map(|&s| s as i64).collect();
         v.into_pyarray(py).reshape([self.inner.num_gpus(), nl])
     }
+    /// Per level, the bandwidth (GB/s) of traffic that spans it: the slowest level up to it.
+    #[getter]
+    fn effective_bandwidth_gbps(&self) -> Vec<f64> {
+        (0..self.inner.num_levels())
+            .map(|l| self.inner.effective_bandwidth(l))
+            .collect()
+    }
+
+    /// Seconds of one call of a collective (kind code as in JobSpec) over `n` ranks whose group
+    /// spans each level, from the core's cost formulas on healthy hardware.
+    fn collective_seconds_by_level(
+        &self,
+        py: Python<'_>,
+        kind: u8,
+        n: usize,
+        bytes: f64,
+    ) -> PyResult<Vec<f64>> {
+        let kind = CollectiveKind::from_code(kind).ok_or_else(|| {
+            to_pyerr(
+                py,
+                CoreError::InvalidJob(format!("unknown collective kind {kind}")),
+            )
+        })?;
+        Ok(gpuplace_core::cost::collective_seconds_by_level(
+            &self.inner,
+            kind,
+            n,
+            bytes,
+        ))
+    }
+
     /// Bandwidth (GB/s) between every pair of the given GPUs as the cost model sees it on
     /// healthy hardware; 0 on the diagonal.
     fn bandwidth_matrix<'py>(
