@@ -12,6 +12,7 @@ __all__ = [
     "JobSpec",
     "Topology",
     "__version__",
+    "admit",
     "evaluate",
     "loss_factor",
     "map_ranks",
@@ -136,6 +137,13 @@ class ClusterState:
         time_limit: float | None = None,
     ) -> dict[str, object]: ...
 
+def admit(
+    state: ClusterState,
+    job: JobSpec,
+    gpus: npt.NDArray[np.int64],
+    solver: str,
+    confining: bool,
+) -> dict[str, object]: ...
 def evaluate(
     topology: Topology,
     job: JobSpec,
@@ -162,7 +170,7 @@ def place(
     solver: str,
     seed: int = 0,
     time_limit: float | None = None,
-) -> npt.NDArray[np.int64]: ...
+) -> tuple[npt.NDArray[np.int64], dict[str, object]]: ...
 def refine(
     state: ClusterState,
     job: JobSpec,
@@ -171,4 +179,4 @@ def refine(
     seed: int = 0,
     max_iterations: int = 200000,
 ) -> tuple[npt.NDArray[np.int64], float, float, int, int]: ...
-def rust_solvers() -> list[str]: ...
+def rust_solvers() -> list[tuple[str, str, bool]]: ...

@@ -1089,6 +1089,7 @@ def solve(
     "cpsat",
     "exact (OR-Tools CP-SAT) over the tree cost model, greedy as hint; proves optimality on "
     "small instances; time-limited",
+    confining=True,
 )
 def _cpsat(state: ClusterState, job: Job, seed: int, time_limit: float | None) -> SolveResult:
     return solve(state, job, time_limit=time_limit, seed=seed)

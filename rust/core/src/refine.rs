@@ -20,10 +20,11 @@ use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::cost::{check_placement, collective_cost, span_of, traffic_cost, Health};
+use crate::cost::{collective_cost, span_of, traffic_cost, Health};
 use crate::error::Result;
 use crate::job::JobSpec;
 use crate::state::ClusterState;
+use crate::topology::check_placement;
 use crate::topology::{Csr, Topology};
 
 #[derive(Debug, Clone)]

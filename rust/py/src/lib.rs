@@ -19,7 +19,7 @@ use gpuplace_core::repair::{self, MoveReason, RepairOptions, SparePolicy};
 use gpuplace_core::solvers::{self, SolveOptions};
 use gpuplace_core::state::{Component, ComponentHealth, Condition, GpuStatus};
 use gpuplace_core::topology::{Level, NodeType};
-use gpuplace_core::{ClusterState, CoreError, JobSpec, Topology};
+use gpuplace_core::{ClusterState, CoreError, CostReport, JobSpec, Topology};
 
 /// Map a core error onto the matching `gpuplace.errors` class.
 fn to_pyerr(py: Python<'_>, err: CoreError) -> PyErr {
@@ -905,6 +905,11 @@ fn evaluate<'py>(
     let report = py
         .detach(|| gpuplace_core::cost::evaluate_with(&topo, factors, &spec, &gpus))
         .py_ok(py)?;
+    report_dict(py, report)
+}
+
+/// A cost report as a dict of plain values.
+fn report_dict(py: Python<'_>, report: CostReport) -> PyResult<Bound<'_, PyDict>> {
     let out = PyDict::new(py);
     out.set_item("comm_seconds", report.comm_seconds)?;
     out.set_item("class_seconds", report.class_seconds)?;
@@ -916,7 +921,49 @@ fn evaluate<'py>(
     Ok(out)
 }
 
-/// Run a Rust solver; returns the GPU of each rank. The state is not changed.
+/// The placement gate: check `gpus` proposed by `solver` against the state (length, no GPU
+/// twice, free and healthy GPUs, confinement when the solver promises it) and price them on
+/// the state's hardware. Raises InvalidState naming what is wrong.
+#[pyfunction]
+#[pyo3(signature = (state, job, gpus, solver, confining))]
+fn admit<'py>(
+    py: Python<'py>,
+    state: PyRef<'py, PyClusterState>,
+    job: &PyJobSpec,
+    gpus: PyReadonlyArray1<'_, i64>,
+    solver: &str,
+    confining: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    same_topology(py, &state, job)?;
+    let gpus = array_u32(
+        &format!("solver '{solver}' returned an invalid placement: GPU id"),
+        &gpus,
+        CoreError::InvalidState,
+    )
+    .py_ok(py)?;
+    let spec = job.inner.clone();
+    let inner = &state.inner;
+    let report = py
+        .detach(|| gpuplace_core::gate::admit(inner, &spec, &gpus, solver, confining))
+        .py_ok(py)?;
+    report_dict(py, report)
+}
+
+fn same_topology(py: Python<'_>, state: &PyClusterState, job: &PyJobSpec) -> PyResult<()> {
+    if Arc::ptr_eq(state.inner.topology(), &job.topology) {
+        Ok(())
+    } else {
+        Err(to_pyerr(
+            py,
+            CoreError::InvalidJob(
+                "the job was compiled for another topology than the state's".into(),
+            ),
+        ))
+    }
+}
+
+/// Run a Rust solver and pass its placement through the gate; returns the GPU of each rank
+/// and its cost report, in one call. The state is not changed.
 #[pyfunction]
 #[pyo3(signature = (state, job, solver, seed=0, time_limit=None))]
 fn place<'py>(
@@ -926,27 +973,24 @@ fn place<'py>(
     solver: &str,
     seed: u64,
     time_limit: Option<f64>,
-) -> PyResult<Bound<'py, PyArray1<i64>>> {
+) -> PyResult<(Bound<'py, PyArray1<i64>>, Bound<'py, PyDict>)> {
+    same_topology(py, &state, job)?;
     let spec = job.inner.clone();
-    if !Arc::ptr_eq(state.inner.topology(), &job.topology) {
-        return Err(to_pyerr(
-            py,
-            CoreError::InvalidJob(
-                "the job was compiled for another topology than the state's".into(),
-            ),
-        ));
-    }
     let inner = &state.inner;
     let opts = SolveOptions { seed, time_limit };
-    let gpus = py
-        .detach(|| solvers::solve(solver, inner, &spec, &opts))
+    let (gpus, report) = py
+        .detach(|| gpuplace_core::gate::place(inner, &spec, solver, &opts))
         .py_ok(py)?;
-    Ok(gpus
+    let gpus = gpus
         .into_iter()
         .map(|g| g as i64)
         .collect::<Vec<_>>()
-        .into_pyarray(py))
+        .into_pyarray(py);
+    Ok((gpus, report_dict(py, report)?))
 }
+
+/// What `refine` returns: (gpus, start seconds, final seconds, iterations, accepted moves).
+type RefineOut<'py> = (Bound<'py, PyArray1<i64>>, f64, f64, u64, u64);
 
 /// Improve a placement by local search; returns (gpus, start seconds, final seconds,
 /// iterations, accepted moves). The GPUs of `start` count as usable even if allocated.
@@ -960,7 +1004,7 @@ fn refine<'py>(
     time_limit: f64,
     seed: u64,
     max_iterations: u64,
-) -> PyResult<(Bound<'py, PyArray1<i64>>, f64, f64, u64, u64)> {
+) -> PyResult<RefineOut<'py>> {
     if !Arc::ptr_eq(state.inner.topology(), &job.topology) {
         return Err(to_pyerr(
             py,
@@ -1120,10 +1164,13 @@ fn map_ranks<'py>(
     ))
 }
 
-/// Names of the solvers implemented in Rust.
+/// The solvers implemented in Rust: (name, description, keeps confinement).
 #[pyfunction]
-fn rust_solvers() -> Vec<&'static str> {
-    solvers::SOLVERS.to_vec()
+fn rust_solvers() -> Vec<(&'static str, &'static str, bool)> {
+    solvers::SOLVERS
+        .iter()
+        .map(|&(name, description)| (name, description, solvers::confining(name)))
+        .collect()
 }
 
 #[pymodule]
@@ -1133,6 +1180,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyClusterState>()?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(place, m)?)?;
+    m.add_function(wrap_pyfunction!(admit, m)?)?;
     m.add_function(wrap_pyfunction!(refine, m)?)?;
     m.add_function(wrap_pyfunction!(map_ranks, m)?)?;
     m.add_function(wrap_pyfunction!(rust_solvers, m)?)?;
