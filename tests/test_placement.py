@@ -287,3 +287,28 @@ def test_infeasible_nvl72_domain():
         gpuplace.Infeasible, match=r"tp group \(144 GPUs\) must stay inside one nvlink-domain"
     ):
         gpuplace.place(ClusterState(topo), Job(name="j", tp=144))
+
+
+# --------------------------------------------------------------------------- Ctrl-C
+def test_ctrl_c_stops_a_long_refine_promptly(superpod):
+    """A refine given a minute stops within a second of Ctrl-C (the core polls an interrupt
+    flag the bindings set when Python sees the signal) and raises KeyboardInterrupt; the
+    next call runs normally."""
+    import _thread
+    import threading
+    import time
+
+    state = ClusterState(superpod)
+    job = Job(name="j", tp=8, pp=4, dp=4)
+    start = gpuplace.place(state, job, "first-fit")
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    began = time.perf_counter()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            gpuplace.refine(state, start, time_limit=60.0, max_iterations=10**15)
+    finally:
+        timer.cancel()
+    assert time.perf_counter() - began < 1.5
+    again = gpuplace.refine(state, start, time_limit=0.05, max_iterations=10**15)
+    assert again.cost.comm_seconds <= start.cost.comm_seconds

@@ -103,6 +103,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -950,6 +951,33 @@ def _hint_sites(inst: Instance, gpus: np.ndarray) -> np.ndarray | None:
     return block_site
 
 
+def _solve_stoppable(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
+    """``solver.solve(model)`` on a worker thread, so Ctrl-C reaches Python while CP-SAT
+    searches: the search is stopped and KeyboardInterrupt raised (CP-SAT's own SIGINT
+    handler would end the search quietly and return its incumbent as if nothing happened)."""
+    solver.parameters.catch_sigint_signal = False
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["status"] = solver.solve(model)
+        except BaseException as exc:  # re-raised on the caller's thread
+            out["error"] = exc
+
+    worker = threading.Thread(target=run, name="gpuplace-cpsat", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.05)
+    except KeyboardInterrupt:
+        solver.stop_search()
+        worker.join()
+        raise
+    if "error" in out:
+        raise out["error"]
+    return out["status"]
+
+
 # --------------------------------------------------------------------------- solve
 def solve(
     state: ClusterState,
@@ -1002,7 +1030,7 @@ def solve(
     solver.parameters.max_time_in_seconds = max(0.01, limit - build_s)
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed
-    status = solver.solve(model)
+    status = _solve_stoppable(solver, model)
     status_name = solver.status_name(status)
     q = builder.quantum
     rounding = 0.5 * q * builder.priced_terms

@@ -9,6 +9,7 @@ pub mod cost;
 pub mod error;
 pub mod gate;
 pub mod greedy;
+pub mod interrupt;
 pub mod job;
 pub mod qap;
 pub mod refine;

@@ -434,7 +434,7 @@ pub fn refine(
         while iterations < opts.max_iterations {
             if iterations % 256 == 0 {
                 let elapsed = began.elapsed().as_secs_f64();
-                if elapsed >= limit {
+                if elapsed >= limit || crate::interrupt::interrupted() {
                     break;
                 }
                 progress = (iterations as f64 / opts.max_iterations as f64).max(elapsed / limit);

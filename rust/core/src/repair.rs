@@ -496,7 +496,7 @@ impl<'a> Ctx<'a> {
 }
 
 fn check_time(start: Instant, limit: Option<Duration>) -> bool {
-    limit.is_none_or(|t| start.elapsed() < t)
+    !crate::interrupt::interrupted() && limit.is_none_or(|t| start.elapsed() < t)
 }
 
 /// Plan the repair of job `name` without changing `state`.

@@ -39,6 +39,11 @@ pub fn confining(name: &str) -> bool {
     CONFINING.contains(&name)
 }
 
+/// Whether a Rust solver searches until a time limit (and so may run long).
+pub fn searches(name: &str) -> bool {
+    name == "refine"
+}
+
 /// Options every solver accepts.
 #[derive(Debug, Clone, Default)]
 pub struct SolveOptions {
