@@ -8,20 +8,31 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "COLLECTIVE_KINDS",
+    "MIN_FACTOR",
     "ClusterState",
     "JobSpec",
     "Topology",
     "__version__",
     "admit",
+    "class_names",
     "evaluate",
     "loss_factor",
     "map_ranks",
     "place",
+    "rank_groups",
     "refine",
     "rust_solvers",
 ]
 
 __version__: str
+COLLECTIVE_KINDS: list[str]
+MIN_FACTOR: float
+
+def rank_groups(sizes: list[int], d: int) -> npt.NDArray[np.int64]: ...
+def class_names(
+    dim_names: list[str], dim_sizes: list[int], comm_kind: list[str | None]
+) -> list[str]: ...
 
 @final
 class Topology:
@@ -56,32 +67,32 @@ class Topology:
     def bandwidth_matrix(self, gpus: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]: ...
     @property
     def effective_bandwidth_gbps(self) -> list[float]: ...
-    def collective_seconds_by_level(self, kind: int, n: int, bytes: float) -> list[float]: ...
+    def collective_seconds_by_level(self, kind: str, n: int, bytes: float) -> list[float]: ...
 
 @final
 class JobSpec:
     def __new__(
         cls,
         topology: Topology,
+        name: str,
         num_ranks: int,
         dim_names: list[str],
         dim_sizes: list[int],
         dim_confine: list[int],
+        comm_kind: list[str | None],
+        comm_bytes: list[float],
+        comm_count: list[float],
         max_span: int,
-        group_offsets: npt.NDArray[np.int64],
-        group_ranks: npt.NDArray[np.int64],
-        coll_group: npt.NDArray[np.int64],
-        coll_kind: npt.NDArray[np.int64],
-        coll_bytes: npt.NDArray[np.float64],
-        coll_count: npt.NDArray[np.float64],
-        coll_class: npt.NDArray[np.int64],
-        coll_dim: npt.NDArray[np.int64],
         traffic_src: npt.NDArray[np.int64],
         traffic_dst: npt.NDArray[np.int64],
         traffic_bytes: npt.NDArray[np.float64],
     ) -> JobSpec: ...
     @property
     def num_ranks(self) -> int: ...
+    @property
+    def class_names(self) -> list[str]: ...
+    def coordinates(self) -> npt.NDArray[np.int64]: ...
+    def class_groups(self, index: int) -> npt.NDArray[np.int64]: ...
 
 @final
 class ClusterState:

@@ -90,16 +90,16 @@ def evaluate(
     spec = job.compile(topology)
     core_state = None if state is None else state._core
     raw = _core.evaluate(topology._core, spec, np.asarray(gpus, dtype=np.int64), core_state)
-    return _cost_report(topology, job, raw)
+    return _cost_report(topology, spec, raw)
 
 
-def _cost_report(topology: Topology, job: Job, raw: dict[str, Any]) -> CostReport:
+def _cost_report(topology: Topology, spec: _core.JobSpec, raw: dict[str, Any]) -> CostReport:
     """The core's cost report (plain values) with level and class names."""
     names = topology.level_names
     span = raw["span_level"]
     return CostReport(
         comm_seconds=raw["comm_seconds"],
-        class_seconds=dict(zip(job.class_names(), raw["class_seconds"], strict=True)),
+        class_seconds=dict(zip(spec.class_names, raw["class_seconds"], strict=True)),
         traffic_seconds=raw["traffic_seconds"],
         bytes_by_level={n: float(b) for n, b in zip(names, raw["bytes_by_level"], strict=True)},
         span_level=None if span is None else names[span],
@@ -331,7 +331,7 @@ def place(
         job=job,
         topology=state.topology,
         gpus=np.asarray(gpus, dtype=np.int64),
-        cost=_cost_report(state.topology, job, raw),
+        cost=_cost_report(state.topology, spec, raw),
         solver=result.solver or solver,
         elapsed_s=elapsed,
         optimal=result.optimal,

@@ -245,7 +245,9 @@ class ClusterState:
                     "errors or heat)"
                 )
         text = str(reason) if reason else "; ".join(words) or "degraded"
-        return self._event("degraded", targets, factor=max(min(factors), 1e-3), reason=text)
+        return self._event(
+            "degraded", targets, factor=max(min(factors), _core.MIN_FACTOR), reason=text
+        )
 
     def _event(
         self,

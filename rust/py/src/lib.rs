@@ -31,6 +31,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(solve::map_ranks, m)?)?;
     m.add_function(wrap_pyfunction!(solve::rust_solvers, m)?)?;
     m.add_function(wrap_pyfunction!(solve::loss_factor, m)?)?;
+    m.add_function(wrap_pyfunction!(job::rank_groups, m)?)?;
+    m.add_function(wrap_pyfunction!(job::class_names, m)?)?;
+    m.add("COLLECTIVE_KINDS", job::kind_names())?;
+    m.add("MIN_FACTOR", gpuplace_core::cost::MIN_FACTOR)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -154,11 +154,11 @@ impl PyTopology {
             .collect()
     }
 
-    /// Seconds of one call of a collective (kind code as in JobSpec) over `n` ranks whose group
-    /// spans each level, from the core's cost formulas on healthy hardware.
-    fn collective_seconds_by_level(&self, kind: u8, n: usize, bytes: f64) -> PyResult<Vec<f64>> {
-        let kind = CollectiveKind::from_code(kind)
-            .ok_or_else(|| invalid_job(format!("unknown collective kind {kind}")))?;
+    /// Seconds of one call of a collective (by kind name) over `n` ranks whose group spans
+    /// each level, from the core's cost formulas on healthy hardware.
+    fn collective_seconds_by_level(&self, kind: &str, n: usize, bytes: f64) -> PyResult<Vec<f64>> {
+        let kind = CollectiveKind::from_name(kind)
+            .ok_or_else(|| invalid_job(format!("unknown collective kind {kind:?}")))?;
         Ok(gpuplace_core::cost::collective_seconds_by_level(
             &self.inner,
             kind,
