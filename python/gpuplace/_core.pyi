@@ -2,16 +2,25 @@
 gpuplace-core). The public API is re-exported from ``gpuplace``; these classes hold the
 flat arrays the Rust core solves over."""
 
-from typing import final
+from typing import ClassVar, final
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import Self
 
 __all__ = [
-    "COLLECTIVE_KINDS",
     "MIN_FACTOR",
     "ClusterState",
+    "CollectiveKind",
+    "ComponentKind",
+    "Condition",
+    "CostReport",
+    "Health",
     "JobSpec",
+    "MoveReason",
+    "RankMove",
+    "RepairPlan",
+    "SparePolicy",
     "Topology",
     "__version__",
     "admit",
@@ -26,8 +35,102 @@ __all__ = [
 ]
 
 __version__: str
-COLLECTIVE_KINDS: list[str]
 MIN_FACTOR: float
+
+class _Labelled:
+    @property
+    def label(self) -> str: ...
+    def __int__(self) -> int: ...
+    @classmethod
+    def members(cls) -> list[Self]: ...
+    @classmethod
+    def from_label(cls, label: str) -> Self: ...
+
+@final
+class CollectiveKind(_Labelled):
+    AllReduce: ClassVar[CollectiveKind]
+    AllGather: ClassVar[CollectiveKind]
+    ReduceScatter: ClassVar[CollectiveKind]
+    AllToAll: ClassVar[CollectiveKind]
+    PointToPoint: ClassVar[CollectiveKind]
+
+@final
+class Health(_Labelled):
+    Ok: ClassVar[Health]
+    Failed: ClassVar[Health]
+    Drained: ClassVar[Health]
+
+@final
+class Condition(_Labelled):
+    Ok: ClassVar[Condition]
+    Degraded: ClassVar[Condition]
+    Failed: ClassVar[Condition]
+    Drained: ClassVar[Condition]
+
+@final
+class ComponentKind(_Labelled):
+    Gpu: ClassVar[ComponentKind]
+    Host: ClassVar[ComponentKind]
+    Nic: ClassVar[ComponentKind]
+    Switch: ClassVar[ComponentKind]
+
+@final
+class SparePolicy(_Labelled):
+    Allow: ClassVar[SparePolicy]
+    Forbid: ClassVar[SparePolicy]
+    Only: ClassVar[SparePolicy]
+
+@final
+class MoveReason:
+    Lost: ClassVar[MoveReason]
+    GroupMoved: ClassVar[MoveReason]
+    Improvement: ClassVar[MoveReason]
+    @property
+    def label(self) -> str: ...
+    def __int__(self) -> int: ...
+
+@final
+class CostReport:
+    @property
+    def comm_seconds(self) -> float: ...
+    @property
+    def class_seconds(self) -> list[float]: ...
+    @property
+    def traffic_seconds(self) -> float: ...
+    @property
+    def bytes_by_level(self) -> npt.NDArray[np.float64]: ...
+    @property
+    def span_level(self) -> int | None: ...
+    @property
+    def confinement_ok(self) -> bool: ...
+    @property
+    def violations(self) -> list[str]: ...
+
+@final
+class RankMove:
+    @property
+    def rank(self) -> int: ...
+    @property
+    def old_gpu(self) -> int: ...
+    @property
+    def new_gpu(self) -> int: ...
+    @property
+    def reason(self) -> MoveReason: ...
+    @property
+    def level(self) -> int | None: ...
+
+@final
+class RepairPlan:
+    @property
+    def gpus(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def moves(self) -> list[RankMove]: ...
+    @property
+    def cost_before(self) -> float: ...
+    @property
+    def cost_after(self) -> float: ...
+    @property
+    def evaluations(self) -> int: ...
 
 def rank_groups(sizes: list[int], d: int) -> npt.NDArray[np.int64]: ...
 def class_names(
@@ -103,7 +206,7 @@ class ClusterState:
     def allocate(self, name: str, gpus: npt.NDArray[np.int64]) -> None: ...
     def release(self, name: str) -> npt.NDArray[np.int64]: ...
     def set_health(
-        self, gpus: npt.NDArray[np.int64], code: int
+        self, gpus: npt.NDArray[np.int64], status: Health
     ) -> list[tuple[str, npt.NDArray[np.int64]]]: ...
     def health(self) -> npt.NDArray[np.uint8]: ...
     def free_mask(self) -> npt.NDArray[np.bool_]: ...
@@ -120,11 +223,11 @@ class ClusterState:
         kinds: npt.NDArray[np.int64],
         a: npt.NDArray[np.int64],
         b: npt.NDArray[np.int64],
-        code: int,
+        condition: Condition,
         factor: float,
         reason: str,
     ) -> list[tuple[str, npt.NDArray[np.int64]]]: ...
-    def components(self) -> list[tuple[int, int, int, int, float, str]]: ...
+    def components(self) -> list[tuple[ComponentKind, int, int, Condition, float, str]]: ...
     def set_spare(self, gpus: npt.NDArray[np.int64], spare: bool) -> None: ...
     def spare_mask(self) -> npt.NDArray[np.bool_]: ...
     def degraded_mask(self) -> npt.NDArray[np.bool_]: ...
@@ -134,10 +237,10 @@ class ClusterState:
         job: JobSpec,
         name: str,
         max_moves: int = 0,
-        spares: str = "allow",
+        spares: SparePolicy = ...,
         max_evaluations: int = 24,
         time_limit: float | None = None,
-    ) -> dict[str, object]: ...
+    ) -> RepairPlan: ...
 
 def admit(
     state: ClusterState,
@@ -145,13 +248,13 @@ def admit(
     gpus: npt.NDArray[np.int64],
     solver: str,
     confining: bool,
-) -> dict[str, object]: ...
+) -> CostReport: ...
 def evaluate(
     topology: Topology,
     job: JobSpec,
     gpus: npt.NDArray[np.int64],
     state: ClusterState | None = None,
-) -> dict[str, object]: ...
+) -> CostReport: ...
 def loss_factor(loss: float) -> float: ...
 def map_ranks(
     distance: npt.NDArray[np.float64],
@@ -172,7 +275,7 @@ def place(
     solver: str,
     seed: int = 0,
     time_limit: float | None = None,
-) -> tuple[npt.NDArray[np.int64], dict[str, object]]: ...
+) -> tuple[npt.NDArray[np.int64], CostReport]: ...
 def refine(
     state: ClusterState,
     job: JobSpec,

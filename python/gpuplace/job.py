@@ -48,7 +48,7 @@ __all__ = ["DIMENSIONS", "KINDS", "Communication", "Job", "TransformerModel"]
 #: Parallel dimensions in Megatron's default rank order (tp fastest, pp slowest).
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 #: Collective kinds, as the core names them (the core defines them once).
-KINDS: tuple[str, ...] = tuple(_core.COLLECTIVE_KINDS)
+KINDS: tuple[str, ...] = tuple(k.label for k in _core.CollectiveKind.members())
 #: The most ranks a job may have: larger than any cluster, small enough to compile.
 MAX_RANKS = 1 << 22
 _DEFAULT_KIND = {

@@ -93,18 +93,18 @@ def evaluate(
     return _cost_report(topology, spec, raw)
 
 
-def _cost_report(topology: Topology, spec: _core.JobSpec, raw: dict[str, Any]) -> CostReport:
-    """The core's cost report (plain values) with level and class names."""
+def _cost_report(topology: Topology, spec: _core.JobSpec, raw: _core.CostReport) -> CostReport:
+    """The core's cost report with level and class names."""
     names = topology.level_names
-    span = raw["span_level"]
+    span = raw.span_level
     return CostReport(
-        comm_seconds=raw["comm_seconds"],
-        class_seconds=dict(zip(spec.class_names, raw["class_seconds"], strict=True)),
-        traffic_seconds=raw["traffic_seconds"],
-        bytes_by_level={n: float(b) for n, b in zip(names, raw["bytes_by_level"], strict=True)},
+        comm_seconds=raw.comm_seconds,
+        class_seconds=dict(zip(spec.class_names, raw.class_seconds, strict=True)),
+        traffic_seconds=raw.traffic_seconds,
+        bytes_by_level={n: float(b) for n, b in zip(names, raw.bytes_by_level, strict=True)},
         span_level=None if span is None else names[span],
-        confinement_ok=raw["confinement_ok"],
-        violations=list(raw["violations"]),
+        confinement_ok=raw.confinement_ok,
+        violations=raw.violations,
         nvlink_level=names[topology.nvlink_level],
     )
 

@@ -44,12 +44,10 @@ __all__ = ["STATE_FORMAT", "ClusterState", "Nics", "nics_of"]
 
 STATE_FORMAT = "gpuplace.state/2"
 _READABLE = ("gpuplace.state/1", STATE_FORMAT)
-_HEALTH = {"ok": 0, "failed": 1, "drained": 2}
-#: Component kinds and condition codes of the core (``ClusterState.set_condition``).
-_KINDS = {"gpu": 0, "host": 1, "nic": 2, "switch": 3}
-_KIND_NAMES = {v: k for k, v in _KINDS.items()}
-_CONDITIONS = {"ok": 0, "degraded": 1, "failed": 2, "drained": 3}
-_CONDITION_NAMES = {v: k for k, v in _CONDITIONS.items()}
+#: GPU health, component kinds and conditions by label: the core's enums, defined once there.
+_HEALTH = {h.label: h for h in _core.Health.members()}
+_KINDS = {k.label: k for k in _core.ComponentKind.members()}
+_CONDITIONS = {c.label: c for c in _core.Condition.members()}
 #: Bandwidth factor of a component degraded by ECC errors or heat when no figure is given: a
 #: mild penalty, so the hardware is used only when it pays.
 DEFAULT_SOFT_FACTOR = 0.9
@@ -129,7 +127,8 @@ class ClusterState:
         return self._core.owner_of(int(gpu))
 
     def health(self) -> np.ndarray:
-        """Health code per GPU: 0 ok, 1 failed, 2 drained."""
+        """Health code per GPU (the codes of :class:`gpuplace.Health`: 0 ok, 1 failed,
+        2 drained)."""
         return self._core.health()
 
     @property
@@ -160,8 +159,8 @@ class ClusterState:
         self.specs.pop(name, None)
         return gpus
 
-    def _set_health(self, gpus: Iterable[int], code: int) -> dict[str, np.ndarray]:
-        affected = self._core.set_health(np.asarray(list(gpus), dtype=np.int64), code)
+    def _set_health(self, gpus: Iterable[int], status: _core.Health) -> dict[str, np.ndarray]:
+        affected = self._core.set_health(np.asarray(list(gpus), dtype=np.int64), status)
         return {name: ranks for name, ranks in affected}
 
     def fail_gpus(self, gpus: Iterable[int]) -> dict[str, np.ndarray]:
@@ -275,9 +274,9 @@ class ClusterState:
             values = value if isinstance(value, list | tuple | set | np.ndarray) else [value]
             for v in values:
                 if key == "gpu":
-                    out.append((0, self.resolve_gpu(v), 0))
+                    out.append((int(_KINDS["gpu"]), self.resolve_gpu(v), 0))
                 elif key in ("host", "node"):
-                    out.append((1, self._host(v), 0))
+                    out.append((int(_KINDS["host"]), self._host(v), 0))
                 elif key == "nic":
                     nics = nics_of(self.topology)
                     if v not in nics.index:
@@ -285,9 +284,9 @@ class ClusterState:
                             f"unknown NIC {v!r} (NICs are named host:nic, "
                             f"e.g. {_example(nics.names)})"
                         )
-                    out.append((2, nics.index[v], 0))
+                    out.append((int(_KINDS["nic"]), nics.index[v], 0))
                 elif key == "switch":
-                    out.append((3, *self.resolve_switch(v)))
+                    out.append((int(_KINDS["switch"]), *self.resolve_switch(v)))
                 else:
                     raise InvalidState(
                         f"unknown hardware kind {key!r}; use gpu, host, nic or switch"
@@ -341,12 +340,12 @@ class ClusterState:
             raise InvalidState(f"switch {name!r} names domains at several levels; write level:name")
         return hits[0]
 
-    def component_name(self, kind: int, a: int, b: int) -> str:
-        if kind == 0:
+    def component_name(self, kind: _core.ComponentKind, a: int, b: int) -> str:
+        if kind == _core.ComponentKind.Gpu:
             return f"{self.topology.host_of(a)}:{self.topology.local_index(a)}"
-        if kind == 1:
+        if kind == _core.ComponentKind.Host:
             return self.topology.hosts[a]
-        if kind == 2:
+        if kind == _core.ComponentKind.Nic:
             return nics_of(self.topology).names[a]
         return f"{self.topology.levels[a].name}:{self.topology.domain_names[a][b]}"
 
@@ -354,13 +353,13 @@ class ClusterState:
         """Hardware that is not ok: kind, name, condition, factor, reason."""
         return [
             {
-                "kind": _KIND_NAMES[kind],
+                "kind": kind.label,
                 "name": self.component_name(kind, a, b),
-                "condition": _CONDITION_NAMES[code],
+                "condition": condition.label,
                 "factor": factor,
                 "reason": reason,
             }
-            for kind, a, b, code, factor, reason in self._core.components()
+            for kind, a, b, condition, factor, reason in self._core.components()
         ]
 
     def degraded_mask(self) -> np.ndarray:
@@ -429,16 +428,16 @@ class ClusterState:
     def snapshot(self) -> dict[str, Any]:
         """A JSON-able dictionary of the whole state."""
         components = []
-        for kind, a, b, code, factor, reason in self._core.components():
-            entry: dict[str, Any] = {"kind": _KIND_NAMES[kind], "condition": _CONDITION_NAMES[code]}
-            if kind == 0:
+        for kind, a, b, condition, factor, reason in self._core.components():
+            entry: dict[str, Any] = {"kind": kind.label, "condition": condition.label}
+            if kind == _core.ComponentKind.Gpu:
                 entry["gpu"] = a
-            elif kind == 3:
+            elif kind == _core.ComponentKind.Switch:
                 entry["level"] = self.topology.levels[a].name
                 entry["name"] = self.topology.domain_names[a][b]
             else:
                 entry["name"] = self.component_name(kind, a, b)
-            if code == _CONDITIONS["degraded"]:
+            if condition == _core.Condition.Degraded:
                 entry["factor"] = factor
             if reason:
                 entry["reason"] = reason

@@ -18,6 +18,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gpuplace import _core
 from gpuplace._validate import exclusive_lock
 from gpuplace.errors import InvalidState, InvalidTopology
 from gpuplace.repair import repair
@@ -356,8 +357,8 @@ def status(
         "gpus": topo.num_gpus,
         "free": state.free_gpus,
         "spares": len(state.spares),
-        "failed_gpus": int((health == 1).sum()),
-        "drained_gpus": int((health == 2).sum()),
+        "failed_gpus": int((health == int(_core.Health.Failed)).sum()),
+        "drained_gpus": int((health == int(_core.Health.Drained)).sum()),
         "degraded_gpus": int(state.degraded_mask().sum()),
         "jobs": jobs,
         "levels": levels,

@@ -1,10 +1,10 @@
 //! Conversions between numpy arrays / Python values and the core's owned data. Inputs are
 //! copied into owned Rust data while attached, so the core can run without the GIL.
 
-use gpuplace_core::{CoreError, CostReport};
+use gpuplace_core::CoreError;
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::PyList;
 
 use crate::errors::CoreResultExt;
 
@@ -53,19 +53,6 @@ pub(crate) fn id_array<'py>(py: Python<'py>, values: &[u32]) -> Bound<'py, PyArr
         .map(|&v| v as i64)
         .collect::<Vec<_>>()
         .into_pyarray(py)
-}
-
-/// A cost report as a dict of plain values.
-pub(crate) fn report_dict(py: Python<'_>, report: CostReport) -> PyResult<Bound<'_, PyDict>> {
-    let out = PyDict::new(py);
-    out.set_item("comm_seconds", report.comm_seconds)?;
-    out.set_item("class_seconds", report.class_seconds)?;
-    out.set_item("traffic_seconds", report.traffic_seconds)?;
-    out.set_item("bytes_by_level", report.bytes_by_level.into_pyarray(py))?;
-    out.set_item("span_level", report.span_level)?;
-    out.set_item("confinement_ok", report.confinement_ok)?;
-    out.set_item("violations", report.violations)?;
-    Ok(out)
 }
 
 /// `[(job, ranks)]` of the jobs a health change affects.

@@ -5,12 +5,15 @@
 //!   into the core (GIL released, errors mapped, long searches stoppable with Ctrl-C);
 //! - [`convert`]: numpy arrays and Python values to and from the core's owned data;
 //! - [`topology`], [`job`], [`state`]: the compiled topology, job and cluster state;
+//! - [`enums`]: the core's enums as Python enums (collective kind, health, condition,
+//!   component kind, spare policy, move reason), each defined once;
 //! - [`solve`]: the cost model, the Rust solvers behind the placement gate, refine and
 //!   rank mapping.
 //!
 //! New bindings go in a new file with a small registration call below.
 
 mod convert;
+mod enums;
 mod errors;
 mod job;
 mod solve;
@@ -24,6 +27,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<topology::PyTopology>()?;
     m.add_class::<job::PyJobSpec>()?;
     m.add_class::<state::PyClusterState>()?;
+    m.add_class::<state::PyRepairPlan>()?;
+    m.add_class::<state::PyRankMove>()?;
+    m.add_class::<solve::PyCostReport>()?;
+    enums::register(m)?;
     m.add_function(wrap_pyfunction!(solve::evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(solve::place, m)?)?;
     m.add_function(wrap_pyfunction!(solve::admit, m)?)?;
@@ -33,7 +40,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(solve::loss_factor, m)?)?;
     m.add_function(wrap_pyfunction!(job::rank_groups, m)?)?;
     m.add_function(wrap_pyfunction!(job::class_names, m)?)?;
-    m.add("COLLECTIVE_KINDS", job::kind_names())?;
     m.add("MIN_FACTOR", gpuplace_core::cost::MIN_FACTOR)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -4,19 +4,62 @@
 use std::sync::Arc;
 
 use gpuplace_core::solvers::{self, SolveOptions};
-use gpuplace_core::CoreError;
+use gpuplace_core::{CoreError, CostReport};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
-use crate::convert::{f64s, gpus_from, id_array, ids, report_dict};
+use crate::convert::{f64s, gpus_from, id_array, ids};
 use crate::errors::{enter, invalid_job, invalid_state, Stop};
 use crate::job::PyJobSpec;
 use crate::state::PyClusterState;
 use crate::topology::PyTopology;
 
+/// The cost model's verdict on one placement (see `cost::CostReport` in the core).
+#[pyclass(frozen, module = "gpuplace._core", name = "CostReport")]
+pub(crate) struct PyCostReport {
+    inner: CostReport,
+}
+
+#[pymethods]
+impl PyCostReport {
+    /// Communication time per step (s).
+    #[getter]
+    fn comm_seconds(&self) -> f64 {
+        self.inner.comm_seconds
+    }
+    /// Time per collective class (s), in the order of the job's `class_names`.
+    #[getter]
+    fn class_seconds(&self) -> Vec<f64> {
+        self.inner.class_seconds.clone()
+    }
+    /// Time of the explicit traffic (s), included in `comm_seconds`.
+    #[getter]
+    fn traffic_seconds(&self) -> f64 {
+        self.inner.traffic_seconds
+    }
+    /// Bytes per step whose path's lowest common level is each level.
+    #[getter]
+    fn bytes_by_level<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<f64>> {
+        self.inner.bytes_by_level.clone().into_pyarray(py)
+    }
+    /// The lowest level whose one domain holds every GPU of the job (None for one GPU).
+    #[getter]
+    fn span_level(&self) -> Option<usize> {
+        self.inner.span_level
+    }
+    #[getter]
+    fn confinement_ok(&self) -> bool {
+        self.inner.confinement_ok
+    }
+    /// What broke confinement, in words.
+    #[getter]
+    fn violations(&self) -> Vec<String> {
+        self.inner.violations.clone()
+    }
+}
+
 /// Evaluate a placement with the one cost model, on the hardware of `state` (degraded
-/// components included) when given. Returns a dict of plain values.
+/// components included) when given.
 #[pyfunction]
 #[pyo3(signature = (topology, job, gpus, state=None))]
 pub(crate) fn evaluate<'py>(
@@ -25,7 +68,7 @@ pub(crate) fn evaluate<'py>(
     job: &PyJobSpec,
     gpus: PyReadonlyArray1<'_, i64>,
     state: Option<PyRef<'py, PyClusterState>>,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<PyCostReport> {
     let gpus = gpus_from(&gpus)?;
     if !Arc::ptr_eq(&topology.inner, &job.topology) {
         return Err(invalid_job("the job was compiled for another topology"));
@@ -40,7 +83,7 @@ pub(crate) fn evaluate<'py>(
     let report = enter(py, Stop::Never, || {
         gpuplace_core::cost::evaluate_with(&topo, factors, &spec, &gpus)
     })?;
-    report_dict(py, report)
+    Ok(PyCostReport { inner: report })
 }
 
 /// The placement gate: check `gpus` proposed by `solver` against the state (length, no GPU
@@ -55,7 +98,7 @@ pub(crate) fn admit<'py>(
     gpus: PyReadonlyArray1<'_, i64>,
     solver: &str,
     confining: bool,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<PyCostReport> {
     job.check_state(&state)?;
     let what = format!("solver '{solver}' returned an invalid placement: GPU id");
     let gpus = ids(&what, &gpus, CoreError::InvalidState)?;
@@ -64,7 +107,7 @@ pub(crate) fn admit<'py>(
     let report = enter(py, Stop::Never, || {
         gpuplace_core::gate::admit(inner, &spec, &gpus, solver, confining)
     })?;
-    report_dict(py, report)
+    Ok(PyCostReport { inner: report })
 }
 
 /// Run a Rust solver and pass its placement through the gate; returns the GPU of each rank
@@ -78,7 +121,7 @@ pub(crate) fn place<'py>(
     solver: &str,
     seed: u64,
     time_limit: Option<f64>,
-) -> PyResult<(Bound<'py, PyArray1<i64>>, Bound<'py, PyDict>)> {
+) -> PyResult<(Bound<'py, PyArray1<i64>>, PyCostReport)> {
     job.check_state(&state)?;
     let spec = job.inner.clone();
     let inner = &state.inner;
@@ -92,7 +135,7 @@ pub(crate) fn place<'py>(
     let (gpus, report) = enter(py, stop, || {
         gpuplace_core::gate::place(inner, &spec, solver, &opts)
     })?;
-    Ok((id_array(py, &gpus), report_dict(py, report)?))
+    Ok((id_array(py, &gpus), PyCostReport { inner: report }))
 }
 
 /// What `refine` returns: (gpus, start seconds, final seconds, iterations, accepted moves).

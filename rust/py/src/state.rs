@@ -1,14 +1,15 @@
 //! `gpuplace._core.ClusterState`: which GPUs are free, allocated or out of service, the
 //! health of every component, spares, and repair of a running job.
 
-use gpuplace_core::repair::{self, MoveReason, RepairOptions, SparePolicy};
-use gpuplace_core::state::{Component, ComponentHealth, Condition, GpuStatus};
+use gpuplace_core::repair::{self, MoveReason as CoreMoveReason, RepairOptions};
+use gpuplace_core::state::{Component, ComponentHealth};
 use gpuplace_core::ClusterState;
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::convert::{affected_list, gpus_from, i64s, id_array};
+use crate::enums::{ComponentKind, Condition as EnumCondition, Health, MoveReason, SparePolicy};
 use crate::errors::{enter, invalid_job, invalid_state, invalid_topology, CoreResultExt, Stop};
 use crate::job::PyJobSpec;
 use crate::topology::PyTopology;
@@ -18,8 +19,8 @@ pub(crate) struct PyClusterState {
     pub(crate) inner: ClusterState,
 }
 
-/// Decode components given as parallel arrays: kind 0 GPU (a = id), 1 host (a = host index),
-/// 2 NIC (a = NIC id), 3 switch (a = level, b = domain).
+/// Decode components given as parallel arrays of `ComponentKind` codes and ids: a GPU or a
+/// host (a = its id or host index), a NIC (a = NIC id) or a switch (a = level, b = domain).
 fn components_from(kinds: &[i64], a: &[i64], b: &[i64]) -> PyResult<Vec<Component>> {
     if kinds.len() != a.len() || kinds.len() != b.len() {
         return Err(invalid_state("component kinds and ids differ in length"));
@@ -31,18 +32,57 @@ fn components_from(kinds: &[i64], a: &[i64], b: &[i64]) -> PyResult<Vec<Componen
         .iter()
         .zip(a.iter().zip(b))
         .map(|(&k, (&a, &b))| {
-            Ok(match k {
-                0 => Component::Gpu(id(a)?),
-                1 => Component::Node(id(a)?),
-                2 => Component::Nic(id(a)?),
-                3 => Component::Switch {
+            let kind = usize::try_from(k)
+                .ok()
+                .and_then(|k| ComponentKind::MEMBERS.get(k))
+                .ok_or_else(|| invalid_state(format!("unknown component kind {k}")))?;
+            Ok(match kind {
+                ComponentKind::Gpu => Component::Gpu(id(a)?),
+                ComponentKind::Host => Component::Node(id(a)?),
+                ComponentKind::Nic => Component::Nic(id(a)?),
+                ComponentKind::Switch => Component::Switch {
                     level: id(a)?,
                     domain: id(b)?,
                 },
-                other => return Err(invalid_state(format!("unknown component kind {other}"))),
             })
         })
         .collect()
+}
+
+/// One rank a repair moved.
+#[pyclass(frozen, get_all, module = "gpuplace._core", name = "RankMove")]
+pub(crate) struct PyRankMove {
+    rank: u32,
+    old_gpu: u32,
+    new_gpu: u32,
+    reason: MoveReason,
+    /// The level of the confined group that moved whole (None unless `GroupMoved`).
+    level: Option<usize>,
+}
+
+/// What a repair did (already applied to the state).
+#[pyclass(frozen, module = "gpuplace._core", name = "RepairPlan")]
+pub(crate) struct PyRepairPlan {
+    gpus: Vec<u32>,
+    #[pyo3(get)]
+    moves: Vec<Py<PyRankMove>>,
+    /// Communication time per step (s) before (as if the lost hardware still worked) and
+    /// after the repair.
+    #[pyo3(get)]
+    cost_before: f64,
+    #[pyo3(get)]
+    cost_after: f64,
+    #[pyo3(get)]
+    evaluations: usize,
+}
+
+#[pymethods]
+impl PyRepairPlan {
+    /// The new GPU of every rank.
+    #[getter]
+    fn gpus<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        id_array(py, &self.gpus)
+    }
 }
 
 impl PyClusterState {
@@ -96,8 +136,8 @@ impl PyClusterState {
         Ok(PyClusterState { inner })
     }
 
-    /// Set the condition of components (code 0 ok = recover, 1 degraded, 2 failed,
-    /// 3 drained); all or nothing. Returns [(job, ranks)] of the jobs on the GPUs affected.
+    /// Set the condition of components (`Condition.Ok` recovers them); all or nothing.
+    /// Returns [(job, ranks)] of the jobs on the GPUs affected.
     #[allow(clippy::too_many_arguments)]
     fn set_condition<'py>(
         &mut self,
@@ -105,38 +145,35 @@ impl PyClusterState {
         kinds: PyReadonlyArray1<'_, i64>,
         a: PyReadonlyArray1<'_, i64>,
         b: PyReadonlyArray1<'_, i64>,
-        code: u8,
+        condition: EnumCondition,
         factor: f64,
         reason: String,
     ) -> PyResult<Bound<'py, PyList>> {
         let targets = components_from(&i64s(&kinds), &i64s(&a), &i64s(&b))?;
-        let health = match code {
-            0 => None,
-            c => Some(ComponentHealth {
-                condition: Condition::from_code(c)
-                    .ok_or_else(|| invalid_state(format!("unknown condition {c}")))?,
-                factor,
-                reason,
-            }),
-        };
+        let health = condition.to_core().map(|condition| ComponentHealth {
+            condition,
+            factor,
+            reason,
+        });
         let inner = &mut self.inner;
         let affected = enter(py, Stop::Never, || inner.set_condition(&targets, health))?;
         affected_list(py, affected)
     }
 
-    /// Components that are not ok: [(kind, a, b, condition code, factor, reason)].
-    fn components(&self) -> Vec<(u8, u32, u32, u8, f64, String)> {
+    /// Components that are not ok: [(kind, a, b, condition, factor, reason)].
+    fn components(&self) -> Vec<(ComponentKind, u32, u32, EnumCondition, f64, String)> {
         self.inner
             .components()
             .into_iter()
             .map(|(c, h)| {
                 let (kind, a, b) = match c {
-                    Component::Gpu(g) => (0, g, 0),
-                    Component::Node(n) => (1, n, 0),
-                    Component::Nic(n) => (2, n, 0),
-                    Component::Switch { level, domain } => (3, level, domain),
+                    Component::Gpu(g) => (ComponentKind::Gpu, g, 0),
+                    Component::Node(n) => (ComponentKind::Host, n, 0),
+                    Component::Nic(n) => (ComponentKind::Nic, n, 0),
+                    Component::Switch { level, domain } => (ComponentKind::Switch, level, domain),
                 };
-                (kind, a, b, h.condition as u8, h.factor, h.reason)
+                let condition = EnumCondition::from_core(Some(h.condition));
+                (kind, a, b, condition, h.factor, h.reason)
             })
             .collect()
     }
@@ -164,32 +201,21 @@ impl PyClusterState {
         enter(py, Stop::Never, || inner.check())
     }
 
-    /// Repair job `name` in place (all or nothing); returns a dict with the new GPUs, the
-    /// moves (rank, old GPU, new GPU, reason code 0 lost / 1 unit moved / 2 improvement,
-    /// level of the unit or -1) and the costs before and after (s).
-    #[pyo3(signature = (job, name, max_moves=0, spares="allow", max_evaluations=24, time_limit=None))]
+    /// Repair job `name` in place (all or nothing); returns what it did. Ctrl-C stops it
+    /// (the state is then unchanged).
+    #[pyo3(signature = (job, name, max_moves=0, spares=SparePolicy::Allow, max_evaluations=24, time_limit=None))]
     #[allow(clippy::too_many_arguments)]
-    fn repair<'py>(
+    fn repair(
         &mut self,
-        py: Python<'py>,
+        py: Python<'_>,
         job: &PyJobSpec,
         name: &str,
         max_moves: usize,
-        spares: &str,
+        spares: SparePolicy,
         max_evaluations: usize,
         time_limit: Option<f64>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<PyRepairPlan> {
         job.check_state(self)?;
-        let spares = match spares {
-            "allow" => SparePolicy::Allow,
-            "forbid" => SparePolicy::Forbid,
-            "only" => SparePolicy::Only,
-            other => {
-                return Err(invalid_job(format!(
-                    "spares must be allow, forbid or only, got {other:?}"
-                )))
-            }
-        };
         let time_limit = match time_limit {
             None => None,
             Some(t) if t.is_finite() && t > 0.0 => Some(std::time::Duration::from_secs_f64(t)),
@@ -201,7 +227,7 @@ impl PyClusterState {
         };
         let opts = RepairOptions {
             max_moves,
-            spares,
+            spares: spares.to_core(),
             max_evaluations,
             time_limit,
         };
@@ -210,25 +236,32 @@ impl PyClusterState {
         let plan = enter(py, Stop::OnSignal, || {
             repair::repair(inner, &spec, name, &opts)
         })?;
-        let out = PyDict::new(py);
-        out.set_item("gpus", id_array(py, &plan.gpus))?;
-        let moves: Vec<(u32, u32, u32, u8, i64)> = plan
+        let moves = plan
             .moves
             .iter()
             .map(|m| {
-                let (code, level) = match m.reason {
-                    MoveReason::Lost => (0, -1),
-                    MoveReason::UnitMoved { level } => (1, level as i64),
-                    MoveReason::Improvement => (2, -1),
+                let (reason, level) = match m.reason {
+                    CoreMoveReason::Lost => (MoveReason::Lost, None),
+                    CoreMoveReason::UnitMoved { level } => (MoveReason::GroupMoved, Some(level)),
+                    CoreMoveReason::Improvement => (MoveReason::Improvement, None),
                 };
-                (m.rank, m.old_gpu, m.new_gpu, code, level)
+                let moved = PyRankMove {
+                    rank: m.rank,
+                    old_gpu: m.old_gpu,
+                    new_gpu: m.new_gpu,
+                    reason,
+                    level,
+                };
+                Py::new(py, moved)
             })
-            .collect();
-        out.set_item("moves", moves)?;
-        out.set_item("cost_before", plan.cost_before)?;
-        out.set_item("cost_after", plan.cost_after)?;
-        out.set_item("evaluations", plan.evaluations)?;
-        Ok(out)
+            .collect::<PyResult<_>>()?;
+        Ok(PyRepairPlan {
+            gpus: plan.gpus,
+            moves,
+            cost_before: plan.cost_before,
+            cost_after: plan.cost_after,
+            evaluations: plan.evaluations,
+        })
     }
 
     fn copy(&self) -> Self {
@@ -247,21 +280,19 @@ impl PyClusterState {
         Ok(id_array(py, &gpus))
     }
 
-    /// Set the health code (0 ok, 1 failed, 2 drained) of GPUs; returns [(job, ranks)].
+    /// Set the health of GPUs; returns [(job, ranks)] of the jobs holding them.
     fn set_health<'py>(
         &mut self,
         py: Python<'py>,
         gpus: PyReadonlyArray1<'_, i64>,
-        code: u8,
+        status: Health,
     ) -> PyResult<Bound<'py, PyList>> {
-        let status = GpuStatus::from_code(code)
-            .ok_or_else(|| invalid_state(format!("unknown health code {code}")))?;
         let gpus = gpus_from(&gpus)?;
-        let affected = self.inner.set_health(&gpus, status).py()?;
+        let affected = self.inner.set_health(&gpus, status.to_core()).py()?;
         affected_list(py, affected)
     }
 
-    /// Health code of every GPU.
+    /// Health of every GPU, as `Health` codes.
     fn health<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<u8>> {
         self.inner
             .health()
