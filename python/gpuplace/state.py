@@ -299,7 +299,8 @@ class ClusterState:
             chosen.append(self.resolve_gpu(g))
         for h in hosts or ():
             chosen.extend(
-                int(g) for g in self.topology.host_gpus(self.topology.hosts[self.topology.resolve_host(h)])
+                int(g)
+                for g in self.topology.host_gpus(self.topology.hosts[self.topology.resolve_host(h)])
             )
         if per is not None:
             try:
