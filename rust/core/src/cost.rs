@@ -281,6 +281,17 @@ pub fn evaluate_with(
     gpus: &[u32],
 ) -> Result<CostReport> {
     check_placement(topo, job.num_ranks, gpus)?;
+    evaluate_checked(topo, factors, job, gpus)
+}
+
+/// [`evaluate_with`] for a placement already known to name `job.num_ranks` distinct, existing
+/// GPUs (the placement gate checks that first).
+pub(crate) fn evaluate_checked(
+    topo: &Topology,
+    factors: Option<&[f32]>,
+    job: &JobSpec,
+    gpus: &[u32],
+) -> Result<CostReport> {
     if factors.is_some_and(|f| f.len() != topo.num_gpus() * topo.num_levels()) {
         return Err(CoreError::InvalidState(
             "side factors do not match the topology".into(),

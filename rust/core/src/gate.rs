@@ -7,7 +7,7 @@
 //! the caller gets the GPUs and their cost from one call. A placement that fails the gate is
 //! an [`CoreError::InvalidState`] naming the solver, the GPU or group and what was expected.
 
-use crate::cost::{evaluate_in, CostReport};
+use crate::cost::{evaluate_checked, CostReport};
 use crate::error::{CoreError, Result};
 use crate::job::JobSpec;
 use crate::solvers::{self, SolveOptions};
@@ -45,7 +45,7 @@ pub fn admit(
             "rank {rank} is on GPU {g}, which {why}; a placement may use only free, healthy GPUs"
         )));
     }
-    let report = evaluate_in(state, job, gpus)?;
+    let report = evaluate_checked(state.topology(), state.path_factors(), job, gpus)?;
     if confining && !report.confinement_ok {
         return Err(bad(format!(
             "it promises confinement but breaks it: {}",
