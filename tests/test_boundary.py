@@ -8,7 +8,11 @@ import gpuplace
 import numpy as np
 import pytest
 from gpuplace import _core
+from gpuplace import placement as placement_module
 from gpuplace.sim.workload import DEFAULT_MODEL
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import fragmented_states, jobs, topologies
 
 
 def test_enums_are_the_cores_with_labels_and_codes():
@@ -81,3 +85,29 @@ def test_binding_errors_are_gpuplace_errors_never_bare_value_errors():
         topo._core.collective_seconds_by_level("all-shout", 4, 1.0)
     with pytest.raises(gpuplace.InvalidState, match="GPU 99 does not exist"):
         state._core.owner_of(99)
+
+
+@given(st.data())
+def test_every_registered_solver_passes_the_gate_or_says_infeasible(data):
+    """Whatever state and job, every registered solver (but the slow exact ones) either
+    raises Infeasible or returns a placement that passed the gate: one free, healthy GPU per
+    rank, none twice, confinement kept by the solvers that promise it."""
+    topology = data.draw(topologies, label="topology")
+    state = data.draw(fragmented_states(topology), label="state")
+    job = data.draw(jobs(topology), label="job")
+    free = state.free_mask()
+    for name, info in placement_module._REGISTRY.items():
+        if name in ("cpsat", "auto"):
+            continue
+        try:
+            placed = gpuplace.place(state, job, name, time_limit=0.05)
+        except gpuplace.Infeasible:
+            continue
+        except gpuplace.InvalidTopology as exc:  # a peer baseline that needs switch levels
+            assert name in ("slurm-tree", "kueue-bestfit"), f"{name}: {exc}"
+            continue
+        gpus = placed.gpus
+        assert len(gpus) == job.gpus and len(set(gpus.tolist())) == len(gpus), name
+        assert free[gpus].all(), name
+        if info.confining:
+            assert placed.cost.confinement_ok, name
