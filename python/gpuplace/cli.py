@@ -258,6 +258,9 @@ cli.add_command(_health.recover)
 cli.add_command(_health.drain)
 cli.add_command(_health.repair_cmd)
 cli.add_command(_health.status)
+from gpuplace.commands.health_ingest import health as _health_ingest  # noqa: E402
+
+cli.add_command(_health_ingest)
 
 if __name__ == "__main__":
     sys.exit(main())

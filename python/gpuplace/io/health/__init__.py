@@ -51,6 +51,7 @@ __all__ = [
     "read_dcgmi_diag",
     "read_dcgmi_health",
     "read_evidence",
+    "read_head",
     "read_ibdiagnet_pm",
     "read_ibstat",
     "read_ibstatus",
@@ -116,7 +117,7 @@ def read_evidence(
     from the text when None). ``host`` and ``device`` name what the source is about when its
     lines do not (``dmesg`` of one host, ``mlxlink -d mlx5_0``)."""
     if format is None:
-        format = detect_format(_head(source))
+        format = detect_format(read_head(source))
     reader = FORMATS.get(format)
     if reader is None:
         raise InvalidState(
@@ -132,7 +133,8 @@ def read_evidence(
     return result
 
 
-def _head(source: Any, size: int = 65536) -> str:
+def read_head(source: Any, size: int = 65536) -> str:
+    """The first ``size`` bytes of a source as text (the stream is left where it was)."""
     if isinstance(source, (str, os.PathLike)):
         try:
             with open(source, "rb") as handle:
