@@ -377,6 +377,18 @@ def evaluate(
             if verdict is None:
                 continue
             condition, factor, rule = verdict
+            if (
+                kind_of == "nic"
+                and ev.nic is None
+                and result.device is None
+                and "guid" in ev.values
+            ):
+                # ibdiagnet reports switch ports too; only a host's HCA is in the state.
+                unmapped.append(
+                    f"{ev.where}: port {ev.port} of GUID {ev.values['guid']} is not a host's "
+                    f"HCA ({rule}: {condition})"
+                )
+                continue
             hostname = mapper.host(ev, result)
             if hostname not in topology._host_index:
                 message = (
@@ -413,10 +425,12 @@ def _judge(result: ReadResult, rules: dict[str, Any]):
             for s in e.values["links_gbps"].values()
         ]
         nvlink_nominal = max(speeds) if speeds else None
-    port_nominal: dict[tuple[str | None, str], float] = {}
+    # Ports compare with their peers: same host, link layer and (when ibstat says) HCA model,
+    # so a 100 Gb/s storage NIC next to 400 Gb/s compute rails is not "at a quarter rate".
+    port_nominal: dict[tuple[Any, ...], float] = {}
     for e in result.evidence:
         if e.kind == "port_state" and e.values.get("rate_gbps") and _is_up(e):
-            key = (e.host, str(e.values.get("link_layer", "")).lower())
+            key = _peer_key(e)
             port_nominal[key] = max(port_nominal.get(key, 0.0), float(e.values["rate_gbps"]))
 
     for ev in result.evidence:
@@ -538,9 +552,7 @@ def _judge(result: ReadResult, rules: dict[str, Any]):
                 yield ev, "nic", _verdict(rules["infiniband"]["port_down"], soft, "port down")
                 continue
             rate = v.get("rate_gbps")
-            nominal = rules["infiniband"]["nominal_gbps"] or port_nominal.get(
-                (ev.host, str(v.get("link_layer", "")).lower())
-            )
+            nominal = rules["infiniband"]["nominal_gbps"] or port_nominal.get(_peer_key(ev))
             if rate and nominal and rate < nominal:
                 yield (
                     ev,
@@ -598,6 +610,11 @@ def _judge(result: ReadResult, rules: dict[str, Any]):
                 )
         else:
             yield ev, "gpu", None
+
+
+def _peer_key(ev: Evidence) -> tuple[Any, ...]:
+    v = ev.values
+    return (ev.host, str(v.get("link_layer", "")).lower(), str(v.get("ca_type", "")))
 
 
 def _is_up(ev: Evidence) -> bool:

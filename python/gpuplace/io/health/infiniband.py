@@ -62,6 +62,7 @@ def _port_evidence(
                 "physical_state": phys,
                 "rate_gbps": rate,
                 "link_layer": fields.get("link layer", fields.get("link_layer", "")),
+                "ca_type": fields.get("ca type", ""),
             },
         )
     )
@@ -77,16 +78,18 @@ def read_ibstat(source: Any, *, strict: bool = False) -> ReadResult:
     port: tuple[int, int] | None = None
     fields: dict[str, str] = {}
 
+    ca_fields: dict[str, str] = {}
+
     def flush() -> None:
         if ca is not None and port is not None:
-            _port_evidence(result, name, ca, port[0], port[1], fields, strict)
+            _port_evidence(result, name, ca, port[0], port[1], {**ca_fields, **fields}, strict)
 
     for no, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
         m_ca = _CA.match(stripped)
         if m_ca:
             flush()
-            ca, port, fields = m_ca.group(1), None, {}
+            ca, port, fields, ca_fields = m_ca.group(1), None, {}, {}
             known += 1
             continue
         m_port = _PORT.match(stripped)
@@ -97,8 +100,8 @@ def read_ibstat(source: Any, *, strict: bool = False) -> ReadResult:
             continue
         m = _FIELD.match(stripped)
         if m and ca is not None:
-            if port is not None and line.startswith(("\t\t", "        ")):
-                fields[m.group(1).strip().lower()] = m.group(2).strip()
+            target = fields if port is not None else ca_fields
+            target[m.group(1).strip().lower()] = m.group(2).strip()
             known += 1
     flush()
     result.unknown = result.lines - known
