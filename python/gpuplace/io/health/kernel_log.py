@@ -67,46 +67,52 @@ class KernelLogScanner:
         self._known = 0  # lines that were evidence or known NVRM messages
 
     def feed(self, data: bytes, *, final: bool = False) -> list[Evidence]:
-        buffer = self._carry + data if self._carry else data
-        if final:
-            work, rest = buffer, b""
-        else:
-            cut = buffer.rfind(b"\n")
-            if cut < 0:
-                self._carry = buffer
-                return []
-            work, rest = buffer[: cut + 1], buffer[cut + 1 :]
+        buffer = self._carry + data if self._carry else bytes(data)
+        end = len(buffer) if final else buffer.rfind(b"\n") + 1
+        if end == 0 and not final:
+            self._carry = buffer
+            return []
+        stop, found = self.consume(buffer, end, final=final)
+        self._carry = buffer[stop:]
+        return found
+
+    def consume(
+        self, buffer: bytes | bytearray, end: int, *, final: bool = False
+    ) -> tuple[int, list[Evidence]]:
+        """Scan ``buffer[:end]`` (complete lines unless ``final``) in place, without copying it;
+        returns where the scan stopped (the caller keeps ``buffer[stop:]`` for the next call)
+        and the evidence found."""
         found: list[Evidence] = []
-        stop = self._scan(work, found, final)
-        done = work[:stop]
-        lines = done.count(b"\n")
-        if final and done and not done.endswith(b"\n"):
+        stop = self._scan(buffer, end, found, final)
+        lines = buffer.count(b"\n", 0, stop)
+        if final and stop and buffer[stop - 1] != 10:
             lines += 1
         self.result.lines += lines
         self._line += lines
-        self._carry = work[stop:] + rest
         self.result.evidence.extend(found)
-        return found
+        return stop, found
 
     def finish(self) -> ReadResult:
         self.feed(b"", final=True)
         self.result.unknown = self.result.lines - self._known
         return self.result
 
-    def _scan(self, work: bytes, found: list[Evidence], final: bool) -> int:
-        """Scan complete lines; returns where the scan stopped (a multi-line report cut by the
-        chunk end is left for the next call)."""
+    def _scan(
+        self, work: bytes | bytearray, stop_at: int, found: list[Evidence], final: bool
+    ) -> int:
+        """Scan the complete lines of ``work[:stop_at]``; returns where the scan stopped (a
+        multi-line report cut by the chunk end is left for the next call)."""
         consumed = 0  # end of the last line taken by a record
         line_at, line_no = 0, self._line
-        for m in _HIT.finditer(work):
+        for m in _HIT.finditer(work, 0, stop_at):
             start = work.rfind(b"\n", 0, m.start()) + 1
             if start < consumed:
                 continue
             line_no += work.count(b"\n", line_at, start)
             line_at = start
-            end = work.find(b"\n", m.start())
-            end = len(work) if end < 0 else end
-            line = work[start:end]
+            end = work.find(b"\n", m.start(), stop_at)
+            end = stop_at if end < 0 else end
+            line = bytes(work[start:end])
             kind = m.group(0)
             if kind.startswith(b"NVRM: Xid"):
                 self._xid(line, line_no, found)
@@ -116,11 +122,11 @@ class KernelLogScanner:
                 consumed = end
                 self._known += 1
             else:
-                taken = self._lost(work, start, end, line, line_no, found, final)
+                taken = self._lost(work, stop_at, start, end, line, line_no, found, final)
                 if taken is None:
                     return start  # the continuation lines have not arrived yet
                 consumed = taken
-        return len(work)
+        return stop_at
 
     def _xid(self, line: bytes, line_no: int, found: list[Evidence]) -> None:
         m = _XID.search(line)
@@ -149,7 +155,8 @@ class KernelLogScanner:
 
     def _lost(
         self,
-        work: bytes,
+        work: bytes | bytearray,
+        stop_at: int,
         start: int,
         end: int,
         line: bytes,
@@ -161,12 +168,14 @@ class KernelLogScanner:
         driver's report of a lost GPU without an Xid. Returns the end of the lines taken."""
         m = _LOST.search(line)
         stop, extra = end, 0
-        while extra < _LOST_LOOKAHEAD_LINES and stop + 1 < len(work):
-            nxt = work.find(b"\n", stop + 1)
-            stop = len(work) if nxt < 0 else nxt
+        while extra < _LOST_LOOKAHEAD_LINES and stop + 1 < stop_at:
+            nxt = work.find(b"\n", stop + 1, stop_at)
+            stop = stop_at if nxt < 0 else nxt
             extra += 1
-        block = work[start:stop]
-        if m is None or b"fallen off the bus" not in block:
+        block = bytes(work[start:stop])
+        if m is None:
+            return end
+        if b"fallen off the bus" not in block:
             if extra < _LOST_LOOKAHEAD_LINES and not final:
                 return None  # the continuation lines have not arrived yet
             return end  # another NVRM message about a GPU: not evidence, not an error
@@ -200,6 +209,32 @@ def _text(line: bytes) -> str:
     return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 3] + "..."
 
 
+def _scan_file(handle: IO[bytes], scanner: KernelLogScanner, name: str, chunk_bytes: int) -> None:
+    """Read into one reused buffer and scan it in place: the only copies are the kernel's
+    into the buffer and the partial last line moved to its front."""
+    buffer = bytearray(max(chunk_bytes, 1))
+    filled = 0
+    while True:
+        if filled == len(buffer):  # one line longer than the buffer: grow it
+            buffer.extend(bytes(len(buffer)))
+        with memoryview(buffer) as view:
+            try:
+                n = handle.readinto(view[filled:])
+            except (OSError, ValueError) as exc:
+                raise InvalidState(f"{name}: cannot read: {exc}") from None
+        if not n:
+            break
+        filled += n
+        end = buffer.rfind(b"\n", 0, filled) + 1
+        if end == 0:
+            continue
+        stop, _ = scanner.consume(buffer, end)
+        rest = filled - stop
+        buffer[:rest] = buffer[stop:filled]
+        filled = rest
+    scanner.feed(bytes(buffer[:filled]))
+
+
 @guarded
 def read_kernel_log(
     source: str | os.PathLike[str] | IO[bytes] | IO[str],
@@ -225,16 +260,17 @@ def read_kernel_log(
     else:
         raise InvalidState(f"expected a path or an open file, got {type(source).__name__}")
     try:
-        while True:
-            try:
-                data = handle.read(chunk_bytes)
-            except (OSError, ValueError) as exc:
-                raise InvalidState(f"{name}: cannot read: {exc}") from None
-            if not data:
-                break
-            if isinstance(data, str):
-                data = data.encode("utf-8")
-            scanner.feed(data)
+        if hasattr(handle, "readinto"):
+            _scan_file(handle, scanner, name, chunk_bytes)  # type: ignore[arg-type]
+        else:
+            while True:
+                try:
+                    data = handle.read(chunk_bytes)
+                except (OSError, ValueError) as exc:
+                    raise InvalidState(f"{name}: cannot read: {exc}") from None
+                if not data:
+                    break
+                scanner.feed(data.encode("utf-8") if isinstance(data, str) else data)
     finally:
         if close:
             handle.close()
