@@ -368,3 +368,35 @@ def test_cli_follow_applies_lines_as_they_arrive(tmp_path: Path) -> None:
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "gpu dgx002:4: ok -> failed" in out, (out, err)
+
+
+def test_more_nvidia_smi_rules_on_mutated_real_output(
+    one_host: gpuplace.ClusterState, tmp_path: Path
+) -> None:
+    """The real `nvidia-smi -q` sample with, per GPU, one section changed: uncorrectable ECC
+    errors, a pending page retirement (the older drivers' key), a reset required."""
+    real = (DATA / "nvidia-smi-q-rtx4090-gpud.txt").read_text()
+    blocks = real.split("\nGPU 00000000:")
+    blocks[1] = blocks[1].replace(
+        "Volatile\n            SRAM Correctable              : N/A\n            SRAM Uncorrectable            : N/A",
+        "Volatile\n            SRAM Correctable              : 3\n            SRAM Uncorrectable            : 1",
+    )
+    blocks[2] = blocks[2].replace(
+        "Pending Page Blacklist            : N/A", "Pending Page Retirement           : Yes"
+    )
+    blocks[3] = blocks[3].replace(
+        "Reset Required                    : No", "Reset Required                    : Yes"
+    )
+    path = tmp_path / "nvidia-smi-q.txt"
+    path.write_text("\nGPU 00000000:".join(blocks))
+    report = H.ingest(one_host, [path])
+    # GPU 1 also runs at its power cap (the real sample): the drain outranks it
+    assert _changes(report) == {
+        "dgx001:0": ("drained", 1.0),
+        "dgx001:1": ("drained", 1.0),
+        "dgx001:2": ("drained", 1.0),
+    }
+    reasons = {c.name: c.reason for c in report.changes}
+    assert reasons["dgx001:0"].startswith("uncorrectable ECC errors: nvidia-smi-q.txt:")
+    assert "pending page retirement" in reasons["dgx001:1"]
+    assert "GPU reset required" in reasons["dgx001:2"]
