@@ -6,6 +6,7 @@ InvalidState ever escapes."""
 from __future__ import annotations
 
 import io
+import json
 import random
 from pathlib import Path
 
@@ -252,15 +253,49 @@ def test_dcgmi_health_legacy_layout() -> None:
 
 
 def test_dcgmi_health_json_layout() -> None:
-    doc = (
-        '{"header": ["Health Monitor Report"], "body": {"Overall Health": {"value": "Warning"},'
-        ' "GPU": {"children": {"0": {"value": "Warning", "children": {"Errors": {"children":'
-        ' {"Power system": {"value": "Warning", "children": {"0": "Detected clocks event due to'
-        ' power violation in GPU 0."}}}}}}}}}}'
-    )
-    (ev,) = read_dcgmi_health(_named(doc, "health.json"), strict=True).evidence
+    # dcgmi's JSON output (DcgmiOutputBoxer in NVIDIA/DCGM dcgmi/DcgmiOutput.cpp): "header",
+    # then "body" sections whose nodes hold "value", "overflow" (continuation lines) and
+    # "children"; here the L4 sample's table in that layout, plus a ConnectX section
+    doc = {
+        "header": ["Health Monitor Report"],
+        "body": {
+            "Overall Health": {"value": "Warning"},
+            "GPU": {
+                "children": {
+                    "0": {
+                        "value": "Warning",
+                        "children": {
+                            "Errors": {
+                                "children": {
+                                    "Power system": {
+                                        "value": "Warning",
+                                        "overflow": [
+                                            "Detected clocks event due to power violation in GPU 0.",
+                                            "Monitor the power conditions. This GPU can still",
+                                            "perform workload.",
+                                        ],
+                                    }
+                                }
+                            }
+                        },
+                    }
+                }
+            },
+            "ConnectX": {"children": {"0": {"value": "Failure"}}},
+        },
+    }
+    (ev,) = read_dcgmi_health(_named(json.dumps(doc), "health.json"), strict=True).evidence
     assert (ev.gpu_index, ev.values["system"], ev.values["status"]) == (0, "Power", "Warning")
-    assert "power violation" in ev.values["message"]
+    assert ev.values["message"].endswith("This GPU can still perform workload.")
+
+
+def test_dcgmi_health_skips_other_entity_groups() -> None:
+    text = (
+        (DATA / "dcgmi-health-c-l4-dcgm461.txt")
+        .read_text()
+        .replace("| GPU                       |", "| ConnectX                  |")
+    )
+    assert read_dcgmi_health(_named(text, "cx.txt"), strict=True).evidence == []
 
 
 def test_dcgmi_diag_tables_and_json() -> None:

@@ -44,6 +44,7 @@ def read_dcgmi_health(source: Any, *, strict: bool = False) -> ReadResult:
     result = ReadResult(source=name, format="dcgmi-health", lines=count_lines(text))
     known = 0
     gpu: int | None = None
+    group = "GPU"  # the entity group of the "-> N" rows: GPU, NvSwitch, ConnectX, CPU ...
     current: dict[str, Any] | None = None  # the open system incident
     records: list[dict[str, Any]] = []
     for no, line in enumerate(text.splitlines(), 1):
@@ -64,6 +65,13 @@ def read_dcgmi_health(source: Any, *, strict: bool = False) -> ReadResult:
         m_new = re.match(r"^->\s*(\d+)$", left)
         m_old = re.match(r"^GPU ID:\s*(\d+)$", left)
         m_sys = re.match(r"^->\s*(.+?)\s+system$", left, re.IGNORECASE)
+        if left and not left.startswith("->") and not m_old and not right:
+            group = left  # a section row: "GPU", "NvSwitch", "ConnectX", "CPU"
+            gpu, current = None, None
+            continue
+        if m_new and group != "GPU":
+            gpu, current = None, None  # an NvSwitch or ConnectX entity: not a GPU of the state
+            continue
         if m_new or m_old:
             gpu = int((m_new or m_old).group(1))  # type: ignore[union-attr]
             current = None
@@ -145,9 +153,10 @@ def read_dcgmi_health(source: Any, *, strict: bool = False) -> ReadResult:
 
 
 def _health_json(name: str, text: str, strict: bool) -> ReadResult:
-    """``dcgmi health -c -j``: the table as nested objects. Every object found under a ``GPU``
-    key (directly or under ``children``) keyed by a GPU id is one GPU; its subtree's status
-    words and messages are collected."""
+    """``dcgmi health -c -j``: the same tree as the table, in dcgmi's JSON layout (``body``
+    sections whose nodes hold ``value``, ``overflow`` lines and ``children``; DcgmiOutputBoxer
+    in NVIDIA/DCGM ``dcgmi/DcgmiOutput.cpp``). Every node under the ``GPU`` section keyed by a
+    GPU id is one GPU; its systems' status words and messages are collected."""
     result = ReadResult(source=name, format="dcgmi-health-json", lines=count_lines(text))
     doc = _load_json(name, text, result, strict)
     if doc is None:
