@@ -408,6 +408,7 @@ def evaluate(
                         f"topology ({rule}: {condition})"
                     )
                     continue
+            assert name is not None
             findings.append(Finding(kind_of, name, condition, factor, rule, ev))
     return findings, unmapped
 
@@ -710,7 +711,7 @@ def apply_findings(
                 + (f" ({before[1]:.3g})" if before[0] == "degraded" else "")
             )
             continue
-        target = {kind: key[1]}
+        target: dict[str, Any] = {kind: key[1]}
         if cond == "failed":
             hit = state.fail(**target, reason=reason)
         elif cond == "drained":
@@ -758,8 +759,11 @@ def ingest(
     (:func:`gpuplace.repair`, with ``max_moves`` and ``spares``) in the same transaction: a
     job that cannot be repaired raises and nothing changes."""
     # A complete rule set (from load_rules) is used as it is; anything else is site overrides.
-    full = isinstance(rules, dict) and "version" in rules and "xid" in rules
-    rule_set = rules if full else load_rules(rules)  # type: ignore[arg-type]
+    rule_set: dict[str, Any]
+    if isinstance(rules, dict) and "version" in rules and "xid" in rules:
+        rule_set = rules
+    else:
+        rule_set = load_rules(rules)
     results = read_sources(sources, host=host, format=format, strict=strict)
     findings, unmapped = evaluate(state.topology, results, rule_set, host=host, strict=strict)
     trial = state.copy()

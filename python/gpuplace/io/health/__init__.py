@@ -153,6 +153,4 @@ def read_head(source: Any, size: int = 65536) -> str:
         raise InvalidState(
             f"{display_name(source)}: give format= for a stream that cannot be re-read"
         )
-    if isinstance(data, bytes):
-        data = data.decode("utf-8", "replace")
-    return data
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)

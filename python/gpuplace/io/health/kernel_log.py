@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import IO
+from typing import IO, Any
 
 from gpuplace.errors import InvalidState
 from gpuplace.io.health._base import Evidence, ReadResult, display_name, guarded, normalize_pci
@@ -209,7 +209,7 @@ def _text(line: bytes) -> str:
     return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 3] + "..."
 
 
-def _scan_file(handle: IO[bytes], scanner: KernelLogScanner, name: str, chunk_bytes: int) -> None:
+def _scan_file(handle: Any, scanner: KernelLogScanner, name: str, chunk_bytes: int) -> None:
     """Read into one reused buffer and scan it in place: the only copies are the kernel's
     into the buffer and the partial last line moved to its front."""
     buffer = bytearray(max(chunk_bytes, 1))
@@ -261,7 +261,7 @@ def read_kernel_log(
         raise InvalidState(f"expected a path or an open file, got {type(source).__name__}")
     try:
         if hasattr(handle, "readinto"):
-            _scan_file(handle, scanner, name, chunk_bytes)  # type: ignore[arg-type]
+            _scan_file(handle, scanner, name, chunk_bytes)
         else:
             while True:
                 try:
