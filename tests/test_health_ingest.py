@@ -400,3 +400,37 @@ def test_more_nvidia_smi_rules_on_mutated_real_output(
     assert reasons["dgx001:0"].startswith("uncorrectable ECC errors: nvidia-smi-q.txt:")
     assert "pending page retirement" in reasons["dgx001:1"]
     assert "GPU reset required" in reasons["dgx001:2"]
+
+
+def test_cli_follow_a_dcgmi_health_log(tmp_path: Path) -> None:
+    state_path = str(tmp_path / "s.json")
+    gpuplace.ClusterState(gpuplace.Topology.preset("dgx-h100")).save(state_path)
+    log = tmp_path / "dcgm.log"
+    log.write_bytes((DATA / "dcgmi-health-c-l4-dcgm461.txt").read_bytes())
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuplace.cli", "health", "ingest", "--state", state_path,
+         "--follow", "--poll", "0.1", "--follow-seconds", "30", str(log)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    topo = gpuplace.Topology.preset("dgx-h100")
+
+    def wait_for(name: str) -> bool:
+        start = time.monotonic()
+        while time.monotonic() - start < 15:
+            if name in _health(gpuplace.ClusterState.load(topo, state_path)):
+                return True
+            time.sleep(0.1)
+        return False
+
+    try:
+        assert wait_for("dgx001:0"), "the first table's power warning was not applied"
+        with log.open("ab") as handle:
+            handle.write((M / "dcgmi-health-c-gpu1-memory-failure.txt").read_bytes())
+        assert wait_for("dgx001:1"), "the appended table's memory failure was not applied"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    health = _health(gpuplace.ClusterState.load(topo, state_path))
+    assert health["dgx001:0"] == ("degraded", 0.9) and health["dgx001:1"] == ("failed", 1.0)

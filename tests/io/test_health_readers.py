@@ -419,3 +419,21 @@ def test_readers_refuse_what_is_not_a_source() -> None:
             reader(12345)
     with pytest.raises(gpuplace.InvalidState, match="no-such-file"):
         read_evidence("no-such-file.log")
+
+
+def test_dcgmi_health_stream_yields_each_table_when_it_closes() -> None:
+    from gpuplace.io.health import DcgmiHealthStream
+
+    first = (DATA / "dcgmi-health-c-l4-dcgm461.txt").read_bytes()
+    second = (DATA / "mutated" / "dcgmi-health-c-gpu1-memory-failure.txt").read_bytes()
+    stream = DcgmiHealthStream("dcgm.log")
+    assert stream.feed(first[:-40]) == []  # the closing border has not arrived
+    (power,) = stream.feed(first[-40:])
+    assert (power.gpu_index, power.values["system"], power.line) == (0, "Power", 8)
+    found = []
+    for i in range(0, len(second), 97):  # the next table, in odd pieces
+        found += stream.feed(second[i : i + 97])
+    assert [(e.gpu_index, e.values["status"], e.line) for e in found] == [
+        (0, "Warning", 12 + 8),
+        (1, "Failure", 12 + 14),
+    ]

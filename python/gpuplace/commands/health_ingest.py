@@ -20,7 +20,14 @@ from gpuplace._validate import exclusive_lock
 from gpuplace.commands.health import _state_options, open_state
 from gpuplace.errors import InvalidState
 from gpuplace.health import IngestReport, Source, ingest, load_rules, parse_source, read_sources
-from gpuplace.io.health import FORMATS, KernelLogScanner, ReadResult, detect_format, read_head
+from gpuplace.io.health import (
+    FORMATS,
+    DcgmiHealthStream,
+    KernelLogScanner,
+    ReadResult,
+    detect_format,
+    read_head,
+)
 
 __all__ = ["health"]
 
@@ -55,7 +62,11 @@ def health() -> None:
     show_default=True,
     help="For --repair: whether reserved spare GPUs may be used.",
 )
-@click.option("--follow", is_flag=True, help="Keep tailing the kernel logs; apply as lines arrive.")
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Keep tailing the kernel logs and dcgmi health logs; apply evidence as it arrives.",
+)
 @click.option(
     "--poll", type=float, default=1.0, show_default=True, help="--follow: seconds between reads."
 )
@@ -176,13 +187,14 @@ def _print(report: IngestReport, state_path: str, fmt: str, state: Any) -> None:
 
 
 class _Tail:
-    """A growing kernel log read from where the last read stopped (and from the start again
-    when the file was rotated or truncated)."""
+    """A growing kernel log or ``dcgmi health -c`` log, read from where the last read stopped
+    (and from the start again when the file was rotated or truncated)."""
 
-    def __init__(self, source: Source, strict: bool):
+    def __init__(self, source: Source, strict: bool, format: str):
         self.source = source
         self.path = os.fspath(source.path)
         self.strict = strict
+        self.format = format
         self._open()
 
     def _open(self) -> None:
@@ -192,7 +204,8 @@ class _Tail:
             raise InvalidState(f"{self.path}: cannot read file: {exc.strerror or exc}") from None
         self.inode = os.fstat(self.handle.fileno()).st_ino
         name = os.path.basename(self.path)
-        self.scanner = KernelLogScanner(name, host=self.source.host, strict=self.strict)
+        stream = KernelLogScanner if self.format == "kernel-log" else DcgmiHealthStream
+        self.scanner = stream(name, host=self.source.host, strict=self.strict)
 
     def read(self) -> ReadResult | None:
         try:
@@ -208,7 +221,7 @@ class _Tail:
             return None
         return ReadResult(
             source=self.scanner.result.source,
-            format="kernel-log",
+            format=self.format,
             evidence=list(found),
             lines=0,
             host=self.source.host,
@@ -225,8 +238,8 @@ def _follow(
     seconds: float | None,
     fmt: str,
 ) -> None:
-    """Tail the kernel logs among ``specs`` (other sources, such as bus-id tables, are read
-    once and their evidence applied once): every ``poll`` seconds the new complete lines are
+    """Tail the kernel logs and ``dcgmi health -c`` logs among ``specs`` (other sources, such
+    as bus-id tables, are read once and their evidence applied once): every ``poll`` seconds the new complete lines are
     read and their evidence applied, so an event is in the state file within about one poll
     interval of reaching the log."""
     tails: list[_Tail] = []
@@ -234,12 +247,14 @@ def _follow(
     for spec in specs:
         src = parse_source(spec, host=options["host"], format=input_format)
         fmt_of = src.format or detect_format(read_head(src.path))
-        if fmt_of == "kernel-log":
-            tails.append(_Tail(src, options["strict"]))
+        if fmt_of in ("kernel-log", "dcgmi-health"):
+            tails.append(_Tail(src, options["strict"], fmt_of))
         else:
             static.extend(read_sources([src], strict=options["strict"]))
     if not tails:
-        raise click.UsageError("--follow needs at least one kernel log among the sources")
+        raise click.UsageError(
+            "--follow needs a kernel log or a dcgmi health log among the sources"
+        )
     deadline = None if seconds is None else time.monotonic() + seconds
     first = True
     try:

@@ -29,7 +29,7 @@ from typing import Any
 
 from gpuplace.errors import InvalidState
 from gpuplace.io.health._base import Evidence, ReadResult, display_name, normalize_pci
-from gpuplace.io.health.dcgm import read_dcgmi_diag, read_dcgmi_health
+from gpuplace.io.health.dcgm import DcgmiHealthStream, read_dcgmi_diag, read_dcgmi_health
 from gpuplace.io.health.infiniband import (
     read_ibdiagnet_pm,
     read_ibstat,
@@ -42,6 +42,7 @@ from gpuplace.io.health.nvidia_smi import read_bus_ids, read_nvidia_smi_nvlink, 
 
 __all__ = [
     "FORMATS",
+    "DcgmiHealthStream",
     "Evidence",
     "KernelLogScanner",
     "ReadResult",

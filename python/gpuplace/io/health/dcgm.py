@@ -14,14 +14,16 @@ results``) gives the same.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from gpuplace.io.health._base import Evidence, ReadResult, count_lines, guarded, read_text
 
-__all__ = ["read_dcgmi_diag", "read_dcgmi_health"]
+__all__ = ["DcgmiHealthStream", "read_dcgmi_diag", "read_dcgmi_health"]
 
 _STATUSES = {"healthy": "Healthy", "warning": "Warning", "failure": "Failure", "fail": "Failure"}
 _BORDER = re.compile(r"^\s*[+|][-=+| ]*[+|]?\s*$")
@@ -150,6 +152,78 @@ def read_dcgmi_health(source: Any, *, strict: bool = False) -> ReadResult:
         )
     result.unknown = result.lines - known
     return result
+
+
+class DcgmiHealthStream:
+    """Successive ``dcgmi health -c`` tables appended to one file (``while :; do dcgmi health
+    -c; sleep 60; done >> dcgm.log``): :meth:`feed` returns the evidence of each table as soon
+    as its closing border has arrived, with line numbers in the whole file."""
+
+    def __init__(self, name: str, *, host: str | None = None, strict: bool = False):
+        self.result = ReadResult(source=name, format="dcgmi-health", host=host)
+        self.strict = strict
+        self._partial = ""
+        self._lines: list[str] = []
+        self._first = 1  # line number of self._lines[0]
+
+    def feed(self, data: bytes) -> list[Evidence]:
+        text = self._partial + data.decode("utf-8", "replace")
+        complete = text.split("\n")
+        self._partial = complete.pop()
+        self._lines.extend(complete)
+        self.result.lines += len(complete)
+        found: list[Evidence] = []
+        while True:
+            end = self._table_end()
+            if end is None:
+                break
+            start, stop = end
+            block = "\n".join(self._lines[start : stop + 1]) + "\n"
+            stream = io.StringIO(block)
+            stream.name = self.result.source
+            table = read_dcgmi_health(stream, strict=self.strict)
+            offset = self._first + start - 1
+            for ev in table.evidence:
+                found.append(replace(ev, line=None if ev.line is None else ev.line + offset))
+            self._first += stop + 1
+            del self._lines[: stop + 1]
+        if (
+            not any("Health Monitor Report" in line for line in self._lines)
+            and len(self._lines) > 1
+        ):
+            # nothing of a table is open: keep only the last line (it may be a table's top border)
+            self._first += len(self._lines) - 1
+            del self._lines[:-1]
+        self.result.evidence.extend(found)
+        return found
+
+    def _table_end(self) -> tuple[int, int] | None:
+        head = next(
+            (i for i, line in enumerate(self._lines) if "Health Monitor Report" in line), None
+        )
+        if head is None:
+            return None
+        header_rule = next(
+            (
+                i
+                for i in range(head + 1, len(self._lines))
+                if self._lines[i].strip().startswith("+=")
+            ),
+            None,
+        )
+        if header_rule is None:
+            return None
+        closing = next(
+            (
+                i
+                for i in range(header_rule + 1, len(self._lines))
+                if self._lines[i].strip().startswith("+-")
+            ),
+            None,
+        )
+        if closing is None:
+            return None
+        return max(head - 1, 0), closing
 
 
 def _health_json(name: str, text: str, strict: bool) -> ReadResult:
