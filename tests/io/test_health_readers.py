@@ -30,6 +30,8 @@ from gpuplace.io.health import (
     read_nvidia_smi_q,
     read_perfquery,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "health"
 SAMPLES = sorted(p for p in DATA.rglob("*") if p.is_file() and p.name != "README.md")
@@ -437,3 +439,45 @@ def test_dcgmi_health_stream_yields_each_table_when_it_closes() -> None:
         (0, "Warning", 12 + 8),
         (1, "Failure", 12 + 14),
     ]
+
+
+@given(
+    fmt=st.sampled_from(sorted(FORMATS)),
+    data=st.one_of(
+        st.binary(max_size=2000),
+        st.lists(
+            st.sampled_from(
+                [
+                    b"NVRM: Xid (PCI:0000:1b:00): 79, x",
+                    b"NVRM: Xid (",
+                    b"NVRM: The NVIDIA GPU 0000:b3:00.0",
+                    b"| -> 0 | Warning |",
+                    b"|       -> Power system     | Failure |",
+                    b"GPU 00000000:1B:00.0",
+                    b"    Remapped Rows",
+                    b"        Pending : Yes",
+                    b"CA 'mlx5_0'",
+                    b"Port 1:",
+                    b"Rate: fast",
+                    b"Infiniband device 'mlx5_0' port 1 status:",
+                    b"rate: 200 Gb/sec (4X HDR)",
+                    b"SymbolErrorCounter:....x",
+                    b"Port=1 Lid=0x1 GUID=0x2",
+                    b"symbol_error_counter=0xzz",
+                    b"Temperature [C] : hot [1..2]",
+                    b"GPU 0: H100 (UUID: x)",
+                    b"Link 0: lots GB/s",
+                    b"index, pci.bus_id",
+                    b"{",
+                    b"\xff\xfe",
+                ]
+            ),
+            max_size=30,
+        ).map(b"\n".join),
+    ),
+)
+def test_arbitrary_input_raises_only_checked_invalid_state(fmt: str, data: bytes) -> None:
+    try:
+        read_evidence(io.BytesIO(data), format=fmt, strict=False)
+    except gpuplace.InvalidState as exc:
+        assert "unexpected" not in str(exc), str(exc)
