@@ -343,10 +343,12 @@ def test_cli_follow_applies_lines_as_they_arrive(tmp_path: Path) -> None:
         "Feb 14 05:03:41 dgx002 kernel: mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link ACTIVE\n"
     )
     env = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
+    out_path = tmp_path / "out.txt"
+    out_handle = out_path.open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuplace.cli", "health", "ingest", "--state", state_path,
-         "--follow", "--poll", "0.1", "--follow-seconds", "30", str(kern), files[1]],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+         "--follow", "--poll", "0.1", "--follow-seconds", "60", str(kern), files[1]],
+        stdout=out_handle, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
         time.sleep(1.0)
@@ -363,11 +365,21 @@ def test_cli_follow_applies_lines_as_they_arrive(tmp_path: Path) -> None:
                 for h in gpuplace.ClusterState.load(topo, state_path).unhealthy()
             )
         assert failed, "the appended XID 79 did not reach the state file within 15 s"
+        assert _wait_for_text(out_path, "gpu dgx002:4: ok -> failed"), out_path.read_text()
     finally:
         proc.send_signal(signal.SIGINT)  # --follow stops cleanly on Ctrl-C
-        out, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=30)
+        out_handle.close()
     assert proc.returncode == 0, err
-    assert "gpu dgx002:4: ok -> failed" in out, (out, err)
+
+
+def _wait_for_text(path: Path, text: str, seconds: float = 15) -> bool:
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        if text in path.read_text():
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def test_more_nvidia_smi_rules_on_mutated_real_output(
@@ -407,11 +419,13 @@ def test_cli_follow_a_dcgmi_health_log(tmp_path: Path) -> None:
     gpuplace.ClusterState(gpuplace.Topology.preset("dgx-h100")).save(state_path)
     log = tmp_path / "dcgm.log"
     log.write_bytes((DATA / "dcgmi-health-c-l4-dcgm461.txt").read_bytes())
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    out_path = tmp_path / "out.txt"
+    out_handle = out_path.open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuplace.cli", "health", "ingest", "--state", state_path,
-         "--follow", "--poll", "0.1", "--follow-seconds", "30", str(log)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+         "--follow", "--poll", "0.1", "--follow-seconds", "60", str(log)],
+        stdout=out_handle, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     topo = gpuplace.Topology.preset("dgx-h100")
 
@@ -428,9 +442,11 @@ def test_cli_follow_a_dcgmi_health_log(tmp_path: Path) -> None:
         with log.open("ab") as handle:
             handle.write((M / "dcgmi-health-c-gpu1-memory-failure.txt").read_bytes())
         assert wait_for("dgx001:1"), "the appended table's memory failure was not applied"
+        assert _wait_for_text(out_path, "gpu dgx001:1: ok -> failed"), out_path.read_text()
     finally:
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=30)
+        out_handle.close()
     assert proc.returncode == 0, err
     health = _health(gpuplace.ClusterState.load(topo, state_path))
     assert health["dgx001:0"] == ("degraded", 0.9) and health["dgx001:1"] == ("failed", 1.0)
