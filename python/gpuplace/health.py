@@ -260,6 +260,7 @@ class IngestReport:
                     "lines": r.lines,
                     "evidence": len(r.evidence),
                     "unknown_lines": r.unknown,
+                    "malformed_lines": r.malformed_total,
                     "malformed": [{"line": n, "why": why} for n, why in r.malformed],
                 }
                 for r in self.sources

@@ -481,3 +481,27 @@ def test_arbitrary_input_raises_only_checked_invalid_state(fmt: str, data: bytes
         read_evidence(io.BytesIO(data), format=fmt, strict=False)
     except gpuplace.InvalidState as exc:
         assert "unexpected" not in str(exc), str(exc)
+
+
+def test_iso_and_kmsg_prefixes(tmp_path: Path) -> None:
+    # the line shapes of `journalctl -o short-iso`, rsyslog's ISO timestamps and /dev/kmsg
+    log = tmp_path / "kern.log"
+    log.write_text(
+        "2026-09-14T20:30:27-0400 dgx017 kernel: NVRM: Xid (PCI:0000:1b:00): 79, pid=0, GPU has fallen off the bus.\n"
+        "2026-09-14T20:30:28.123456+00:00 dgx018 kernel: NVRM: Xid (PCI:0000:43:00): 48, pid=1, name=x, DBE\n"
+        "3,4471,3023054882,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n"
+    )
+    got = [(e.host, e.gpu_pci, e.values["xid"]) for e in read_kernel_log(log, strict=True).evidence]
+    assert got == [
+        ("dgx017", "0000:1b:00", 79),
+        ("dgx018", "0000:43:00", 48),
+        (None, "0000:3b:00", 79),
+    ]
+
+
+def test_malformed_lines_are_all_counted_but_few_kept(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("NVRM: Xid (PCI:garbage\n" * 1000)
+    result = read_kernel_log(log)
+    assert result.malformed_total == 1000 and len(result.malformed) == 100
+    assert result.unknown == 0  # they are NVRM Xid lines, just unreadable ones

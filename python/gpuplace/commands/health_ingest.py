@@ -140,7 +140,7 @@ def _print(report: IngestReport, state_path: str, fmt: str, state: Any) -> None:
         return
     for r in report.sources:
         bad = (
-            f", {len(r.malformed)} malformed (first: line {r.malformed[0][0]}: {r.malformed[0][1]})"
+            f", {r.malformed_total} malformed (first: line {r.malformed[0][0]}: {r.malformed[0][1]})"
             if r.malformed
             else ""
         )

@@ -25,6 +25,10 @@ __all__ = ["Evidence", "ReadResult", "normalize_pci"]
 
 T = TypeVar("T")
 
+#: Malformed lines remembered per source (all are counted): a corrupted multi-GB log must not
+#: fill memory with complaints.
+MAX_MALFORMED_KEPT = 100
+
 
 @dataclass(frozen=True)
 class Evidence:
@@ -62,10 +66,12 @@ class ReadResult:
     format: str
     evidence: list[Evidence] = field(default_factory=list)
     #: Lines read, lines that were not evidence (or part of it), lines that looked like
-    #: evidence but could not be read (line number, why).
+    #: evidence but could not be read (line number, why; the first MAX_MALFORMED_KEPT of
+    #: ``malformed_total``).
     lines: int = 0
     unknown: int = 0
     malformed: list[tuple[int, str]] = field(default_factory=list)
+    malformed_total: int = 0
     #: PCI addresses of the GPUs in nvidia-smi index order, per host ("" when the source does
     #: not name its host), when the source lists them (``nvidia-smi -q``, a bus-id CSV).
     bus_ids: dict[str, list[str]] = field(default_factory=dict)
@@ -78,7 +84,9 @@ class ReadResult:
         """A line that claims to be evidence but is not readable: an error in strict mode."""
         if strict:
             raise InvalidState(f"{self.source}:{line}: {why}")
-        self.malformed.append((line, why))
+        self.malformed_total += 1
+        if len(self.malformed) < MAX_MALFORMED_KEPT:
+            self.malformed.append((line, why))
 
 
 _PCI = re.compile(
