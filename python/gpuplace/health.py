@@ -776,8 +776,9 @@ def ingest(
         for job in sorted(affected):
             repairs.append(repair_job(trial, job, max_moves=max_moves, spares=spares))
     if not dry_run:
-        state._core = trial._core
-        state.specs = trial.specs
+        # Everything ClusterState.copy() copies (the core state, the job specs, whatever a
+        # later version adds) comes back from the trial at once.
+        vars(state).update(vars(trial))
     return IngestReport(
         sources=results,
         findings=findings,
