@@ -9,6 +9,7 @@
 """
 
 # The solvers written in Python (gpuplace.placers) register themselves on import.
+from gpuplace import health
 from gpuplace import placers as _placers  # noqa: F401
 from gpuplace._core import __version__
 from gpuplace.enums import CollectiveKind, ComponentKind, Condition, Health, MoveReason, SparePolicy
@@ -62,6 +63,7 @@ __all__ = [
     "TransformerModel",
     "__version__",
     "evaluate",
+    "health",
     "map_ranks",
     "place",
     "refine",

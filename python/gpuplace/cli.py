@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from gpuplace.commands import health
+from gpuplace.commands import health, health_ingest
 from gpuplace.commands.bench import bench
 from gpuplace.commands.catalog import presets_cmd, solvers_cmd
 from gpuplace.commands.common import load_cluster
@@ -66,6 +66,7 @@ cli.add_command(health.recover)
 cli.add_command(health.drain)
 cli.add_command(health.repair_cmd)
 cli.add_command(health.status)
+cli.add_command(health_ingest.health)
 
 if __name__ == "__main__":
     sys.exit(main())
