@@ -259,5 +259,9 @@ cli.add_command(_health.drain)
 cli.add_command(_health.repair_cmd)
 cli.add_command(_health.status)
 
+from gpuplace.commands.k8s import k8s as _k8s  # noqa: E402
+
+cli.add_command(_k8s)
+
 if __name__ == "__main__":
     sys.exit(main())
