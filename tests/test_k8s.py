@@ -248,7 +248,7 @@ def test_more_network_levels_than_topograph_keys_need_the_tier_keys() -> None:
     for group in doc["nodes"]:
         group["domains"].update(core="core1", dc="dc1")
     topology = gpuplace.Topology.from_dict(doc)
-    with pytest.raises(InvalidTopology, match="fabric.topograph.run/tier-N"):
+    with pytest.raises(InvalidTopology, match=r"fabric\.topograph\.run/tier-N"):
         k8s.node_labels(topology)
     labels = k8s.node_labels(topology, topograph_run=True)["dgx001"]
     assert labels["fabric.topograph.run/tier-3"] == "dc1"
