@@ -263,5 +263,9 @@ from gpuplace.commands.k8s import k8s as _k8s  # noqa: E402
 
 cli.add_command(_k8s)
 
+from gpuplace.commands.slurm import slurm as _slurm  # noqa: E402
+
+cli.add_command(_slurm)
+
 if __name__ == "__main__":
     sys.exit(main())
