@@ -143,6 +143,8 @@ def test_submitted_job_runs_on_gpuplaces_nodes_in_rank_order(cluster: LoopbackSl
         state = gpuplace.ClusterState.load(
             Topology.load(tmp_path / "state.topology.yaml"), tmp_path / "state.json"
         )
+        # An exclusive job without GRES holds its node whole.
+        assert state.free_mask()[state.topology.host_gpus("n01")].sum() == 0
         expected = gpuplace.place(state, gpuplace.Job.load(tmp_path / "job.yaml"), "greedy")
 
         dry = cli(
