@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuplace.errors import GpuplaceError, InvalidJob, InvalidTopology
+from gpuplace.errors import GpuplaceError, InvalidJob, InvalidState, InvalidTopology
 from gpuplace.hostlist import HostlistError, compress, expand
 from gpuplace.placement import Placement
 from gpuplace.state import ClusterState
@@ -61,7 +61,7 @@ _DRAIN = {"drain", "drained", "draining", "maint", "reboot_requested", "reserved
 
 
 class SlurmError(GpuplaceError):
-    """Slurm refused or failed a command, or answered in a form gpuplace does not read."""
+    """Slurm refused or failed a command. (Output gpuplace cannot read is InvalidState.)"""
 
 
 @dataclass
@@ -108,7 +108,7 @@ def _indices(text: str, where: str) -> list[int]:
     for part in text.split(","):
         lo, sep, hi = part.partition("-")
         if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise SlurmError(f"{where}: expected GPU indices like 0-2,5, got {text!r}")
+            raise InvalidState(f"{where}: expected GPU indices like 0-2,5, got {text!r}")
         out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
     return out
 
@@ -123,7 +123,7 @@ def _gres_gpus(text: str, where: str) -> tuple[int, str | None, list[int]]:
             continue
         m = _GRES.match(item)
         if m is None:
-            raise SlurmError(f"{where}: cannot read GRES {item!r}")
+            raise InvalidState(f"{where}: cannot read GRES {item!r}")
         count += int(m.group("count"))
         kind = kind or m.group("type")
         extra = m.group("extra") or ""
@@ -140,13 +140,13 @@ def _load(source: Any, what: str) -> tuple[str, Any]:
         try:
             text = Path(name).read_text()
         except OSError as exc:
-            raise SlurmError(f"{name}: cannot read {what}: {exc.strerror}") from None
+            raise InvalidState(f"{name}: cannot read {what}: {exc.strerror}") from None
     else:
         name, text = what, source.read()
     try:
         return name, json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SlurmError(f"{name}:{exc.lineno}: {what} is not JSON: {exc.msg}") from None
+        raise InvalidState(f"{name}:{exc.lineno}: {what} is not JSON: {exc.msg}") from None
 
 
 def read_sinfo(source: Any) -> list[SlurmNode]:
@@ -155,13 +155,13 @@ def read_sinfo(source: Any) -> list[SlurmNode]:
     name, doc = _load(source, "sinfo --json")
     raw = doc.get("nodes") if isinstance(doc, dict) else None
     if not isinstance(raw, list):
-        raise SlurmError(f'{name}: expected an object with "nodes" (sinfo --json)')
+        raise InvalidState(f'{name}: expected an object with "nodes" (sinfo --json)')
     nodes: list[SlurmNode] = []
     seen: set[str] = set()
     for i, item in enumerate(raw):
         where = f"{name}: nodes[{i}]"
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise SlurmError(f"{where}: expected a node with a name")
+            raise InvalidState(f"{where}: expected a node with a name")
         if item["name"] in seen:
             continue  # sinfo lists a node once per partition
         seen.add(item["name"])
@@ -170,14 +170,14 @@ def read_sinfo(source: Any) -> list[SlurmNode]:
         if isinstance(state, list):  # newer Slurm: state is a list of words
             state, flags = (state[0] if state else "unknown"), [*state[1:], *flags]
         if not isinstance(state, str) or not all(isinstance(f, str) for f in flags):
-            raise SlurmError(f"{where} ({item['name']}): expected a state string")
+            raise InvalidState(f"{where} ({item['name']}): expected a state string")
         gpus, kind, _ = _gres_gpus(str(item.get("gres") or ""), f"{where} gres")
         _, _, used = _gres_gpus(str(item.get("gres_used") or ""), f"{where} gres_used")
         if any(u >= gpus for u in used):
-            raise SlurmError(f"{where} ({item['name']}): gres_used names GPUs beyond {gpus}")
+            raise InvalidState(f"{where} ({item['name']}): gres_used names GPUs beyond {gpus}")
         nodes.append(SlurmNode(item["name"], state.lower(), list(flags), gpus, kind, used))
     if not nodes:
-        raise SlurmError(f"{name}: no nodes")
+        raise InvalidState(f"{name}: no nodes")
     return nodes
 
 
@@ -186,12 +186,12 @@ def read_squeue(source: Any) -> list[SlurmJob]:
     name, doc = _load(source, "squeue --json")
     raw = doc.get("jobs") if isinstance(doc, dict) else None
     if not isinstance(raw, list):
-        raise SlurmError(f'{name}: expected an object with "jobs" (squeue --json)')
+        raise InvalidState(f'{name}: expected an object with "jobs" (squeue --json)')
     jobs = []
     for i, item in enumerate(raw):
         where = f"{name}: jobs[{i}]"
         if not isinstance(item, dict) or not isinstance(item.get("job_id"), int):
-            raise SlurmError(f"{where}: expected a job with a job_id")
+            raise InvalidState(f"{where}: expected a job with a job_id")
         state = item.get("job_state")
         state = state[0] if isinstance(state, list) and state else state
         if state not in ("RUNNING", "COMPLETING", "SUSPENDED"):
@@ -200,12 +200,12 @@ def read_squeue(source: Any) -> list[SlurmJob]:
         try:
             nodes = expand(hostlist) if hostlist else []
         except HostlistError as exc:
-            raise SlurmError(f"{where}: nodes {hostlist!r}: {exc}") from None
+            raise InvalidState(f"{where}: nodes {hostlist!r}: {exc}") from None
         detail = item.get("gres_detail") or []
         gpus: list[list[int] | None] = [None] * len(nodes)
         if detail:
             if len(detail) != len(nodes):
-                raise SlurmError(
+                raise InvalidState(
                     f"{where}: gres_detail has {len(detail)} entries for {len(nodes)} nodes"
                 )
             gpus = [_gres_gpus(str(d), f"{where} gres_detail")[2] for d in detail]
@@ -342,8 +342,8 @@ def sync(
     for node in nodes:
         base = state.topology.host_gpus(node.name)
         busy = set(node.gpus_used)
-        if node.state == "allocated" and not busy and squeue is None:
-            busy = set(range(node.gpus))
+        if node.state == "allocated" and not busy:
+            busy = set(range(node.gpus))  # held whole by a job without GRES
         rest = sorted(busy - explained[node.name])
         if rest:
             state.allocate(name=f"slurm-busy-{node.name}", gpus=[int(base[i]) for i in rest])
