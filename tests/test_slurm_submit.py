@@ -8,10 +8,13 @@ and munge or without root."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -281,14 +284,21 @@ def lua_cluster(tmp_path_factory: pytest.TempPathFactory):
         pytest.skip(reason)
     if shutil.which("timeout") is None:
         pytest.skip("coreutils timeout not on PATH")
-    workdir = tmp_path_factory.mktemp("slurm-lua")
+    # slurmrestd refuses to run as root: it runs as nobody, who must reach slurm.conf and the
+    # munge socket, so this cluster lives in a world-readable directory of its own.
+    base = tempfile.mkdtemp(prefix="gpuplace-slurm-lua-")
+    os.chmod(base, 0o755)
+    workdir = Path(base)
     shutil.copy(ROOT / "contrib" / "slurm" / "job_submit.lua", workdir / "job_submit.lua")
     slurm = LoopbackSlurm(workdir, 2, 3, gpus=GPUS, extra_conf=("JobSubmitPlugins=lua",))
     slurm.env["GPUPLACE_BIN"] = " ".join(CLI)
     slurm.env["GPUPLACE_STATE"] = str(workdir / "gpuplace-state.json")
     slurm.env["GPUPLACE_TIMEOUT"] = "20"
-    with slurm:
-        yield slurm
+    try:
+        with slurm:
+            yield slurm
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_lua_plugin_pins_a_plain_sbatch(lua_cluster: LoopbackSlurm, tmp_path: Path):
@@ -348,3 +358,89 @@ def test_lua_plugin_pins_a_plain_sbatch(lua_cluster: LoopbackSlurm, tmp_path: Pa
     finally:
         del busy
         drain_queue(slurm)
+
+
+def test_lua_plugin_pins_a_slurmrestd_submission(lua_cluster: LoopbackSlurm, tmp_path: Path):
+    """slurmrestd cannot pin nodes itself ("Disabled key: required_nodes"); the plugin does."""
+    slurm = lua_cluster
+    if shutil.which("slurmrestd", path=slurm.env["PATH"]) is None:
+        pytest.skip("slurmrestd not installed (apt-get install slurmrestd)")
+    if shutil.which("setpriv") is None or shutil.which("curl") is None:
+        pytest.skip("setpriv and curl are needed to run slurmrestd and its client as nobody")
+    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    sockets = slurm.dir / "rest"
+    sockets.mkdir(exist_ok=True)
+    sockets.chmod(0o777)
+    sock = sockets / "slurmrestd.sock"
+    log = open(slurm.dir / "log" / "slurmrestd.out", "wb")
+    rest = subprocess.Popen(
+        [
+            *as_nobody,
+            "slurmrestd",
+            "-a",
+            "rest_auth/local",
+            "-s",
+            "openapi/v0.0.38",
+            f"unix:{sock}",
+        ],
+        env=slurm.env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    log.close()
+    state_file = slurm.env["GPUPLACE_STATE"]
+    busy = slurm.occupy(["n05"])
+    try:
+        slurm._wait(lambda: sock.exists(), 20, "slurmrestd did not create its socket")
+        assert cli(slurm, "slurm", "sync", "-o", state_file, cwd=tmp_path).returncode == 0
+        pick = cli(slurm, "slurm", "pick", "--state", state_file, "--nodes", "2", cwd=tmp_path)
+        planned = pick.stdout.strip().split(",")
+        assert len(planned) == 2 and "n05" not in planned, pick.stderr
+        body = {
+            "job": {
+                "name": "viarest",
+                "nodes": 2,
+                "comment": "gpuplace",
+                "current_working_directory": "/tmp",
+                "environment": {"PATH": "/bin:/usr/bin"},
+                "standard_output": "/dev/null",
+            },
+            "script": "#!/bin/sh\nsleep 300\n",
+        }
+        answer = subprocess.run(
+            [
+                *as_nobody,
+                "curl",
+                "-s",
+                "--unix-socket",
+                str(sock),
+                "-X",
+                "POST",
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                json.dumps(body),
+                "http://localhost/slurm/v0.0.38/job/submit",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        reply = json.loads(answer.stdout)
+        assert reply["errors"] == [], reply
+        job = str(reply["job_id"])
+        slurm._wait(
+            lambda: "RUNNING" in slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout,
+            30,
+            "slurmrestd job started",
+        )
+        ran_on = slurm.run("squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
+        assert slurm.run("scontrol", "show", "hostnames", ran_on).stdout.split() == sorted(planned)
+        text = (slurm.dir / "log" / "slurmctld.log").read_text()
+        assert f"gpuplace: job viarest pinned to {','.join(planned)}" in text
+    finally:
+        del busy
+        drain_queue(slurm)
+        os.killpg(rest.pid, signal.SIGTERM)
+        rest.wait(timeout=10)
