@@ -133,3 +133,49 @@ def _yaml(documents: list) -> str:
 
 def _json(document: object) -> str:
     return json.dumps(document, indent=1) + "\n"
+
+
+@k8s.command("extender")
+@click.option("--cluster", "-c", required=True, help="A preset name or a topology file.")
+@click.option("--nodes", type=int, default=None, help="Preset size in hosts.")
+@click.option("--racks", type=int, default=None, help="Preset size in racks (gb200-nvl72).")
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Start from this state (not written back).",
+)
+@click.option("--solver", "-s", default="greedy", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8888, show_default=True)
+@click.option("--prefix", default="", help="URL prefix (the extender's urlPrefix path).")
+def extender_cmd(
+    cluster: str,
+    nodes: int | None,
+    racks: int | None,
+    state_path: str | None,
+    solver: str,
+    host: str,
+    port: int,
+    prefix: str,
+) -> None:
+    """Serve kube-scheduler extender filter/prioritize verbs that send each pod of a gang
+    (annotation gpuplace/job) to the node gpuplace planned for its completion index."""
+    from gpuplace.cli import load_cluster
+    from gpuplace.extender import Extender, serve
+
+    topology = load_cluster(cluster, nodes, racks)
+    state = (
+        ClusterState.load(topology, state_path)
+        if state_path is not None
+        else ClusterState(topology)
+    )
+    server = serve(Extender(state, solver=solver), host=host, port=port, prefix=prefix)
+    address, bound = server.server_address[:2]
+    click.echo(f"gpuplace extender on http://{address}:{bound}{prefix}/filter and /prioritize")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
