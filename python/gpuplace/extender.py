@@ -181,7 +181,7 @@ class _Handler(BaseHTTPRequestHandler):
     extender: Extender
     prefix: str
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: no per-request log lines
         pass
 
     def _send(self, status: int, body: Any) -> None:
