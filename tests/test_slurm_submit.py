@@ -253,9 +253,11 @@ def test_slurm_refusing_leaves_nothing_submitted(cluster: LoopbackSlurm, tmp_pat
         assert "a node was taken since the state was read" in lines[0]
         assert queued(slurm) == [f"{taker} wrap RUNNING"]
         assert not list(tmp_path.glob("late.*"))
-        # A drained node is refused by Slurm itself.
+        # A drained node is refused by Slurm itself; the hostfile an earlier submission of
+        # the same job left (its job may still read it) is put back as it was.
         slurm.release(taker)
         slurm.run("scontrol", "update", f"nodename={chosen[0]}", "state=drain", "reason=t")
+        (tmp_path / "late.hostfile").write_text("n99\n")
         drained = cli(
             slurm,
             "slurm",
@@ -271,7 +273,9 @@ def test_slurm_refusing_leaves_nothing_submitted(cluster: LoopbackSlurm, tmp_pat
         assert drained.returncode == 2
         assert "Slurm refused the job" in drained.stderr
         assert "Requested node configuration is not available" in drained.stderr
-        assert queued(slurm) == [] and not list(tmp_path.glob("late.*"))
+        assert queued(slurm) == []
+        assert [p.name for p in tmp_path.glob("late.*")] == ["late.hostfile"]
+        assert (tmp_path / "late.hostfile").read_text() == "n99\n"
     finally:
         slurm.run("scontrol", "update", f"nodename={chosen[0]}", "state=resume", check=False)
         drain_queue(slurm)

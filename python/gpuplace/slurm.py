@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from gpuplace._validate import write_atomically
 from gpuplace.errors import GpuplaceError, InvalidJob, InvalidState, InvalidTopology
 from gpuplace.hostlist import HostlistError, compress, expand
 from gpuplace.placement import Placement
@@ -469,13 +470,16 @@ def submit(sub: Submission, *, start_within: float = 60.0) -> int:
     planned nodes, write the files, submit; returns the job id. On any refusal raises
     :class:`SlurmError` and leaves nothing behind (no files, no queued job)."""
     env = {**os.environ, **sub.env}
-    written: list[Path] = []
+    # Files a previous submission of the same job left are put back on failure: its job may
+    # still read them.
+    written: list[tuple[Path, str | None]] = []
     try:
         for fname, text in sub.files.items():
             path = Path(fname)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            written.append(path)
+            before = path.read_text() if path.exists() else None
+            write_atomically(path, text)
+            written.append((path, before))
         test = _run([sub.argv[0], "--test-only", *sub.argv[1:]], env)
         answer = (test.stderr + test.stdout).strip()
         match = _TEST_ONLY.search(answer)
@@ -493,6 +497,9 @@ def submit(sub: Submission, *, start_within: float = 60.0) -> int:
             raise SlurmError(f"sbatch refused the job: {(out.stderr or out.stdout).strip()}")
         return int(job_id.group(1))
     except BaseException:
-        for path in written:
-            path.unlink(missing_ok=True)
+        for path, before in written:
+            if before is None:
+                path.unlink(missing_ok=True)
+            else:
+                write_atomically(path, before)
         raise
