@@ -448,3 +448,23 @@ def test_lua_plugin_pins_a_slurmrestd_submission(lua_cluster: LoopbackSlurm, tmp
         drain_queue(slurm)
         os.killpg(rest.pid, signal.SIGTERM)
         rest.wait(timeout=10)
+
+
+def test_synced_state_keeps_slurms_node_order(cluster: LoopbackSlurm, tmp_path: Path):
+    """slurm.conf lists the nodes out of name order; with the synced state the slurm-tree
+    baseline names the nodes Slurm itself picks (`sbatch --test-only`), which it only does
+    when the hosts are in Slurm's node order."""
+    slurm = cluster
+    busy = slurm.occupy(["n02", "n06"])
+    try:
+        assert cli(slurm, "slurm", "sync", "-o", "state.json", cwd=tmp_path).returncode == 0
+        state = gpuplace.ClusterState.load(
+            Topology.load(tmp_path / "state.topology.yaml"), tmp_path / "state.json"
+        )
+        for count in (1, 2, 3, 4):
+            expected, answer = slurm.choose(count)
+            job = gpuplace.Job(name=f"probe{count}", dp=count * GPUS)
+            chosen = sorted(gpuplace.place(state, job, "slurm-tree").nodes)
+            assert chosen == expected, answer
+    finally:
+        slurm.release(busy)
