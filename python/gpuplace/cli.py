@@ -259,5 +259,9 @@ cli.add_command(_health.drain)
 cli.add_command(_health.repair_cmd)
 cli.add_command(_health.status)
 
+from gpuplace.commands.simulate import simulate_cmd as _simulate  # noqa: E402
+
+cli.add_command(_simulate)
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -55,7 +55,15 @@ from gpuplace.sim.traces import SimJob, Workload, job_template
 from gpuplace.state import ClusterState, nics_of
 from gpuplace.topology import Topology
 
-__all__ = ["BACKFILL_DEPTH", "POLICIES", "RESPONSES", "JobRecord", "SimConfig", "SimResult", "simulate"]
+__all__ = [
+    "BACKFILL_DEPTH",
+    "POLICIES",
+    "RESPONSES",
+    "JobRecord",
+    "SimConfig",
+    "SimResult",
+    "simulate",
+]
 
 POLICIES = ("fifo", "priority", "easy")
 RESPONSES = ("requeue", "repair")
@@ -89,11 +97,15 @@ class SimConfig:
 
     def validate(self) -> None:
         if self.solver not in solvers():
-            raise InvalidJob(f"unknown solver {self.solver!r}; the solvers are {', '.join(solvers())}")
+            raise InvalidJob(
+                f"unknown solver {self.solver!r}; the solvers are {', '.join(solvers())}"
+            )
         if self.policy not in POLICIES:
             raise InvalidJob(f"unknown queue policy {self.policy!r}; use {', '.join(POLICIES)}")
         if self.response not in RESPONSES:
-            raise InvalidJob(f"unknown failure response {self.response!r}; use {', '.join(RESPONSES)}")
+            raise InvalidJob(
+                f"unknown failure response {self.response!r}; use {', '.join(RESPONSES)}"
+            )
         for key in ("checkpoint_interval_s", "estimate_factor"):
             if not getattr(self, key) > 0:
                 raise InvalidJob(f"{key} must be > 0, got {getattr(self, key)!r}")
@@ -144,7 +156,9 @@ class _Run:
         "work_left",
     )
 
-    def __init__(self, record: JobRecord, gpus: np.ndarray, start: float, restart: float, cause: str):
+    def __init__(
+        self, record: JobRecord, gpus: np.ndarray, start: float, restart: float, cause: str
+    ):
         self.record = record
         self.name = record.job.name
         self.gpus = gpus
@@ -205,7 +219,13 @@ class SimResult:
 
 
 class _Simulator:
-    def __init__(self, topology: Topology, workload: Workload, config: SimConfig, progress: Callable[[float], None] | None):
+    def __init__(
+        self,
+        topology: Topology,
+        workload: Workload,
+        config: SimConfig,
+        progress: Callable[[float], None] | None,
+    ):
         config.validate()
         self.topology = topology
         self.config = config
@@ -279,11 +299,15 @@ class _Simulator:
         bisect.insort(self.queue, (self._queue_key(job), job.name))
 
     def _estimate(self, job: SimJob) -> float:
-        return job.estimate_s if job.estimate_s is not None else job.work_s * self.config.estimate_factor
+        return (
+            job.estimate_s
+            if job.estimate_s is not None
+            else job.work_s * self.config.estimate_factor
+        )
 
     def _reserve_spares(self) -> None:
         leaf = min(self.topology.node_level + 1, len(self.names) - 1)
-        path = self.topology.path()
+        path = self.topology.path
         gpus = []
         for domain in np.unique(path[:, leaf]):
             members = np.flatnonzero(path[:, leaf] == domain)
@@ -294,28 +318,49 @@ class _Simulator:
     def _set_speed(self, run: _Run, now: float, speed: Speed) -> None:
         t0 = run.start + run.restart
         if now < t0:
-            run.timeline = [(run.start, 0.0), (t0, speed.speed)] if run.restart > 0 else [(run.start, speed.speed)]
+            run.timeline = (
+                [(run.start, 0.0), (t0, speed.speed)]
+                if run.restart > 0
+                else [(run.start, speed.speed)]
+            )
         else:
             run.timeline.append((now, speed.speed))
-        run.version += 1
+        # Unique across segments, so a finish event of an earlier segment never matches.
+        run.version = self.seq + 1
         finish = run.finish_time(now)
         if finish < math.inf:
             self._push(finish, _FINISH, (run.name, run.version))
 
-    def _start(self, record: JobRecord, gpus: np.ndarray, now: float, template: Job, profile: JobProfile, report: Any, restart: float, cause: str, *, allocate: bool = True) -> None:
+    def _start(
+        self,
+        record: JobRecord,
+        gpus: np.ndarray,
+        now: float,
+        template: Job,
+        profile: JobProfile,
+        report: Any,
+        restart: float,
+        cause: str,
+        *,
+        allocate: bool = True,
+    ) -> None:
         if allocate:
             self.state._core.allocate(record.job.name, gpus)
         self.allocated += len(gpus)
         run = _Run(record, gpus, now, restart, cause)
         run.profile = profile
-        run.bytes_per_step = np.fromiter(report.bytes_by_level.values(), dtype=np.float64, count=len(self.names))
+        run.bytes_per_step = np.fromiter(
+            report.bytes_by_level.values(), dtype=np.float64, count=len(self.names)
+        )
         if record.first_start is None:
             record.first_start = now
         self.running[run.name] = run
         run.timeline = []
         self._set_speed(run, now, job_speed(report, profile))
 
-    def _end_segment(self, run: _Run, now: float, kept_until: float, *, release: bool = True) -> float:
+    def _end_segment(
+        self, run: _Run, now: float, kept_until: float, *, release: bool = True
+    ) -> float:
         """Close a segment at ``now`` keeping the work done up to ``kept_until``; returns the
         work kept. Releases the GPUs (unless a repair already moved them)."""
         record = run.record
@@ -334,7 +379,9 @@ class _Simulator:
         if profile is not None and profile.reference_step_seconds > 0:
             assert run.bytes_per_step is not None
             self.fabric += run.bytes_per_step * (done / profile.reference_step_seconds)
-            record.model_flops += profile.model_flops_per_gpu * gpus * kept / profile.reference_step_seconds
+            record.model_flops += (
+                profile.model_flops_per_gpu * gpus * kept / profile.reference_step_seconds
+            )
         if release:
             self.state._core.release(run.name)
         self.allocated -= gpus
@@ -381,7 +428,13 @@ class _Simulator:
             return False  # nothing was freed since it last failed to place
         template, profile = self._shape(record.job)
         try:
-            placement = place(self.state, template, self.config.solver, seed=self.config.seed, time_limit=self.config.time_limit)
+            placement = place(
+                self.state,
+                template,
+                self.config.solver,
+                seed=self.config.seed,
+                time_limit=self.config.time_limit,
+            )
         except Infeasible:
             self.failed_epoch[name] = self.release_epoch
             return False
@@ -395,7 +448,15 @@ class _Simulator:
         if not self.running:
             return math.inf, free
         ends = np.array(
-            [max(now, r.start + r.restart + self._estimate(r.record.job) * r.work_left / r.record.job.work_s) for r in self.running.values()]
+            [
+                max(
+                    now,
+                    r.start
+                    + r.restart
+                    + self._estimate(r.record.job) * r.work_left / r.record.job.work_s,
+                )
+                for r in self.running.values()
+            ]
         )
         held = np.array([len(r.gpus) for r in self.running.values()])
         order = np.argsort(ends, kind="stable")
@@ -487,14 +548,16 @@ class _Simulator:
             else:
                 target = {"host": host}
         affected = state.fail(**target, reason=cause.name)
-        self._push(now + cause.repair_s, _RECOVER, tuple(target.items())[0])
+        self._push(now + cause.repair_s, _RECOVER, next(iter(target.items())))
         self.unusable = int(np.count_nonzero(state.health() != 0))
         for owner in affected:
             run = self.running.get(owner)
             if run is not None:
                 self._respond(run, now, cause.name, hardware=True)
 
-    def _respond(self, run: _Run, now: float, cause: str, *, hardware: bool, force_repair: bool = False) -> None:
+    def _respond(
+        self, run: _Run, now: float, cause: str, *, hardware: bool, force_repair: bool = False
+    ) -> None:
         record = run.record
         if not hardware:
             # Software failure: restart in place from the last checkpoint.
@@ -519,7 +582,17 @@ class _Simulator:
                 self._lose(record, cause, len(run.gpus) * max(0.0, now - lost_from))
                 self._end_segment(run, now, checkpoint, release=False)
                 record.restarts += 1
-                self._start(record, gpus, now, template, profile, fixed.cost_after, self.config.restart_s, cause, allocate=False)
+                self._start(
+                    record,
+                    gpus,
+                    now,
+                    template,
+                    profile,
+                    fixed.cost_after,
+                    self.config.restart_s,
+                    cause,
+                    allocate=False,
+                )
                 return
         self._interrupt(run, now, cause)
         self._enqueue(record.job)
@@ -567,21 +640,35 @@ class _Simulator:
         largest = int(np.sum(nvl // 8) * 8)
         # FGD (Weng et al., ATC'23): a node's free GPUs count as fragmented for a task size
         # it cannot hold; expected over the workload's task sizes.
-        unallocated = float(np.sum(self.fgd_weights * np.sum(node[:, None] * (node[:, None] < self.fgd_sizes[None, :]), axis=0)))
+        unallocated = float(
+            np.sum(
+                self.fgd_weights
+                * np.sum(node[:, None] * (node[:, None] < self.fgd_sizes[None, :]), axis=0)
+            )
+        )
         self.frag.append((t, largest, unallocated))
 
     def run(self) -> SimResult:
         started = time.perf_counter()
         jobs = self.workload.jobs
-        horizon = (jobs[-1].submit_s + max(j.work_s for j in jobs) * 4 + 30 * 86_400) if jobs else 0.0
+        horizon = (
+            (jobs[-1].submit_s + max(j.work_s for j in jobs) * 4 + 30 * 86_400) if jobs else 0.0
+        )
         if self.config.failures is not None:
-            counts = {"gpu": self.topology.num_gpus, "host": len(self.topology.hosts), "nic": len(nics_of(self.topology).names)}
+            counts = {
+                "gpu": self.topology.num_gpus,
+                "host": len(self.topology.hosts),
+                "nic": len(nics_of(self.topology).names),
+            }
             for t, cause, index in self.config.failures.draw(counts, horizon, self.config.seed):
                 self._push(t, _HARDWARE, (cause, index))
         next_job = 0
         now = 0.0
         last_arrival = jobs[-1].submit_s if jobs else 0.0
-        sample_every = max(last_arrival, 1.0) / self.config.bins
+        # Fragmentation is sampled about ``bins`` times over the arrivals and the typical job
+        # after them, at most once per instant (and not at all while nothing happens).
+        typical = float(np.median([j.work_s for j in jobs])) if jobs else 0.0
+        sample_every = max(last_arrival + typical, 1.0) / self.config.bins
         next_sample = 0.0
         total = len(jobs)
         report_every = max(1, total // 100)
@@ -593,9 +680,9 @@ class _Simulator:
             now = min(t_event, t_arrival)
             if now == math.inf:
                 break  # queued jobs that can never start
-            while next_sample <= now:
-                self._sample_fragmentation(next_sample)
-                next_sample += sample_every
+            if next_sample <= now:
+                self._sample_fragmentation(now)
+                next_sample = max(next_sample + sample_every, now)
             while self.events and self.events[0][0] <= now:
                 t, kind, _, payload = heapq.heappop(self.events)
                 if kind == _FINISH:
@@ -609,7 +696,9 @@ class _Simulator:
                 job = jobs[next_job]
                 next_job += 1
                 if job.name in self.over_capacity:
-                    self.records[job.name].reason = f"needs {job.gpus} GPUs, the cluster has {self.topology.num_gpus}"
+                    self.records[
+                        job.name
+                    ].reason = f"needs {job.gpus} GPUs, the cluster has {self.topology.num_gpus}"
                     continue
                 self._enqueue(job)
                 if self.progress is not None and next_job % report_every == 0:
@@ -617,7 +706,9 @@ class _Simulator:
             self._schedule(now)
             if self.config.check:
                 self._check()
-            self.series.append((now, self.allocated, self.unusable, len(self.queue), len(self.running)))
+            self.series.append(
+                (now, self.allocated, self.unusable, len(self.queue), len(self.running))
+            )
         end = now if now != math.inf else (self.series[-1][0] if self.series else 0.0)
         for run in list(self.running.values()):
             self._end_segment(run, end, self._last_checkpoint(run, end))

@@ -71,7 +71,9 @@ class FailureModel:
     name: str
     causes: tuple[Cause, ...]
 
-    def draw(self, counts: dict[str, int], horizon_s: float, seed: int) -> list[tuple[float, Cause, int]]:
+    def draw(
+        self, counts: dict[str, int], horizon_s: float, seed: int
+    ) -> list[tuple[float, Cause, int]]:
         """Events up to ``horizon_s``: (time, cause, index of the component hit), given the
         number of components of each kind. Poisson per cause; deterministic for a seed."""
         rng = np.random.default_rng(seed)
@@ -118,7 +120,9 @@ def load_failures(spec: str) -> FailureModel | None:
         return llama3()
     path = Path(spec)
     if not path.exists():
-        raise InvalidJob(f"unknown failure model {spec!r}: neither llama3, none nor an existing file")
+        raise InvalidJob(
+            f"unknown failure model {spec!r}: neither llama3, none nor an existing file"
+        )
     try:
         document: Any = yaml.safe_load(path.read_text())
     except yaml.YAMLError:
@@ -132,7 +136,9 @@ def load_failures(spec: str) -> FailureModel | None:
             raise InvalidJob(f"{where}: expected a mapping")
         component = raw.get("component")
         if component not in COMPONENTS:
-            raise InvalidJob(f"{where}: component: expected one of {', '.join(COMPONENTS)}, got {component!r}")
+            raise InvalidJob(
+                f"{where}: component: expected one of {', '.join(COMPONENTS)}, got {component!r}"
+            )
         values = {}
         for key in ("per_component_per_day", "repair_hours", "loss"):
             value = raw.get(key, 0.0 if key != "per_component_per_day" else None)

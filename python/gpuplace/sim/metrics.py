@@ -24,7 +24,14 @@ from gpuplace.sim.engine import SimResult
 __all__ = ["SIZE_CLASSES", "job_rows", "size_class", "summary", "time_bins"]
 
 #: Size classes of the per-class JCT table: upper bounds in GPUs.
-SIZE_CLASSES = ((1, "1"), (8, "2-8"), (64, "9-64"), (512, "65-512"), (4096, "513-4096"), (1 << 40, ">4096"))
+SIZE_CLASSES = (
+    (1, "1"),
+    (8, "2-8"),
+    (64, "9-64"),
+    (512, "65-512"),
+    (4096, "513-4096"),
+    (1 << 40, ">4096"),
+)
 
 
 def size_class(gpus: int) -> str:
@@ -40,7 +47,11 @@ def _stats(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {"mean": None, "p50": None, "p99": None}
     arr = np.asarray(values)
-    return {"mean": float(arr.mean()), "p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99))}
+    return {
+        "mean": float(arr.mean()),
+        "p50": float(np.percentile(arr, 50)),
+        "p99": float(np.percentile(arr, 99)),
+    }
 
 
 def summary(result: SimResult) -> dict[str, Any]:
@@ -77,7 +88,9 @@ def summary(result: SimResult) -> dict[str, Any]:
         "makespan_s": makespan,
         "utilization": held / available if available > 0 else 0.0,
         "goodput": useful / total if total > 0 else 0.0,
-        "mfu": flops / (result.peak_flops * total) if total > 0 and result.peak_flops > 0 and flops > 0 else None,
+        "mfu": flops / (result.peak_flops * total)
+        if total > 0 and result.peak_flops > 0 and flops > 0
+        else None,
         "jct_mean_s": jct_stats["mean"],
         "jct_p99_s": jct_stats["p99"],
         "queue_mean_s": float(np.mean(queue)) if queue else None,
@@ -108,7 +121,11 @@ def job_rows(result: SimResult) -> list[dict[str, Any]]:
     """One row per job: its submission, when it started and finished, GPU-time and MFU."""
     rows = []
     for r in result.records:
-        mfu = r.model_flops / (result.peak_flops * r.held_gpu_s) if r.model_flops > 0 and r.held_gpu_s > 0 else None
+        mfu = (
+            r.model_flops / (result.peak_flops * r.held_gpu_s)
+            if r.model_flops > 0 and r.held_gpu_s > 0
+            else None
+        )
         rows.append(
             {
                 "name": r.job.name,
@@ -151,7 +168,10 @@ def time_bins(result: SimResult, bins: int | None = None) -> list[dict[str, Any]
     def mean_of(series: np.ndarray) -> np.ndarray:
         return np.bincount(which, weights=series[idx[:-1]] * widths, minlength=bins) / bin_width
 
-    allocated, unusable = mean_of(result.allocated.astype(float)), mean_of(result.unusable.astype(float))
+    allocated, unusable = (
+        mean_of(result.allocated.astype(float)),
+        mean_of(result.unusable.astype(float)),
+    )
     queued, running = mean_of(result.queued.astype(float)), mean_of(result.running.astype(float))
     frag_bin = np.clip(np.searchsorted(edges, result.frag_times, side="right") - 1, 0, bins - 1)
     for b in range(bins):
@@ -166,8 +186,12 @@ def time_bins(result: SimResult, bins: int | None = None) -> list[dict[str, Any]
                 "utilization": float(allocated[b] / available) if available > 0 else 0.0,
                 "queued_jobs": float(queued[b]),
                 "running_jobs": float(running[b]),
-                "largest_tp8_gpus": int(result.largest_tp8[samples].min()) if samples.size else None,
-                "fgd_unallocated_gpus": float(result.fgd_unallocated[samples].mean()) if samples.size else None,
+                "largest_tp8_gpus": int(result.largest_tp8[samples].min())
+                if samples.size
+                else None,
+                "fgd_unallocated_gpus": float(result.fgd_unallocated[samples].mean())
+                if samples.size
+                else None,
             }
         )
     return out

@@ -150,7 +150,9 @@ def philly(
     reader = csv.reader(io.StringIO(text))
     header = next(reader, None)
     if header is None or header[:3] != ["timestamp", "duration", "num_gpus"]:
-        raise InvalidJob(f"{source}: expected a Philly trace with columns timestamp,duration,num_gpus,...")
+        raise InvalidJob(
+            f"{source}: expected a Philly trace with columns timestamp,duration,num_gpus,..."
+        )
     body = [row for row in reader if row]
     try:
         submit = np.array([r[0] for r in body], dtype="datetime64[s]").astype(np.int64)
@@ -171,7 +173,9 @@ def philly(
     if bad.size:
         raise InvalidJob(f"{source} line {int(bad[0]) + 2}: expected gpus >= 1 and duration >= 0 s")
     keep = duration >= min_duration_s
-    rows = list(zip(submit[keep].tolist(), duration[keep].tolist(), gpus[keep].tolist(), strict=True))
+    rows = list(
+        zip(submit[keep].tolist(), duration[keep].tolist(), gpus[keep].tolist(), strict=True)
+    )
     if not rows:
         raise InvalidJob(f"{source}: no job lasts {min_duration_s} s or more")
     first = min(r[0] for r in rows)
@@ -179,7 +183,15 @@ def philly(
     for i, (submit, duration, gpus) in enumerate(rows):
         tp, pp = trace_layout(gpus)
         jobs.append(
-            SimJob(f"philly-{i:05d}", submit - first, gpus, max(duration, 1.0), tp=tp, pp=pp, model=model)
+            SimJob(
+                f"philly-{i:05d}",
+                submit - first,
+                gpus,
+                max(duration, 1.0),
+                tp=tp,
+                pp=pp,
+                model=model,
+            )
         )
     return _sorted("philly", jobs)
 
@@ -193,7 +205,9 @@ def openb(path: str | Path | None = None, *, model: str = "llama2-13b") -> Workl
     reader = csv.DictReader(io.StringIO(text))
     need = {"name", "num_gpu", "creation_time", "deletion_time", "scheduled_time"}
     if not need <= set(reader.fieldnames or ()):
-        raise InvalidJob(f"{source}: expected an openb pod list with columns {', '.join(sorted(need))}")
+        raise InvalidJob(
+            f"{source}: expected an openb pod list with columns {', '.join(sorted(need))}"
+        )
     jobs = []
     for line, row in enumerate(reader, start=2):
         try:
@@ -204,9 +218,13 @@ def openb(path: str | Path | None = None, *, model: str = "llama2-13b") -> Workl
             start = float(row["scheduled_time"])
             end = float(row["deletion_time"])
         except (ValueError, TypeError):
-            raise InvalidJob(f"{source} line {line}: expected integer num_gpu and times in seconds") from None
+            raise InvalidJob(
+                f"{source} line {line}: expected integer num_gpu and times in seconds"
+            ) from None
         tp, pp = trace_layout(gpus)
-        jobs.append(SimJob(row["name"], created, gpus, max(end - start, 1.0), tp=tp, pp=pp, model=model))
+        jobs.append(
+            SimJob(row["name"], created, gpus, max(end - start, 1.0), tp=tp, pp=pp, model=model)
+        )
     return _sorted("openb", jobs)
 
 
@@ -233,7 +251,9 @@ def _job_from_fields(fields: dict[str, Any], where: str) -> SimJob:
                 out = int(out)
         except (TypeError, ValueError):
             kind = "an integer" if integer else "a number"
-            raise InvalidJob(f"{where}: {key}: expected {kind} >= {minimum:g}, got {value!r}") from None
+            raise InvalidJob(
+                f"{where}: {key}: expected {kind} >= {minimum:g}, got {value!r}"
+            ) from None
         if not math.isfinite(out) or out < minimum:
             kind = "an integer" if integer else "a number"
             raise InvalidJob(f"{where}: {key}: expected {kind} >= {minimum:g}, got {value!r}")
@@ -241,7 +261,9 @@ def _job_from_fields(fields: dict[str, Any], where: str) -> SimJob:
 
     unknown = set(fields) - set(COLUMNS)
     if unknown:
-        raise InvalidJob(f"{where}: unknown field {sorted(unknown)[0]!r}; the fields are {', '.join(COLUMNS)}")
+        raise InvalidJob(
+            f"{where}: unknown field {sorted(unknown)[0]!r}; the fields are {', '.join(COLUMNS)}"
+        )
     name = str(need("name"))
     gpus = number("gpus", need("gpus"), minimum=1, integer=True)
     tp = number("tp", fields.get("tp") or trace_layout(gpus)[0], minimum=1, integer=True)
@@ -288,11 +310,15 @@ def load_workload(path: str | Path) -> Workload:
     else:
         reader = csv.DictReader(io.StringIO(text))
         if reader.fieldnames is None:
-            raise InvalidJob(f"{p}: empty workload file; expected a header row of {', '.join(COLUMNS)}")
+            raise InvalidJob(
+                f"{p}: empty workload file; expected a header row of {', '.join(COLUMNS)}"
+            )
         for row in reader:
             line = reader.line_num
             if None in row:
-                raise InvalidJob(f"{p} line {line}: more fields than the header's {len(reader.fieldnames)}")
+                raise InvalidJob(
+                    f"{p} line {line}: more fields than the header's {len(reader.fieldnames)}"
+                )
             fields = {k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in row.items()}
             if not any(fields.values()):
                 continue
@@ -365,7 +391,17 @@ def llm_mix(
     jobs = []
     for i in range(count):
         model, tp, pp = llm_layout(int(drawn[i]))
-        jobs.append(SimJob(f"llm-{i:05d}", float(submits[i]), int(drawn[i]), float(durations[i]), tp=tp, pp=pp, model=model))
+        jobs.append(
+            SimJob(
+                f"llm-{i:05d}",
+                float(submits[i]),
+                int(drawn[i]),
+                float(durations[i]),
+                tp=tp,
+                pp=pp,
+                model=model,
+            )
+        )
     return _sorted("llm-mix", jobs)
 
 
@@ -377,7 +413,9 @@ def trace(name: str, **kwargs: Any) -> Workload:
         return openb(**kwargs)
     path = Path(name)
     if not path.exists():
-        raise InvalidJob(f"unknown trace {name!r}: neither philly, openb, llm-mix nor an existing workload file")
+        raise InvalidJob(
+            f"unknown trace {name!r}: neither philly, openb, llm-mix nor an existing workload file"
+        )
     return load_workload(path)
 
 
@@ -385,5 +423,8 @@ def with_estimates(workload: Workload, factor: float) -> Workload:
     """The workload with every missing runtime estimate set to ``factor`` times the work."""
     return Workload(
         workload.name,
-        tuple(j if j.estimate_s is not None else replace(j, estimate_s=j.work_s * factor) for j in workload.jobs),
+        tuple(
+            j if j.estimate_s is not None else replace(j, estimate_s=j.work_s * factor)
+            for j in workload.jobs
+        ),
     )
