@@ -396,3 +396,23 @@ def test_cli_what_if_and_errors(tmp_path, capsys):
     assert main(["simulate", "-c", "h100-superpod", "--trace", "nope.csv"]) == 2
     assert main(["simulate", "-c", "h100-superpod", "--trace", "philly", "--policy", "nope"]) == 2
     assert "unknown solver" in capsys.readouterr().err
+
+
+def test_real_clusters_from_the_shared_traces():
+    from gpuplace.sim.clusters import lingjun, pai
+
+    topology = lingjun()
+    # 847 hosts, 119 (PSW, ASW) ToR switches, 3 PSWs, 1 DSW, as the traces' README counts them.
+    assert [topology.domain_count(level) for level in topology.level_names] == [847, 119, 3, 1]
+    assert topology.num_gpus == 8 * 847
+    machines = pai()
+    # 6,742 GPUs on the GPU machines (the 83 CPU-only machines are left out).
+    assert machines.num_gpus == 6_742
+    assert {nt.gpu_model for nt in machines.node_types.values()} >= {
+        "P100",
+        "T4",
+        "V100",
+        "V100M32",
+    }
+    result = simulate(topology, llm_mix(30, cluster_gpus=topology.num_gpus, seed=2))
+    assert metrics.summary(result)["jobs_finished"] == 30

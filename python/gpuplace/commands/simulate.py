@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
-import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +16,12 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpuplace._validate import write_atomically
-from gpuplace.errors import InvalidJob
+from gpuplace.errors import InvalidJob, InvalidTopology
 from gpuplace.sim import metrics
+from gpuplace.sim.clusters import CLUSTERS
 from gpuplace.sim.engine import POLICIES, RESPONSES, SimConfig, SimResult, simulate
 from gpuplace.sim.failures import load_failures
+from gpuplace.sim.sweep import Task, run_on_ray
 from gpuplace.sim.traces import Workload, llm_mix, trace, with_estimates
 from gpuplace.topology import Topology
 
@@ -27,14 +29,21 @@ __all__ = ["print_summaries", "simulate_cmd", "write_outputs", "write_pngs"]
 
 
 def _cluster(spec: str, nodes: int | None, racks: int | None) -> Topology:
+    """A preset, a topology file, or one of the real clusters of :mod:`gpuplace.sim.clusters`."""
     from gpuplace.cli import load_cluster  # the CLI module registers this command
 
+    if spec in CLUSTERS and not Path(spec).exists():
+        if nodes is not None or racks is not None:
+            raise InvalidTopology(
+                f"--nodes and --racks apply to presets, not to the {spec} cluster"
+            )
+        return CLUSTERS[spec]()
     return load_cluster(spec, nodes, racks)
 
 
-def _what_if_cluster(spec: str, nodes: int | None, racks: int | None, like: Topology) -> Topology:
+def _what_if_cluster(spec: str, nodes: int | None, racks: int | None, like_gpus: int) -> Topology:
     """The ``--vs`` cluster: a preset takes the size options that apply to it; when none does,
-    it is sized to about as many GPUs as ``like`` (so the two clusters compare at equal size)."""
+    it is sized to about ``like_gpus`` GPUs (so the two clusters compare at equal size)."""
     from gpuplace.presets import PRESETS
 
     preset = PRESETS.get(spec)
@@ -48,7 +57,7 @@ def _what_if_cluster(spec: str, nodes: int | None, racks: int | None, like: Topo
     if not given and preset.params:
         key, default = next(iter(preset.params.items()))
         per_unit = Topology.preset(spec).num_gpus / default
-        given = {key: max(1, round(like.num_gpus / per_unit))}
+        given = {key: max(1, round(like_gpus / per_unit))}
     return Topology.preset(spec, **given)
 
 
@@ -70,7 +79,9 @@ def _fmt(value: Any, kind: str) -> str:
         return f"{value:,.1f}"
     if kind == "s":
         return f"{value:.2f} s"
-    return f"{value:,}" if isinstance(value, int) else f"{value:,.3f}"
+    if isinstance(value, int) or (kind == "n" and float(value).is_integer()):
+        return f"{int(value):,}"
+    return f"{value:,.1f}" if kind == "n" else f"{value:,.3f}"
 
 
 _ROWS = (
@@ -222,7 +233,12 @@ def _solvers(policy: str, compare: str | None) -> list[str]:
 
 
 @click.command("simulate")
-@click.option("--cluster", "-c", required=True, help="A preset name or a topology file.")
+@click.option(
+    "--cluster",
+    "-c",
+    required=True,
+    help="A preset, a topology file, or lingjun / pai (real clusters).",
+)
 @click.option("--nodes", type=int, default=None, help="Preset size in hosts.")
 @click.option("--racks", type=int, default=None, help="Preset size in racks (gb200-nvl72).")
 @click.option(
@@ -320,6 +336,20 @@ def _solvers(policy: str, compare: str | None) -> list[str]:
     is_flag=True,
     help="Also write plots (needs the plot extra); into --out or the current directory.",
 )
+@click.option(
+    "--seeds", type=int, default=1, show_default=True, help="Runs with seeds SEED .. SEED+N-1."
+)
+@click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="Run the runs in parallel on a local Ray with N CPUs (the ray extra).",
+)
+@click.option(
+    "--address",
+    default=None,
+    help="Run the runs on the Ray cluster at this address (the ray extra).",
+)
 def simulate_cmd(
     cluster: str,
     nodes: int | None,
@@ -345,41 +375,58 @@ def simulate_cmd(
     fmt: str,
     out: str | None,
     png: bool,
+    seeds: int,
+    workers: int | None,
+    address: str | None,
 ) -> None:
     """Simulate a cluster over time: replay a workload under placement policies."""
     if limit is not None and limit < 1:
         raise click.BadParameter("expected a number of jobs >= 1", param_hint="--limit")
+    if seeds < 1:
+        raise click.BadParameter("expected a number of seeds >= 1", param_hint="--seeds")
+    if workers is not None and workers < 1:
+        raise click.BadParameter("expected a number of workers >= 1", param_hint="--workers")
     topologies = [_cluster(cluster, nodes, racks)]
     if vs_cluster is not None:
-        topologies.append(_what_if_cluster(vs_cluster, nodes, racks, topologies[0]))
+        topologies.append(_what_if_cluster(vs_cluster, nodes, racks, topologies[0].num_gpus))
     failure_model = load_failures(failures)
     solver_names = _solvers(policy, compare)
-    runs: list[tuple[str, Topology, SimConfig, Workload]] = []
-    for topology in topologies:
-        workload = _workload(trace_spec, topology, jobs, seed, min_duration)
-        if limit is not None:
-            workload = workload.head(limit)
-        workload = with_estimates(workload, estimate_factor)
-        for solver in solver_names:
-            config = SimConfig(
-                solver=solver,
-                policy=queue,
-                failures=failure_model,
-                response=response,
-                evacuate=evacuate,
-                max_moves=max_moves,
-                spares_per_leaf=spares_per_leaf,
-                checkpoint_interval_s=checkpoint_interval,
-                restart_s=restart_cost,
-                estimate_factor=estimate_factor,
-                time_limit=time_limit,
-                seed=seed,
+    tasks: list[Task] = []
+    topology_of: dict[str, Topology] = {}
+    for index, topology in enumerate(topologies):
+        build_topology = (
+            _builder(cluster, nodes, racks)
+            if index == 0
+            else _builder_vs(vs_cluster, nodes, racks, topologies[0])
+        )
+        for run_seed in range(seed, seed + seeds):
+            build_workload = _workload_builder(
+                trace_spec, jobs, run_seed, min_duration, limit, estimate_factor
             )
-            config.validate()
-            label = solver if len(topologies) == 1 else f"{solver}@{topology.name}"
-            runs.append((label, topology, config, workload))
+            for solver in solver_names:
+                config = SimConfig(
+                    solver=solver,
+                    policy=queue,
+                    failures=failure_model,
+                    response=response,
+                    evacuate=evacuate,
+                    max_moves=max_moves,
+                    spares_per_leaf=spares_per_leaf,
+                    checkpoint_interval_s=checkpoint_interval,
+                    restart_s=restart_cost,
+                    estimate_factor=estimate_factor,
+                    time_limit=time_limit,
+                    seed=run_seed,
+                )
+                config.validate()
+                label = solver if len(topologies) == 1 else f"{solver}@{topology.name}"
+                if seeds > 1:
+                    label += f" seed={run_seed}"
+                tasks.append(Task(label, build_topology, build_workload, config))
+                topology_of[label] = topology
     err = Console(stderr=True, highlight=False)
     results: dict[str, SimResult] = {}
+    summaries: dict[str, dict[str, Any]] = {}
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -389,28 +436,81 @@ def simulate_cmd(
         transient=True,
         disable=fmt == "json" or not err.is_terminal,
     ) as bar:
-        for label, topology, config, workload in runs:
-            task = bar.add_task(f"{label}: {len(workload):,} jobs", total=1.0)
-            results[label] = simulate(
-                topology,
-                workload,
-                config,
-                progress=lambda f, task=task: bar.update(task, completed=f),
+        if workers is not None or address is not None:
+            overall = bar.add_task(f"{len(tasks)} runs on Ray", total=len(tasks))
+            done = run_on_ray(
+                tasks,
+                workers=workers,
+                address=address,
+                progress=lambda n: bar.update(overall, completed=n),
             )
-    summaries = {label: metrics.summary(r) for label, r in results.items()}
+            for label, (result, summary) in done.items():
+                results[label], summaries[label] = result, summary
+        else:
+            for task in tasks:
+                topology = topology_of[task.label]
+                workload = task.build_workload(topology)
+                row = bar.add_task(f"{task.label}: {len(workload):,} jobs", total=1.0)
+                results[task.label] = simulate(
+                    topology,
+                    workload,
+                    task.config,
+                    progress=lambda f, row=row: bar.update(row, completed=f),
+                )
+                summaries[task.label] = metrics.summary(results[task.label])
     if out is not None:
         write_outputs(Path(out), results, summaries)
     pngs = write_pngs(Path(out or "."), results, summaries) if png else []
     if fmt == "json":
-        click.echo(
-            json.dumps(
-                summaries, default=lambda v: None if isinstance(v, float) and math.isnan(v) else v
-            )
-        )
+        click.echo(json.dumps(summaries))
         return
     console = Console(highlight=False, soft_wrap=True)
-    print_summaries(summaries, console)
+    print_summaries(aggregate(summaries) if seeds > 1 else summaries, console)
     if out is not None:
         console.print(f"wrote summary.json, jobs-*.csv/json and bins-*.csv/json to {out}")
     for path in pngs:
         console.print(f"wrote {path}")
+
+
+def aggregate(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Runs of several seeds -> one summary per policy (and cluster): the mean of each metric."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for label, summary in summaries.items():
+        groups.setdefault(label.split(" seed=")[0], []).append(summary)
+    out = {}
+    for base, members in groups.items():
+        merged = dict(members[0])
+        for key, _, _ in _ROWS:
+            values = [m[key] for m in members if m[key] is not None]
+            merged[key] = sum(values) / len(values) if values else None
+        for key in ("gpu_hours_lost_by_cause", "fabric_bytes_by_level"):
+            names = list(dict.fromkeys(k for m in members for k in m[key]))
+            merged[key] = {
+                k: sum(m[key].get(k, 0.0) for m in members) / len(members) for k in names
+            }
+        out[f"{base} (mean of {len(members)} seeds)"] = merged
+    return out
+
+
+def _builder(spec: str, nodes: int | None, racks: int | None) -> Callable[[], Topology]:
+    return lambda: _cluster(spec, nodes, racks)
+
+
+def _builder_vs(
+    spec: str | None, nodes: int | None, racks: int | None, like: Topology
+) -> Callable[[], Topology]:
+    assert spec is not None
+    gpus = like.num_gpus  # the int, not the topology, travels to a Ray worker
+    return lambda: _what_if_cluster(spec, nodes, racks, gpus)
+
+
+def _workload_builder(
+    spec: str, jobs: int, seed: int, min_duration: float, limit: int | None, estimate_factor: float
+) -> Callable[[Topology], Workload]:
+    def build(topology: Topology) -> Workload:
+        workload = _workload(spec, topology, jobs, seed, min_duration)
+        if limit is not None:
+            workload = workload.head(limit)
+        return with_estimates(workload, estimate_factor)
+
+    return build
