@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--policies", default="greedy,first-fit,slurm-tree,kueue-bestfit")
     args = parser.parse_args()
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=150)
 
     workload = philly()
     if args.quick:

@@ -61,9 +61,9 @@ def _what_if_cluster(spec: str, nodes: int | None, racks: int | None, like_gpus:
     return Topology.preset(spec, **given)
 
 
-def _workload(spec: str, topology: Topology, jobs: int, seed: int, min_duration: float) -> Workload:
+def _workload(spec: str, cluster_gpus: int, jobs: int, seed: int, min_duration: float) -> Workload:
     if spec == "llm-mix":
-        return llm_mix(jobs, cluster_gpus=topology.num_gpus, seed=seed)
+        return llm_mix(jobs, cluster_gpus=cluster_gpus, seed=seed)
     kwargs = {"min_duration_s": min_duration} if spec == "philly" else {}
     return trace(spec, **kwargs)
 
@@ -120,8 +120,11 @@ def print_summaries(summaries: dict[str, dict[str, Any]], console: Console) -> N
                 for s in summaries.values()
             ),
         )
-    levels = list(first["fabric_bytes_by_level"])
-    for level in levels[1:]:
+    # Traffic that leaves the host, per level (the union of the runs' levels, in order).
+    levels = list(
+        dict.fromkeys(lv for s in summaries.values() for lv in list(s["fabric_bytes_by_level"])[1:])
+    )
+    for level in levels:
         table.add_row(
             f"bytes via {level}",
             *(
@@ -401,7 +404,13 @@ def simulate_cmd(
         )
         for run_seed in range(seed, seed + seeds):
             build_workload = _workload_builder(
-                trace_spec, jobs, run_seed, min_duration, limit, estimate_factor
+                trace_spec,
+                topologies[0].num_gpus,
+                jobs,
+                run_seed,
+                min_duration,
+                limit,
+                estimate_factor,
             )
             for solver in solver_names:
                 config = SimConfig(
@@ -422,7 +431,9 @@ def simulate_cmd(
                 label = solver if len(topologies) == 1 else f"{solver}@{topology.name}"
                 if seeds > 1:
                     label += f" seed={run_seed}"
-                tasks.append(Task(label, build_topology, build_workload, config))
+                # In a what-if both clusters' jobs are measured against the first cluster.
+                build_reference = _builder(cluster, nodes, racks) if index else None
+                tasks.append(Task(label, build_topology, build_workload, config, build_reference))
                 topology_of[label] = topology
     err = Console(stderr=True, highlight=False)
     results: dict[str, SimResult] = {}
@@ -449,13 +460,14 @@ def simulate_cmd(
         else:
             for task in tasks:
                 topology = topology_of[task.label]
-                workload = task.build_workload(topology)
+                workload = task.build_workload()
                 row = bar.add_task(f"{task.label}: {len(workload):,} jobs", total=1.0)
                 results[task.label] = simulate(
                     topology,
                     workload,
                     task.config,
                     progress=lambda f, row=row: bar.update(row, completed=f),
+                    reference=topologies[0],
                 )
                 summaries[task.label] = metrics.summary(results[task.label])
     if out is not None:
@@ -505,10 +517,18 @@ def _builder_vs(
 
 
 def _workload_builder(
-    spec: str, jobs: int, seed: int, min_duration: float, limit: int | None, estimate_factor: float
-) -> Callable[[Topology], Workload]:
-    def build(topology: Topology) -> Workload:
-        workload = _workload(spec, topology, jobs, seed, min_duration)
+    spec: str,
+    cluster_gpus: int,
+    jobs: int,
+    seed: int,
+    min_duration: float,
+    limit: int | None,
+    estimate_factor: float,
+) -> Callable[[], Workload]:
+    """The workload of a run; the same on both clusters of a what-if (sized for the first)."""
+
+    def build() -> Workload:
+        workload = _workload(spec, cluster_gpus, jobs, seed, min_duration)
         if limit is not None:
             workload = workload.head(limit)
         return with_estimates(workload, estimate_factor)

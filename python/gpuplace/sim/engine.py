@@ -50,7 +50,7 @@ from gpuplace.job import Job
 from gpuplace.placement import evaluate, place, solvers
 from gpuplace.repair import repair
 from gpuplace.sim.failures import Cause, FailureModel
-from gpuplace.sim.speed import JobProfile, Speed, job_profile, job_speed
+from gpuplace.sim.speed import JobProfile, Speed, job_profile, job_speed, peak_flops
 from gpuplace.sim.traces import SimJob, Workload, job_template
 from gpuplace.state import ClusterState, nics_of
 from gpuplace.topology import Topology
@@ -225,6 +225,7 @@ class _Simulator:
         workload: Workload,
         config: SimConfig,
         progress: Callable[[float], None] | None,
+        reference: Topology | None = None,
     ):
         config.validate()
         self.topology = topology
@@ -235,7 +236,8 @@ class _Simulator:
         self.records = {j.name: JobRecord(j) for j in workload.jobs}
         if len(self.records) != len(workload.jobs):
             raise InvalidJob(f"workload {workload.name}: job names must be unique")
-        self.empty: ClusterState | None = None
+        self.reference = reference
+        self.empty: dict[int, ClusterState] = {}
         self.templates: dict[tuple[int, int, int, str], Job] = {}
         self.profiles: dict[tuple[int, int, int, str], JobProfile] = {}
         self.running: dict[str, _Run] = {}
@@ -257,9 +259,10 @@ class _Simulator:
         self.nvl_level = nvl
         self.node_level = topology.node_level
         self.peak = 0.0
-        sizes = np.array([min(j.gpus, 8) for j in workload.jobs] or [1])
+        sizes = np.array([j.gpus for j in workload.jobs] or [1])
         ks, counts = np.unique(sizes, return_counts=True)
         self.fgd_sizes, self.fgd_weights = ks, counts / counts.sum()
+        self.node_capacity = np.asarray(topology._core.domain_sizes(topology.node_level))
         self.frag: list[tuple[float, int, float]] = []
         self.over_capacity = {j.name for j in workload.jobs if j.gpus > topology.num_gpus}
         if config.spares_per_leaf:
@@ -276,19 +279,25 @@ class _Simulator:
         template = self.templates.get(key)
         if template is None:
             template = self.templates[key] = job_template(job)
-            if self.empty is None:
-                self.empty = ClusterState(self.topology)
-            empty = self.empty
-            try:
-                reference = place(empty, template, "greedy").cost
-            except Infeasible:
-                reference = None
-            if reference is None:
-                self.profiles[key] = JobProfile(0.0, 0.0, 1.0, 0.0)
-            else:
-                self.profiles[key] = job_profile(template, self.topology, reference)
-                self.peak = self.profiles[key].peak_flops
+            self.profiles[key] = self._profile(template)
+            self.peak = self.profiles[key].peak_flops
         return template, self.profiles[key]
+
+    def _profile(self, template: Job) -> JobProfile:
+        """The job's reference step: alone on the empty reference cluster (this one unless a
+        what-if names another), placed by greedy; this cluster if it does not fit there."""
+        for reference_topology in dict.fromkeys((self.reference, self.topology)):
+            if reference_topology is None:
+                continue
+            empty = self.empty.get(id(reference_topology))
+            if empty is None:
+                empty = self.empty[id(reference_topology)] = ClusterState(reference_topology)
+            try:
+                report = place(empty, template, "greedy").cost
+            except Infeasible:
+                continue
+            return job_profile(template, self.topology, report, reference_topology)
+        return JobProfile(0.0, 0.0, peak_flops(self.topology), 0.0)
 
     def _queue_key(self, job: SimJob) -> tuple[Any, ...]:
         if self.config.policy == "priority":
@@ -638,13 +647,12 @@ class _Simulator:
         nvl = self.state.free_counts(self.nvl_level)
         node = self.state.free_counts(self.node_level)
         largest = int(np.sum(nvl // 8) * 8)
-        # FGD (Weng et al., ATC'23): a node's free GPUs count as fragmented for a task size
-        # it cannot hold; expected over the workload's task sizes.
+        # FGD (Weng et al., ATC'23): a node's free GPUs count as fragmented for a task it
+        # cannot hold, expected over the workload's task sizes; a task larger than a node
+        # takes whole nodes, so on each node it needs the node's size.
+        need = np.minimum(self.fgd_sizes[None, :], self.node_capacity[:, None])
         unallocated = float(
-            np.sum(
-                self.fgd_weights
-                * np.sum(node[:, None] * (node[:, None] < self.fgd_sizes[None, :]), axis=0)
-            )
+            np.sum(self.fgd_weights * np.sum(node[:, None] * (node[:, None] < need), axis=0))
         )
         self.frag.append((t, largest, unallocated))
 
@@ -750,7 +758,10 @@ def simulate(
     config: SimConfig | None = None,
     *,
     progress: Callable[[float], None] | None = None,
+    reference: Topology | None = None,
 ) -> SimResult:
     """Replay ``workload`` on ``topology`` under ``config`` (see the module docstring).
-    ``progress`` is called with the fraction of arrivals processed."""
-    return _Simulator(topology, workload, config or SimConfig(), progress).run()
+    ``progress`` is called with the fraction of arrivals processed. ``reference``: the cluster
+    whose empty-cluster step time defines a job's work (default ``topology``; a what-if passes
+    the cluster it compares against, see :mod:`gpuplace.sim.speed`)."""
+    return _Simulator(topology, workload, config or SimConfig(), progress, reference).run()

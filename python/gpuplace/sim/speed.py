@@ -9,7 +9,8 @@ without search). On a placement whose step time is ``step_seconds``, the job pro
     speed = reference_step_seconds / step_seconds      (work-seconds per wall second)
 
 so a job placed as well as on the empty cluster runs at speed 1 and a job whose step is twice
-as long takes twice as long. The step time comes from:
+as long takes twice as long. In a what-if between two clusters the reference is one of them
+(``simulate(..., reference=)``), so faster GPUs and fabrics run the same work faster. The step time comes from:
 
 1. ``report.step_seconds`` when the cost report carries it (the core's step-time model, which
    also prices compute, overlap and, with fabric contention, the other jobs' traffic);
@@ -123,12 +124,17 @@ def _step_seconds(report: CostReport, compute_seconds: float) -> float:
     return compute_seconds + float(report.comm_seconds)
 
 
-def job_profile(job: Job, topology: Topology, reference: CostReport) -> JobProfile:
+def job_profile(
+    job: Job, topology: Topology, reference: CostReport, reference_topology: Topology | None = None
+) -> JobProfile:
     """The profile of ``job`` on ``topology``, with ``reference`` the cost report of its
-    reference placement (alone on the empty cluster)."""
+    reference placement: alone on the empty ``reference_topology`` (default: ``topology``).
+    A what-if between clusters takes one of them as the reference of both, so a job's work
+    means the same on both and faster GPUs or fabrics shorten it."""
     peak = peak_flops(topology)
     compute, flops = _compute(job, peak)
-    return JobProfile(compute, flops, peak, _step_seconds(reference, compute))
+    reference_compute = _compute(job, peak_flops(reference_topology or topology))[0]
+    return JobProfile(compute, flops, peak, _step_seconds(reference, reference_compute))
 
 
 def job_speed(report: CostReport, profile: JobProfile) -> Speed:

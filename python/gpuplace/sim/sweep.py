@@ -28,13 +28,16 @@ class Task:
 
     label: str
     build_topology: Callable[[], Topology]
-    build_workload: Callable[[Topology], Workload]
+    build_workload: Callable[[], Workload]
     config: SimConfig
+    #: The cluster whose empty-cluster step time defines the jobs' work (a what-if's first).
+    build_reference: Callable[[], Topology] | None = None
 
 
 def _run(task: Task) -> tuple[SimResult, dict[str, Any]]:
     topology = task.build_topology()
-    result = simulate(topology, task.build_workload(topology), task.config)
+    reference = None if task.build_reference is None else task.build_reference()
+    result = simulate(topology, task.build_workload(), task.config, reference=reference)
     return result, metrics.summary(result)
 
 

@@ -372,13 +372,15 @@ def llm_mix(
     max_gpus: int | None = None,
 ) -> Workload:
     """``count`` synthetic LLM training jobs for a cluster of ``cluster_gpus`` GPUs. Sizes are
-    drawn from :data:`LLM_SIZES` (up to ``max_gpus``, default the cluster's size) with weights
+    drawn from :data:`LLM_SIZES` (up to ``max_gpus``, default half the cluster: a job needing
+    every GPU could only start when no GPU is broken, and Llama 3 405B's 16,384 GPUs were part
+    of a 24,576-GPU cluster) with weights
     n^-:data:`LLM_SIZE_EXPONENT`; layouts from :func:`llm_layout`; durations resampled from the
     Philly trace's jobs of 8 GPUs or more lasting 60 s or more; arrivals Poisson with the rate
     that offers ``load`` times the cluster's GPU-time. Deterministic for a seed."""
     if count < 1 or cluster_gpus < 8:
         raise InvalidJob("llm_mix: needs count >= 1 and a cluster of at least 8 GPUs")
-    cap = min(max_gpus or cluster_gpus, cluster_gpus)
+    cap = min(max_gpus or cluster_gpus // 2, cluster_gpus)
     sizes = np.array([s for s in LLM_SIZES if s <= cap], dtype=np.int64)
     weights = sizes.astype(float) ** -LLM_SIZE_EXPONENT
     rng = np.random.default_rng(seed)
