@@ -416,3 +416,16 @@ def test_real_clusters_from_the_shared_traces():
     }
     result = simulate(topology, llm_mix(30, cluster_gpus=topology.num_gpus, seed=2))
     assert metrics.summary(result)["jobs_finished"] == 30
+
+
+def test_what_if_measures_work_against_the_reference_cluster():
+    h100 = Topology.preset("h100-superpod", nodes=16)
+    gb200 = Topology.preset("gb200-nvl72", racks=2)
+    workload = Workload("w", (SimJob("j", 0.0, 64, 3600.0, tp=8, model="llama2-13b"),))
+    on_h100 = simulate(h100, workload).records[0]
+    on_gb200 = simulate(gb200, workload, reference=h100).records[0]
+    alone = simulate(gb200, workload).records[0]
+    assert on_h100.finish == pytest.approx(3600.0)
+    assert alone.finish == pytest.approx(3600.0)  # its own reference
+    # 2.5 PFLOP/s against 989 TFLOP/s and NVLink 5: the same work, well over twice as fast.
+    assert on_gb200.finish < 3600.0 / 2
