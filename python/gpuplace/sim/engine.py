@@ -30,7 +30,8 @@ until it recovers) instead of running on slowly.
 Accounting is exact in GPU-seconds: every job's held GPU-time is split into kept productive
 time, time lost to failures per cause (work since the last checkpoint, and restarts) and the
 rest; :mod:`gpuplace.sim.metrics` summarises it. Deterministic for a seed (``refine`` with a
-time limit is the one solver whose result depends on the machine's speed).
+time limit is the one solver whose result depends on the machine's speed). Failures are drawn
+up to a horizon of the last arrival plus four times the longest job plus 30 days.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuplace.errors import Infeasible, InvalidJob
+from gpuplace.errors import Infeasible, InvalidJob, InvalidState
 from gpuplace.job import Job
 from gpuplace.placement import evaluate, place, solvers
 from gpuplace.repair import repair
@@ -534,6 +535,7 @@ class _Simulator:
             gpus = np.flatnonzero(nics.gpu_nic == nics.index[nic])
             if self.config.evacuate:
                 affected = state.drain(nic=nic, reason=cause.name)
+                self.unusable = int(np.count_nonzero(state.health() != 0))
                 self._push(now + cause.repair_s, _RECOVER, ("nic", nic))
                 for owner in affected:
                     run = self.running.get(owner)
@@ -582,8 +584,8 @@ class _Simulator:
             checkpoint = self._last_checkpoint(run, now)
             try:
                 fixed = repair(self.state, named, max_moves=self.config.max_moves)
-            except Infeasible:
-                fixed = None
+            except (Infeasible, InvalidState):
+                fixed = None  # no repair exists on the healthy GPUs left: requeue
             if fixed is not None:
                 # The repair moved the allocation; close the segment on the old GPUs' count.
                 gpus = np.asarray(fixed.placement.gpus, dtype=np.int64)
