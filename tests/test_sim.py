@@ -214,11 +214,8 @@ def test_speed_model_uses_step_time_when_the_report_has_it():
 
 def test_repair_keeps_the_job_running_and_requeue_loses_its_place(small):
     workload = Workload("w", (_job("victim", 0, 32, 20_000), _job("next", 10, 32, 1000)))
-    fail_once = FailureModel("once", (Cause("gpu", "gpu", 0.0, 3600.0),))
-    # Inject one GPU failure under the victim by hand, through a model with a fixed event.
-    events = [(5000.0, fail_once.causes[0], 0)]
-    model = dataclasses.replace(fail_once)
-    object.__setattr__(model, "draw", lambda counts, horizon, seed: events)
+    # One GPU failure under the victim (GPU 0, which greedy gives it) at 5,000 s.
+    model = _fixed([(5000.0, Cause("gpu", "gpu", 0.0, 3600.0), 0)])
     spares = SimConfig(
         response="repair",
         failures=model,
@@ -429,3 +426,29 @@ def test_what_if_measures_work_against_the_reference_cluster():
     assert alone.finish == pytest.approx(3600.0)  # its own reference
     # 2.5 PFLOP/s against 989 TFLOP/s and NVLink 5: the same work, well over twice as fast.
     assert on_gb200.finish < 3600.0 / 2
+
+
+def _fixed(events: list[tuple[float, Cause, int]]) -> FailureModel:
+    """A failure model whose draw is exactly ``events`` (time, cause, component index)."""
+    model = FailureModel("fixed", tuple({e[1] for e in events}))
+    object.__setattr__(model, "draw", lambda counts, horizon, seed: events)
+    return model
+
+
+def test_a_degraded_link_slows_the_job_on_it_and_evacuation_moves_it(small):
+    job = SimJob("j", 0.0, 16, 3600.0, tp=8, model="llama2-13b")  # dp 2 across two hosts
+    workload = Workload("w", (job,))
+    clean = simulate(small, workload).records[0]
+    assert clean.finish == pytest.approx(3600.0)
+    loss = Cause("loss", "nic", 0.0, 2000.0, loss=0.01)
+    # NIC 0 is the first host's mlx5_0, the NIC of GPU 0, which greedy gives the job.
+    slowed = simulate(small, workload, SimConfig(failures=_fixed([(1000.0, loss, 0)]))).records[0]
+    assert slowed.finish > clean.finish + 1.0  # slower for 2,000 s, then back to full speed
+    assert slowed.restarts == 0 and not slowed.lost_gpu_s
+    config = SimConfig(failures=_fixed([(1000.0, loss, 0)]), evacuate=True, restart_s=300.0)
+    result = simulate(small, workload, config)
+    moved = result.records[0]
+    assert moved.restarts == 1
+    # Work since the start (no checkpoint yet at 1,000 s) and the restart are lost.
+    assert moved.lost_gpu_s == {"loss": pytest.approx(16 * (1000.0 + 300.0))}
+    assert moved.finish == pytest.approx(3600.0 + 1000.0 + 300.0)

@@ -133,6 +133,26 @@ def print_summaries(summaries: dict[str, dict[str, Any]], console: Console) -> N
             ),
         )
     console.print(table)
+    sizes = Table(
+        title="by job size (GPUs): JCT mean / p99 and mean queueing, hours", title_justify="left"
+    )
+    sizes.add_column("size", style="bold")
+    for label in summaries:
+        sizes.add_column(label, justify="right")
+    classes = list(dict.fromkeys(c for s in summaries.values() for c in s["by_size"]))
+    for size in classes:
+        cells = []
+        for s in summaries.values():
+            row = s["by_size"].get(size)
+            if row is None:
+                cells.append("-")
+                continue
+            jct, queue = row["jct_s"], row["queue_s"]
+            cells.append(
+                f"{jct['mean'] / 3600:,.2f} / {jct['p99'] / 3600:,.2f} ({queue['mean'] / 3600:,.2f})"
+            )
+        sizes.add_row(size, *cells)
+    console.print(sizes)
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -500,6 +520,14 @@ def aggregate(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]
             merged[key] = {
                 k: sum(m[key].get(k, 0.0) for m in members) / len(members) for k in names
             }
+        by_size: dict[str, Any] = {}
+        for size in dict.fromkeys(c for m in members for c in m["by_size"]):
+            rows = [m["by_size"][size] for m in members if size in m["by_size"]]
+            by_size[size] = {
+                key: {stat: sum(r[key][stat] for r in rows) / len(rows) for stat in rows[0][key]}
+                for key in ("jct_s", "queue_s")
+            }
+        merged["by_size"] = by_size
         out[f"{base} (mean of {len(members)} seeds)"] = merged
     return out
 
