@@ -452,3 +452,13 @@ def test_a_degraded_link_slows_the_job_on_it_and_evacuation_moves_it(small):
     # Work since the start (no checkpoint yet at 1,000 s) and the restart are lost.
     assert moved.lost_gpu_s == {"loss": pytest.approx(16 * (1000.0 + 300.0))}
     assert moved.finish == pytest.approx(3600.0 + 1000.0 + 300.0)
+
+
+def test_repricing_on_every_allocation_change_is_neutral_without_contention(small):
+    # Once the cost model prices contention, a job's speed depends on its neighbours and the
+    # simulator re-prices on every change; today that must change nothing.
+    workload = llm_mix(40, cluster_gpus=small.num_gpus, seed=5)
+    config = SimConfig(policy="easy", failures=_harsh(0.005), seed=2)
+    plain = simulate(small, workload, config)
+    repriced = simulate(small, workload, dataclasses.replace(config, reprice_on_change=True))
+    assert metrics.job_rows(plain) == metrics.job_rows(repriced)

@@ -15,7 +15,9 @@ events of one instant the queue policy starts what it can:
   :data:`BACKFILL_DEPTH` jobs are tried per pass (Slurm's ``bf_max_job_test`` default).
 
 A job's runtime is its work over its speed (:func:`gpuplace.sim.speed.job_speed`, the one speed
-model) on its placement; it is re-priced when the hardware under it degrades or recovers.
+model) on its placement; it is re-priced when the hardware under it degrades or recovers, and
+with ``reprice_on_change`` (for a cost model that prices contention between jobs) whenever the
+allocations change.
 Failures (:mod:`gpuplace.sim.failures`) are answered by a response policy:
 
 * ``requeue``: the job loses its work since its last checkpoint, gives its GPUs back and
@@ -95,6 +97,10 @@ class SimConfig:
     bins: int = 200
     #: Check the invariants (no GPU held twice, none on failed hardware) after every event.
     check: bool = False
+    #: Re-price the running jobs that cross the fabric whenever allocations change: needed
+    #: once the cost model prices contention between jobs (a job's speed then depends on its
+    #: neighbours); without contention it changes nothing and costs time.
+    reprice_on_change: bool = False
 
     def validate(self) -> None:
         if self.solver not in solvers():
@@ -615,7 +621,19 @@ class _Simulator:
                 continue
             template, profile = self._shape(run.record.job)
             report = evaluate(self.topology, template, run.gpus, state=self.state)
-            self._set_speed(run, now, job_speed(report, profile))
+            speed = job_speed(report, profile)
+            if speed.speed != run.timeline[-1][1]:
+                self._set_speed(run, now, speed)
+
+    def _reprice_fabric_jobs(self, now: float) -> None:
+        """Re-price every running job whose traffic leaves its NVLink domain."""
+        start = self.nvl_level + 1
+        crossing = {
+            name
+            for name, run in self.running.items()
+            if run.bytes_per_step is not None and run.bytes_per_step[start:].any()
+        }
+        self._reprice(crossing, now)
 
     def _recover(self, now: float, target: tuple[str, Any]) -> None:
         kind, name = target
@@ -693,6 +711,7 @@ class _Simulator:
             if next_sample <= now:
                 self._sample_fragmentation(now)
                 next_sample = max(next_sample + sample_every, now)
+            allocations = self.release_epoch, self.allocated
             while self.events and self.events[0][0] <= now:
                 t, kind, _, payload = heapq.heappop(self.events)
                 if kind == _FINISH:
@@ -714,6 +733,11 @@ class _Simulator:
                 if self.progress is not None and next_job % report_every == 0:
                     self.progress(next_job / total)
             self._schedule(now)
+            if self.config.reprice_on_change and allocations != (
+                self.release_epoch,
+                self.allocated,
+            ):
+                self._reprice_fabric_jobs(now)
             if self.config.check:
                 self._check()
             self.series.append(
