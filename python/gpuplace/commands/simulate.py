@@ -339,7 +339,11 @@ def _solvers(policy: str, compare: str | None) -> list[str]:
     "--restart-cost", type=float, default=300.0, show_default=True, help="Seconds to restart a job."
 )
 @click.option(
-    "--time-limit", type=float, default=None, help="Seconds per placement, for solvers that search."
+    "--time-limit",
+    type=float,
+    default=0.01,
+    show_default=True,
+    help="Seconds per placement, for solvers that search (refine, cpsat, auto).",
 )
 @click.option(
     "--vs", "vs_cluster", default=None, help="What-if: the same workload on this cluster too."

@@ -92,7 +92,9 @@ class SimConfig:
     checkpoint_interval_s: float = 1800.0
     restart_s: float = 300.0
     estimate_factor: float = 1.0
-    time_limit: float | None = None
+    #: Seconds per placement for solvers that search (refine, cpsat, auto): short, since a
+    #: replay places tens of thousands of jobs (refine's own default is 0.5 s).
+    time_limit: float | None = 0.01
     seed: int = 0
     bins: int = 200
     #: Check the invariants (no GPU held twice, none on failed hardware) after every event.
