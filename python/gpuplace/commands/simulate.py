@@ -5,6 +5,7 @@ CSV and JSON and, with ``--png`` (the ``plot`` extra), plots."""
 from __future__ import annotations
 
 import csv
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpuplace._validate import write_atomically
@@ -490,7 +491,7 @@ def simulate_cmd(
                     topology,
                     workload,
                     task.config,
-                    progress=lambda f, row=row: bar.update(row, completed=f),
+                    progress=functools.partial(_advance, bar, row),
                     reference=topologies[0],
                 )
                 summaries[task.label] = metrics.summary(results[task.label])
@@ -506,6 +507,10 @@ def simulate_cmd(
         console.print(f"wrote summary.json, jobs-*.csv/json and bins-*.csv/json to {out}")
     for path in pngs:
         console.print(f"wrote {path}")
+
+
+def _advance(bar: Progress, row: TaskID, fraction: float) -> None:
+    bar.update(row, completed=fraction)
 
 
 def aggregate(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

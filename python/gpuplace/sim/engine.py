@@ -42,7 +42,7 @@ import bisect
 import heapq
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -616,7 +616,7 @@ class _Simulator:
         self._interrupt(run, now, cause)
         self._enqueue(record.job)
 
-    def _reprice(self, owners: set[str | None], now: float) -> None:
+    def _reprice(self, owners: Iterable[str | None], now: float) -> None:
         for owner in sorted(o for o in owners if o is not None):
             run = self.running.get(owner)
             if run is None:

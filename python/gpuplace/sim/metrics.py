@@ -59,8 +59,8 @@ def summary(result: SimResult) -> dict[str, Any]:
     records = result.records
     finished = [r for r in records if r.finish is not None]
     first = min((r.job.submit_s for r in records), default=0.0)
-    last = max((r.finish for r in finished), default=first)  # type: ignore[type-var]
-    makespan = max(0.0, float(last) - first)
+    last = max((r.finish for r in finished if r.finish is not None), default=first)
+    makespan = max(0.0, last - first)
     span_end = first + makespan
     held = _integral(result.times, result.allocated, span_end)
     unusable = _integral(result.times, result.unusable, span_end)

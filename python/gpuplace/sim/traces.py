@@ -299,8 +299,8 @@ def load_workload(path: str | Path) -> Workload:
             document = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
-            line = f" line {mark.line + 1}" if mark is not None else ""
-            raise InvalidJob(f"{p}{line}: not valid YAML") from None
+            at = f" line {mark.line + 1}" if mark is not None else ""
+            raise InvalidJob(f"{p}{at}: not valid YAML") from None
         if not isinstance(document, dict) or not isinstance(document.get("jobs"), list):
             raise InvalidJob(f"{p}: expected a mapping with a list 'jobs'")
         for i, entry in enumerate(document["jobs"]):
