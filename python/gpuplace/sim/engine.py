@@ -277,7 +277,7 @@ class _Simulator:
         if config.spares_per_leaf:
             self._reserve_spares()
 
-    # ------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------ internals
     def _push(self, t: float, kind: int, payload: Any) -> None:
         self.recoveries += kind == _RECOVER
         self.seq += 1
