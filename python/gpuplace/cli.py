@@ -16,6 +16,7 @@ from gpuplace.commands.bench import bench
 from gpuplace.commands.catalog import presets_cmd, solvers_cmd
 from gpuplace.commands.common import load_cluster
 from gpuplace.commands.place import place_cmd
+from gpuplace.commands.simulate import simulate_cmd
 from gpuplace.commands.topo import topo
 from gpuplace.errors import GpuplaceError
 
@@ -69,6 +70,7 @@ cli.add_command(health.status)
 cli.add_command(health_ingest.health)
 cli.add_command(k8s.k8s)
 cli.add_command(slurm.slurm)
+cli.add_command(simulate_cmd)
 
 if __name__ == "__main__":
     sys.exit(main())
