@@ -54,6 +54,18 @@ class CostReport:
     confinement_ok: bool
     violations: list[str]
     nvlink_level: str
+    #: Priced in a state whose running jobs load the fabric: the same placement's seconds
+    #: with nobody else on it, and the uplinks over capacity on its paths
+    #: (``gpuplace.fabric``); ``comm_seconds`` is then the contended time.
+    alone_seconds: float | None = None
+    hot_uplinks: tuple[Any, ...] = ()
+
+    @property
+    def slowdown(self) -> float:
+        """Contended over alone communication time (1.0 when nobody slows the job)."""
+        if self.alone_seconds is None or self.alone_seconds <= 0:
+            return 1.0
+        return self.comm_seconds / self.alone_seconds
 
     @property
     def fabric_bytes(self) -> float:
@@ -79,6 +91,15 @@ class CostReport:
             "span_level": self.span_level,
             "confinement_ok": self.confinement_ok,
             "violations": self.violations,
+            **(
+                {
+                    "alone_seconds": self.alone_seconds,
+                    "slowdown": self.slowdown,
+                    "hot_uplinks": [u.to_dict() for u in self.hot_uplinks],
+                }
+                if self.alone_seconds is not None
+                else {}
+            ),
         }
 
 
@@ -86,10 +107,18 @@ def evaluate(
     topology: Topology, job: Job, gpus: Any, *, state: ClusterState | None = None
 ) -> CostReport:
     """Price a placement (``gpus[rank]`` = GPU id) with the one cost model; with ``state``,
-    on that state's hardware (degraded NICs and switches slow the paths through them)."""
+    on that state's hardware (degraded NICs and switches slow the paths through them) and
+    with its running jobs on the fabric (the report then gives the slowdown from contention
+    and the uplinks responsible)."""
     spec = job.compile(topology)
     core_state = None if state is None else state._core
     raw = _core.evaluate(topology._core, spec, np.asarray(gpus, dtype=np.int64), core_state)
+    shared: dict[str, Any] = {}
+    if state is not None and _core.hottest_uplinks(state._core, 1):
+        from gpuplace.fabric import contention
+
+        seen = contention(state, job, gpus)
+        shared = {"alone_seconds": seen.alone_seconds, "hot_uplinks": seen.uplinks}
     names = topology.level_names
     classes = job.class_names()
     span = raw["span_level"]
@@ -102,6 +131,7 @@ def evaluate(
         confinement_ok=raw["confinement_ok"],
         violations=list(raw["violations"]),
         nvlink_level=names[topology.nvlink_level],
+        **shared,
     )
 
 
@@ -298,8 +328,12 @@ def place(
     *,
     seed: int = 0,
     time_limit: float | None = None,
+    neighbours: bool = True,
 ) -> Placement:
     """Place ``job`` on the free GPUs of ``state`` with a registered solver.
+
+    Where running jobs load the fabric, the Rust solvers price a candidate with that load
+    and, with ``neighbours`` (the default), add the time it would cost the running jobs.
 
     The state is not changed: call ``state.allocate(placement)`` to take the GPUs. Raises
     :class:`gpuplace.Infeasible` (saying why) when the job cannot be placed.
@@ -310,7 +344,13 @@ def place(
     if time_limit is not None and not time_limit > 0:
         raise InvalidJob(f"time_limit must be > 0 seconds, got {time_limit!r}")
     start = time.perf_counter()
-    result = info.func(state, job, seed, time_limit)
+    if not neighbours and solver in _core.rust_solvers():
+        gpus = _core.place(
+            state._core, job.compile(state.topology), solver, seed, time_limit, False
+        )
+        result = SolveResult(gpus=gpus)
+    else:
+        result = info.func(state, job, seed, time_limit)
     elapsed = time.perf_counter() - start
     cost = evaluate(state.topology, job, result.gpus, state=state)
     return Placement(

@@ -138,6 +138,18 @@ class ClusterState:
         allocated = sum(len(g) for g in self.jobs.values())
         return allocated / self.topology.num_gpus
 
+    def hottest_uplinks(self, count: int = 5) -> list[dict[str, Any]]:
+        """The most loaded fabric uplinks (``gpuplace.fabric.hottest_uplinks``)."""
+        from gpuplace.fabric import hottest_uplinks
+
+        return hottest_uplinks(self, count)
+
+    def jobs_hurt(self, count: int = 5) -> list[dict[str, Any]]:
+        """Running jobs by slowdown from contention (``gpuplace.fabric.jobs_hurt``)."""
+        from gpuplace.fabric import jobs_hurt
+
+        return jobs_hurt(self, count)
+
     # ----------------------------------------------------------------- changes
     def allocate(
         self, placement: Placement | None = None, *, name: str | None = None, gpus: Any = None
@@ -150,7 +162,9 @@ class ClusterState:
             name, gpus = placement.job.name, placement.gpus
         if name is None or gpus is None:
             raise InvalidState("allocate needs a placement, or a name and GPUs")
-        self._core.allocate(name, np.asarray(gpus, dtype=np.int64))
+        # With its spec, the job's flows load the fabric's uplinks (gpuplace.fabric).
+        spec = None if placement is None else placement.job.compile(self.topology)
+        self._core.allocate(name, np.asarray(gpus, dtype=np.int64), spec)
         if placement is not None:
             self.specs[name] = placement.job
 
@@ -494,13 +508,11 @@ class ClusterState:
                 c.integer(g, f"jobs[{i}].gpus[{k}]", minimum=0)
                 for k, g in enumerate(c.sequence(entry.get("gpus"), f"jobs[{i}].gpus"))
             ]
-            try:
-                state._core.allocate(name, np.asarray(gpus, dtype=np.int64))
-            except InvalidState as exc:
-                raise c.fail(f"jobs[{i}]", str(exc)) from None
+            spec = None
             if "spec" in entry:
                 try:
                     spec = Job.from_dict(entry["spec"], source=f"jobs[{i}].spec")
+                    compiled = spec.compile(topology)
                 except InvalidJob as exc:
                     raise c.fail(f"jobs[{i}].spec", str(exc)) from None
                 if spec.gpus != len(gpus):
@@ -508,6 +520,13 @@ class ClusterState:
                         f"jobs[{i}].spec",
                         f"has {spec.gpus} ranks but the job holds {len(gpus)} GPUs",
                     )
+            try:
+                state._core.allocate(
+                    name, np.asarray(gpus, dtype=np.int64), None if spec is None else compiled
+                )
+            except InvalidState as exc:
+                raise c.fail(f"jobs[{i}]", str(exc)) from None
+            if spec is not None:
                 state.specs[name] = spec
         health = c.mapping(snap.get("health", {}), "health")
         for key in ("failed", "drained"):

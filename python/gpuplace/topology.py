@@ -37,11 +37,15 @@ class Level:
 
     ``bandwidth_gbps`` is the per-GPU, one-direction bandwidth (GB/s) of traffic whose lowest
     common level is this one; ``latency_us`` the latency of one message at this level (µs).
+    ``oversubscription`` (>= 1) divides the capacity of this level's uplinks (the links of
+    each of its domains to the level above): 2 means 2:1, half of what its GPUs could send
+    (``gpuplace.fabric``).
     """
 
     name: str
     bandwidth_gbps: float
     latency_us: float
+    oversubscription: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class Topology:
         host_types: Sequence[str],
         host_domains: Sequence[Sequence[str]],
         provenance: Mapping[str, Any] | None = None,
+        uplink_gbps: Mapping[str, float] | None = None,
     ):
         """Build from parts; ``host_domains[h]`` names host h's domain at each level above the
         node level. Prefer :meth:`from_dict`, which validates field by field."""
@@ -117,6 +122,9 @@ class Topology:
         self._host_index = {h: i for i, h in enumerate(self.hosts)}
         #: How to rebuild this topology (a preset and its parameters, or a file), if known.
         self.origin: dict[str, Any] | None = None
+        #: Explicit uplink capacities (GB/s each direction) of single switches or hosts, by
+        #: name (``"su003"`` or ``"leaf:su003"``); they override the level's ratio.
+        self.uplink_gbps: dict[str, float] = dict(uplink_gbps or {})
         self._core = self._compile()
 
     # ----------------------------------------------------------------- compilation
@@ -178,7 +186,9 @@ class Topology:
         host_type_ids = np.array([type_index[t] for t in self.host_types], dtype=np.int64)
         self._host_of_gpu = host_of_gpu
         self._gpu_local = local
-        return _core.Topology(
+        from gpuplace.fabric import apply_uplink_capacity
+
+        return apply_uplink_capacity(self, _core.Topology(
             [lv.name for lv in self.levels],
             [lv.bandwidth_gbps for lv in self.levels],
             [lv.latency_us for lv in self.levels],
@@ -190,7 +200,7 @@ class Topology:
             matrices,
             host_type_ids,
             local,
-        )
+        ))
 
     # ----------------------------------------------------------------- queries
     @property
@@ -283,6 +293,7 @@ class Topology:
                 "node_types",
                 "nodes",
                 "provenance",
+                "uplink_gbps",
             },
         )
         if doc.get("format") != FORMAT:
@@ -296,7 +307,7 @@ class Topology:
         for i, raw in enumerate(raw_levels):
             p = f"levels[{i}]"
             lv = c.mapping(raw, p)
-            c.keys(lv, p, {"name", "bandwidth_gbps", "latency_us"})
+            c.keys(lv, p, {"name", "bandwidth_gbps", "latency_us", "oversubscription"})
             lname = c.string(lv.get("name"), f"{p}.name")
             if not _NAME.match(lname):
                 raise c.fail(f"{p}.name", f"use lowercase letters, digits, '-', '_'; got {lname!r}")
@@ -307,6 +318,7 @@ class Topology:
                     lname,
                     c.number(lv.get("bandwidth_gbps"), f"{p}.bandwidth_gbps", positive=True),
                     c.number(lv.get("latency_us", 0.0), f"{p}.latency_us", minimum=0.0),
+                    c.number(lv.get("oversubscription", 1.0), f"{p}.oversubscription", minimum=1.0),
                 )
             )
         names = [lv.name for lv in levels]
@@ -378,6 +390,10 @@ class Topology:
             if len(hosts) > 2_000_000:
                 raise c.fail("nodes", "more than 2,000,000 hosts")
         notes = _provenance(c, doc.get("provenance", {}))
+        uplinks = {
+            str(k): c.number(v, f"uplink_gbps.{k}", positive=True)
+            for k, v in c.mapping(doc.get("uplink_gbps", {}), "uplink_gbps").items()
+        }
         try:
             return cls(
                 name=name,
@@ -389,6 +405,7 @@ class Topology:
                 host_types=host_types,
                 host_domains=host_domains,
                 provenance=notes,
+                uplink_gbps=uplinks,
             )
         except InvalidTopology as exc:
             raise c.fail("", _domain_message(str(exc), levels, host_domains, hosts)) from None
@@ -399,6 +416,7 @@ class Topology:
         out: dict[str, Any] = {"format": FORMAT, "name": self.name}
         out["levels"] = [
             {"name": lv.name, "bandwidth_gbps": lv.bandwidth_gbps, "latency_us": lv.latency_us}
+            | ({"oversubscription": lv.oversubscription} if lv.oversubscription != 1 else {})
             for lv in self.levels
         ]
         out["node_level"] = self.levels[self.node_level].name
@@ -437,6 +455,8 @@ class Topology:
             run.append(host)
         flush()
         out["nodes"] = nodes
+        if self.uplink_gbps:
+            out["uplink_gbps"] = dict(self.uplink_gbps)
         if self.provenance:
             out["provenance"] = json.loads(json.dumps(self.provenance))
         return out

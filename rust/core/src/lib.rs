@@ -7,6 +7,7 @@
 
 pub mod cost;
 pub mod error;
+pub mod fabric;
 pub mod greedy;
 pub mod job;
 pub mod qap;

@@ -154,7 +154,7 @@ impl<'a> Search<'a> {
             sum_time: 0.0,
             scratch: Vec::new(),
             anchor_domain: topo.domain_of(start[0] as usize, job.max_span),
-            health: Health::of(state),
+            health: Health::with_neighbours(state, start),
         };
         for ci in 0..job.collectives.len() {
             s.collective_time[ci] = s.price(ci);

@@ -21,6 +21,8 @@ use gpuplace_core::state::{Component, ComponentHealth, Condition, GpuStatus};
 use gpuplace_core::topology::{Level, NodeType};
 use gpuplace_core::{ClusterState, CoreError, JobSpec, Topology};
 
+mod fabric;
+
 /// Map a core error onto the matching `gpuplace.errors` class.
 fn to_pyerr(py: Python<'_>, err: CoreError) -> PyErr {
     let class = match &err {
@@ -751,14 +753,29 @@ impl PyClusterState {
         }
     }
 
+    /// With `job`, the job's flows load the fabric's uplinks until it is released.
+    #[pyo3(signature = (name, gpus, job=None))]
     fn allocate(
         &mut self,
         py: Python<'_>,
         name: &str,
         gpus: PyReadonlyArray1<'_, i64>,
+        job: Option<&PyJobSpec>,
     ) -> PyResult<()> {
         let gpus = gpus_from(py, &gpus)?;
-        self.inner.allocate(name, &gpus).py_ok(py)
+        let spec = match job {
+            Some(j) if !Arc::ptr_eq(self.inner.topology(), &j.topology) => {
+                return Err(to_pyerr(
+                    py,
+                    CoreError::InvalidJob(
+                        "the job was compiled for another topology than the state's".into(),
+                    ),
+                ))
+            }
+            Some(j) => Some(j.inner.clone()),
+            None => None,
+        };
+        self.inner.allocate_job(name, &gpus, spec).py_ok(py)
     }
 
     fn release<'py>(&mut self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyArray1<i64>>> {
@@ -901,10 +918,15 @@ fn evaluate<'py>(
             ));
         }
     }
-    let factors = state.as_ref().and_then(|st| st.inner.path_factors());
-    let report = py
-        .detach(|| gpuplace_core::cost::evaluate_with(&topo, factors, &spec, &gpus))
-        .py_ok(py)?;
+    // In a state: its degraded hardware and its running jobs' load on the fabric.
+    let report = match &state {
+        Some(st) => {
+            let inner = &st.inner;
+            py.detach(|| gpuplace_core::cost::evaluate_in(inner, &spec, &gpus))
+        }
+        None => py.detach(|| gpuplace_core::cost::evaluate(&topo, &spec, &gpus)),
+    }
+    .py_ok(py)?;
     let out = PyDict::new(py);
     out.set_item("comm_seconds", report.comm_seconds)?;
     out.set_item("class_seconds", report.class_seconds)?;
@@ -918,7 +940,7 @@ fn evaluate<'py>(
 
 /// Run a Rust solver; returns the GPU of each rank. The state is not changed.
 #[pyfunction]
-#[pyo3(signature = (state, job, solver, seed=0, time_limit=None))]
+#[pyo3(signature = (state, job, solver, seed=0, time_limit=None, neighbours=true))]
 fn place<'py>(
     py: Python<'py>,
     state: PyRef<'py, PyClusterState>,
@@ -926,6 +948,7 @@ fn place<'py>(
     solver: &str,
     seed: u64,
     time_limit: Option<f64>,
+    neighbours: bool,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
     let spec = job.inner.clone();
     if !Arc::ptr_eq(state.inner.topology(), &job.topology) {
@@ -937,7 +960,11 @@ fn place<'py>(
         ));
     }
     let inner = &state.inner;
-    let opts = SolveOptions { seed, time_limit };
+    let opts = SolveOptions {
+        seed,
+        time_limit,
+        ignore_neighbours: !neighbours,
+    };
     let gpus = py
         .detach(|| solvers::solve(solver, inner, &spec, &opts))
         .py_ok(py)?;
@@ -1137,6 +1164,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(map_ranks, m)?)?;
     m.add_function(wrap_pyfunction!(rust_solvers, m)?)?;
     m.add_function(wrap_pyfunction!(loss_factor, m)?)?;
+    fabric::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
