@@ -2,7 +2,7 @@
 gpuplace-core). The public API is re-exported from ``gpuplace``; these classes hold the
 flat arrays the Rust core solves over."""
 
-from typing import final
+from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
@@ -12,12 +12,20 @@ __all__ = [
     "JobSpec",
     "Topology",
     "__version__",
+    "added_to_neighbours",
+    "contention",
     "evaluate",
+    "fabric_load",
+    "hottest_uplinks",
+    "job_load",
+    "jobs_hurt",
     "loss_factor",
     "map_ranks",
     "place",
     "refine",
     "rust_solvers",
+    "uplinks",
+    "with_uplink_gbps",
 ]
 
 __version__: str
@@ -95,7 +103,9 @@ class ClusterState:
         cls, topology: Topology, gpu_nic: npt.NDArray[np.int64] | None = None
     ) -> ClusterState: ...
     def copy(self) -> ClusterState: ...
-    def allocate(self, name: str, gpus: npt.NDArray[np.int64]) -> None: ...
+    def allocate(
+        self, name: str, gpus: npt.NDArray[np.int64], job: JobSpec | None = None
+    ) -> None: ...
     def release(self, name: str) -> npt.NDArray[np.int64]: ...
     def set_health(
         self, gpus: npt.NDArray[np.int64], code: int
@@ -162,6 +172,7 @@ def place(
     solver: str,
     seed: int = 0,
     time_limit: float | None = None,
+    neighbours: bool = True,
 ) -> npt.NDArray[np.int64]: ...
 def refine(
     state: ClusterState,
@@ -172,3 +183,21 @@ def refine(
     max_iterations: int = 200000,
 ) -> tuple[npt.NDArray[np.int64], float, float, int, int]: ...
 def rust_solvers() -> list[str]: ...
+
+# Fabric: uplink capacities, the running jobs' load, contention (rust/py/src/fabric.rs).
+def uplinks(
+    topology: Topology,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]: ...
+def with_uplink_gbps(topology: Topology, capacity: npt.NDArray[np.float64]) -> Topology: ...
+def fabric_load(state: ClusterState) -> npt.NDArray[np.float64]: ...
+def job_load(
+    job: JobSpec, gpus: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]: ...
+def contention(
+    state: ClusterState, job: JobSpec, gpus: npt.NDArray[np.int64]
+) -> dict[str, Any]: ...
+def added_to_neighbours(
+    state: ClusterState, job: JobSpec, gpus: npt.NDArray[np.int64]
+) -> float: ...
+def hottest_uplinks(state: ClusterState, count: int) -> list[tuple[int, float, float]]: ...
+def jobs_hurt(state: ClusterState) -> list[tuple[str, float, float]]: ...

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from gpuplace._validate import exclusive_lock, write_atomically
 from gpuplace.commands.bench import bench
+from gpuplace.commands.fabric_report import contention_rows, print_fabric
 from gpuplace.commands.topo import topo
 from gpuplace.errors import GpuplaceError, InvalidTopology
 from gpuplace.io import writers
@@ -73,6 +74,8 @@ def print_placement(p: Placement) -> None:
     for level, b in p.cost.bytes_by_level.items():
         table.add_row(f"bytes via {level}", _fmt_bytes(b))
     table.add_row("confinement", "ok" if p.cost.confinement_ok else "; ".join(p.cost.violations))
+    for label, value in contention_rows(p.cost):
+        table.add_row(label, value)
     if p.bound is not None:
         table.add_row("bound / gap", f"{p.bound * 1e3:.3f} ms / {100 * (p.gap or 0):.2f} %")
     table.add_row("solve time", f"{p.elapsed_s * 1e3:.2f} ms")
@@ -196,6 +199,7 @@ def place_cmd(
             _out.print(
                 f"allocated in {state_path}: {state.free_gpus} of {topology.num_gpus} GPUs free"
             )
+            print_fabric(state, _out)
 
 
 #: ``--emit`` formats and the writer of each.

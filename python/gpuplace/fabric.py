@@ -69,8 +69,10 @@ def apply_uplink_capacity(topology: Topology, core: _core.Topology) -> _core.Top
         ]
         if len(hits) != 1:
             above = ", ".join(lv.name for lv in topology.levels[topology.nvlink_level : top])
-            problem = "names domains at several levels; write level:name" if hits else (
-                f"is not a switch or host with an uplink (levels {above or 'none'})"
+            problem = (
+                "names domains at several levels; write level:name"
+                if hits
+                else (f"is not a switch or host with an uplink (levels {above or 'none'})")
             )
             raise InvalidTopology(f"uplink_gbps.{name}: {problem}")
         capacity[first[hits[0]]] = float(gbps)
@@ -143,9 +145,7 @@ def contention(state: ClusterState, job: Job, gpus: Any) -> Contention:
     """Price ``job`` on ``gpus`` alone and with the running jobs of ``state``; when the job
     is running on exactly those GPUs its own load is not counted against it."""
     topology = state.topology
-    raw = _core.contention(
-        state._core, job.compile(topology), np.asarray(gpus, dtype=np.int64)
-    )
+    raw = _core.contention(state._core, job.compile(topology), np.asarray(gpus, dtype=np.int64))
     return Contention(
         alone_seconds=raw["alone_seconds"],
         contended_seconds=raw["contended_seconds"],

@@ -186,9 +186,7 @@ class Topology:
         host_type_ids = np.array([type_index[t] for t in self.host_types], dtype=np.int64)
         self._host_of_gpu = host_of_gpu
         self._gpu_local = local
-        from gpuplace.fabric import apply_uplink_capacity
-
-        return apply_uplink_capacity(self, _core.Topology(
+        core = _core.Topology(
             [lv.name for lv in self.levels],
             [lv.bandwidth_gbps for lv in self.levels],
             [lv.latency_us for lv in self.levels],
@@ -200,7 +198,10 @@ class Topology:
             matrices,
             host_type_ids,
             local,
-        ))
+        )
+        from gpuplace.fabric import apply_uplink_capacity
+
+        return apply_uplink_capacity(self, core)
 
     # ----------------------------------------------------------------- queries
     @property

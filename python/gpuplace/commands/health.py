@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuplace._validate import exclusive_lock
+from gpuplace.commands.fabric_report import fabric_doc, print_fabric
 from gpuplace.errors import InvalidState, InvalidTopology
 from gpuplace.repair import repair
 from gpuplace.state import ClusterState
@@ -362,6 +363,7 @@ def status(
         "jobs": jobs,
         "levels": levels,
         "unhealthy": state.unhealthy(),
+        **fabric_doc(state),
     }
     if fmt == "json":
         click.echo(json.dumps(doc))
@@ -408,3 +410,4 @@ def status(
         factor = f"{h['factor']:.3g}" if h["condition"] == "degraded" else "-"
         table.add_row(h["kind"], h["name"], h["condition"], factor, h["reason"])
     _out.print(table)
+    print_fabric(state, _out)

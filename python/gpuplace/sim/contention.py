@@ -82,8 +82,8 @@ def loaded_state(
     seed: int = 0,
     scheduler: str = "slurm-tree",
     rounds: int = 4,
-    moe_share: float = 0.6,
-    sizes: Sequence[int] = (32, 64, 128, 256),
+    moe_share: float = 0.8,
+    sizes: Sequence[int] = (64, 128, 256),
 ) -> ClusterState:
     """A state at about ``occupancy``: fill to 95 % with jobs placed by ``scheduler``, end
     random jobs down to the target, ``rounds`` times. Deterministic for a seed."""
@@ -169,6 +169,14 @@ class ContentionResult:
             return None
         return self.comm_seconds / self.alone_seconds
 
+    @property
+    def total_seconds(self) -> float | None:
+        """The new job's seconds plus what it adds to the running jobs: its whole cost to
+        the cluster per step."""
+        if self.comm_seconds is None or self.added_seconds is None:
+            return None
+        return self.comm_seconds + self.added_seconds
+
 
 @dataclass
 class ContentionSuite:
@@ -183,17 +191,18 @@ class ContentionSuite:
         ]
         return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
-    def ratio(self, solver: str, peer: str) -> tuple[float | None, int]:
-        """Geometric mean of ``solver``'s comm seconds over ``peer``'s on the instances both
+    def ratio(
+        self, solver: str, peer: str, metric: str = "comm_seconds"
+    ) -> tuple[float | None, int]:
+        """Geometric mean of ``solver``'s ``metric`` over ``peer``'s on the instances both
         placed, and how many."""
         by_key: dict[tuple[Any, ...], dict[str, float]] = {}
         for r in self.results:
-            if r.status == "ok" and r.comm_seconds:
+            value = getattr(r, metric)
+            if r.status == "ok" and value:
                 key = (r.cluster, r.occupancy, r.job, r.seed)
-                by_key.setdefault(key, {})[r.solver] = r.comm_seconds
-        logs = [
-            math.log(v[solver] / v[peer]) for v in by_key.values() if solver in v and peer in v
-        ]
+                by_key.setdefault(key, {})[r.solver] = value
+        logs = [math.log(v[solver] / v[peer]) for v in by_key.values() if solver in v and peer in v]
         return (math.exp(sum(logs) / len(logs)) if logs else None), len(logs)
 
     def summary(self) -> dict[str, dict[str, Any]]:
@@ -203,6 +212,7 @@ class ContentionSuite:
             slow = [r.slowdown for r in rows if r.slowdown is not None]
             added = [r.added_fraction for r in rows if r.added_fraction is not None]
             ratio, count = self.ratio("greedy", name)
+            total_ratio, _ = self.ratio("greedy", name, "total_seconds")
             out[name] = {
                 "placed": len(rows),
                 "infeasible": sum(
@@ -213,6 +223,7 @@ class ContentionSuite:
                 "max_slowdown": max(slow) if slow else None,
                 "mean_added_fraction": statistics.fmean(added) if added else None,
                 "greedy_over_solver": ratio,
+                "greedy_over_solver_total": total_ratio,
                 "instances_compared": count,
                 "median_solve_ms": statistics.median(r.solve_ms for r in rows if r.solve_ms)
                 if rows
@@ -222,7 +233,10 @@ class ContentionSuite:
 
     def write(self, out: Path) -> list[Path]:
         out.mkdir(parents=True, exist_ok=True)
-        rows = [asdict(r) | {"slowdown": r.slowdown} for r in self.results]
+        rows = [
+            asdict(r) | {"slowdown": r.slowdown, "total_seconds": r.total_seconds}
+            for r in self.results
+        ]
         csv_path = out / "contention.csv"
         with csv_path.open("w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
