@@ -20,7 +20,7 @@ from rich.table import Table
 
 from gpuplace._validate import exclusive_lock, write_atomically
 from gpuplace.commands.bench import bench
-from gpuplace.commands.fabric_report import contention_rows, print_fabric
+from gpuplace.commands.fabric_report import placement_rows, print_fabric
 from gpuplace.commands.topo import topo
 from gpuplace.errors import GpuplaceError, InvalidTopology
 from gpuplace.io import writers
@@ -74,7 +74,7 @@ def print_placement(p: Placement) -> None:
     for level, b in p.cost.bytes_by_level.items():
         table.add_row(f"bytes via {level}", _fmt_bytes(b))
     table.add_row("confinement", "ok" if p.cost.confinement_ok else "; ".join(p.cost.violations))
-    for label, value in contention_rows(p.cost):
+    for label, value in placement_rows(p):
         table.add_row(label, value)
     if p.bound is not None:
         table.add_row("bound / gap", f"{p.bound * 1e3:.3f} ms / {100 * (p.gap or 0):.2f} %")

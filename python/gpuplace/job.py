@@ -39,6 +39,7 @@ import numpy as np
 from gpuplace import _core
 from gpuplace._validate import Checker, read_document
 from gpuplace.errors import Infeasible, InvalidJob
+from gpuplace.power import JobPower, parse_job_power
 
 if TYPE_CHECKING:
     from gpuplace.topology import Topology
@@ -137,6 +138,8 @@ class Job:
     traffic_ranks: int | None = None
     confine: Mapping[str, str] = field(default_factory=lambda: {"tp": "nvlink_domain"})
     max_span: str | None = None
+    #: Per-GPU draw and synchronised peaks (``gpuplace.power``); None: board power, unsynced.
+    power: JobPower | None = None
 
     def __post_init__(self) -> None:
         c = Checker(InvalidJob, None)
@@ -231,6 +234,7 @@ class Job:
                 "communication",
                 "traffic",
                 "constraints",
+                "power",
             },
         )
         name = c.string(doc.get("name"), "name")
@@ -329,6 +333,8 @@ class Job:
                 kwargs["traffic"] = np.array(edges, dtype=np.float64).reshape(-1, 3)
                 kwargs["traffic_ranks"] = n
             kwargs.setdefault("confine", {})
+        if doc.get("power") is not None:
+            kwargs["power"] = parse_job_power(c, doc["power"])
         try:
             return cls(name=name, **kwargs)
         except InvalidJob as exc:
@@ -361,6 +367,8 @@ class Job:
         if self.max_span is not None:
             constraints["max_span"] = self.max_span
         out["constraints"] = constraints
+        if self.power is not None:
+            out["power"] = self.power.to_dict()
         return out
 
     # ----------------------------------------------------------------- compilation

@@ -344,13 +344,28 @@ def place(
     if time_limit is not None and not time_limit > 0:
         raise InvalidJob(f"time_limit must be > 0 seconds, got {time_limit!r}")
     start = time.perf_counter()
-    if not neighbours and solver in _core.rust_solvers():
-        gpus = _core.place(
-            state._core, job.compile(state.topology), solver, seed, time_limit, False
+
+    def solve(view: ClusterState) -> SolveResult:
+        if not neighbours and solver in _core.rust_solvers():
+            spec = job.compile(view.topology)
+            return SolveResult(gpus=_core.place(view._core, spec, solver, seed, time_limit, False))
+        return info.func(view, job, seed, time_limit)
+
+    if state.topology.power_domains:
+        from gpuplace.power import place_within_power
+
+        result, slot = place_within_power(state, job, solve)
+        phases = state.topology.power_phases
+        extra = {"phase_slot": slot, "phase_offset": slot / phases} if phases > 1 else {}
+        result = SolveResult(
+            gpus=result.gpus,
+            optimal=result.optimal,
+            bound=result.bound,
+            solver=result.solver,
+            details={**result.details, **extra},
         )
-        result = SolveResult(gpus=gpus)
     else:
-        result = info.func(state, job, seed, time_limit)
+        result = solve(state)
     elapsed = time.perf_counter() - start
     cost = evaluate(state.topology, job, result.gpus, state=state)
     return Placement(

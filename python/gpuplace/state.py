@@ -93,12 +93,15 @@ class ClusterState:
         self._core = _core.ClusterState(topology._core, nics_of(topology).gpu_nic)
         #: Job name -> its spec, for jobs allocated from a placement (repair uses it).
         self.specs: dict[str, Job] = {}
+        #: Job name -> the power phase slot of a staggered synchronised job (``gpuplace.power``).
+        self.phase_slots: dict[str, int] = {}
 
     def copy(self) -> ClusterState:
         out = ClusterState.__new__(ClusterState)
         out.topology = self.topology
         out._core = self._core.copy()
         out.specs = dict(self.specs)
+        out.phase_slots = dict(self.phase_slots)
         return out
 
     # ----------------------------------------------------------------- queries
@@ -144,6 +147,13 @@ class ClusterState:
 
         return hottest_uplinks(self, count)
 
+    def power_headroom(self) -> list[dict[str, Any]]:
+        """Per power domain: budget, draw and headroom (W), synchronised jobs and their phase
+        offsets (``gpuplace.power.power_report``)."""
+        from gpuplace.power import power_report
+
+        return power_report(self)
+
     def jobs_hurt(self, count: int = 5) -> list[dict[str, Any]]:
         """Running jobs by slowdown from contention (``gpuplace.fabric.jobs_hurt``)."""
         from gpuplace.fabric import jobs_hurt
@@ -162,16 +172,26 @@ class ClusterState:
             name, gpus = placement.job.name, placement.gpus
         if name is None or gpus is None:
             raise InvalidState("allocate needs a placement, or a name and GPUs")
+        # A power budget is never exceeded, whoever chose the GPUs (gpuplace.power).
+        slot = 0 if placement is None else int(placement.details.get("phase_slot", 0))
+        if self.topology.power_domains and name not in self.jobs:
+            from gpuplace.power import check_budgets
+
+            job = None if placement is None else placement.job
+            check_budgets(self, name, job, np.asarray(gpus, dtype=np.int64), slot)
         # With its spec, the job's flows load the fabric's uplinks (gpuplace.fabric).
         spec = None if placement is None else placement.job.compile(self.topology)
         self._core.allocate(name, np.asarray(gpus, dtype=np.int64), spec)
         if placement is not None:
             self.specs[name] = placement.job
+        if slot:
+            self.phase_slots[name] = slot
 
     def release(self, name: str) -> np.ndarray:
         """Free a job's GPUs; returns them."""
         gpus = self._core.release(name)
         self.specs.pop(name, None)
+        self.phase_slots.pop(name, None)
         return gpus
 
     def _set_health(self, gpus: Iterable[int], code: int) -> dict[str, np.ndarray]:
@@ -460,6 +480,8 @@ class ClusterState:
             job: dict[str, Any] = {"name": name, "gpus": gpus.tolist()}
             if name in self.specs:
                 job["spec"] = self.specs[name].to_dict()
+            if self.phase_slots.get(name):
+                job["phase_slot"] = self.phase_slots[name]
             jobs.append(job)
         out: dict[str, Any] = {
             "format": STATE_FORMAT,
@@ -528,6 +550,10 @@ class ClusterState:
                 raise c.fail(f"jobs[{i}]", str(exc)) from None
             if spec is not None:
                 state.specs[name] = spec
+            if "phase_slot" in entry:
+                state.phase_slots[name] = c.integer(
+                    entry["phase_slot"], f"jobs[{i}].phase_slot", minimum=0
+                )
         health = c.mapping(snap.get("health", {}), "health")
         for key in ("failed", "drained"):
             ids = [

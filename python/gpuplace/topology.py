@@ -105,6 +105,8 @@ class Topology:
         host_domains: Sequence[Sequence[str]],
         provenance: Mapping[str, Any] | None = None,
         uplink_gbps: Mapping[str, float] | None = None,
+        power_domains: Sequence[Any] = (),
+        power_phases: int = 1,
     ):
         """Build from parts; ``host_domains[h]`` names host h's domain at each level above the
         node level. Prefer :meth:`from_dict`, which validates field by field."""
@@ -125,6 +127,10 @@ class Topology:
         #: Explicit uplink capacities (GB/s each direction) of single switches or hosts, by
         #: name (``"su003"`` or ``"leaf:su003"``); they override the level's ratio.
         self.uplink_gbps: dict[str, float] = dict(uplink_gbps or {})
+        #: Racks, PDUs and rows with a budget for their GPUs' draw (``gpuplace.power``), and
+        #: the number of phase slots synchronised jobs may be staggered over.
+        self.power_domains: tuple[Any, ...] = tuple(power_domains)
+        self.power_phases = int(power_phases)
         self._core = self._compile()
 
     # ----------------------------------------------------------------- compilation
@@ -295,6 +301,8 @@ class Topology:
                 "nodes",
                 "provenance",
                 "uplink_gbps",
+                "power_domains",
+                "power_phases",
             },
         )
         if doc.get("format") != FORMAT:
@@ -391,6 +399,10 @@ class Topology:
             if len(hosts) > 2_000_000:
                 raise c.fail("nodes", "more than 2,000,000 hosts")
         notes = _provenance(c, doc.get("provenance", {}))
+        from gpuplace.power import parse_power_domains
+
+        power_domains = parse_power_domains(c, doc.get("power_domains", []), hosts)
+        power_phases = c.integer(doc.get("power_phases", 1), "power_phases", minimum=1, maximum=64)
         uplinks = {
             str(k): c.number(v, f"uplink_gbps.{k}", positive=True)
             for k, v in c.mapping(doc.get("uplink_gbps", {}), "uplink_gbps").items()
@@ -407,6 +419,8 @@ class Topology:
                 host_domains=host_domains,
                 provenance=notes,
                 uplink_gbps=uplinks,
+                power_domains=power_domains,
+                power_phases=power_phases,
             )
         except InvalidTopology as exc:
             raise c.fail("", _domain_message(str(exc), levels, host_domains, hosts)) from None
@@ -458,6 +472,10 @@ class Topology:
         out["nodes"] = nodes
         if self.uplink_gbps:
             out["uplink_gbps"] = dict(self.uplink_gbps)
+        if self.power_domains:
+            out["power_domains"] = [d.to_dict(self.hosts) for d in self.power_domains]
+        if self.power_phases != 1:
+            out["power_phases"] = self.power_phases
         if self.provenance:
             out["provenance"] = json.loads(json.dumps(self.provenance))
         return out

@@ -10,10 +10,21 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from gpuplace.placement import CostReport
+    from gpuplace.placement import CostReport, Placement
     from gpuplace.state import ClusterState
 
-__all__ = ["contention_rows", "fabric_doc", "print_fabric"]
+__all__ = ["contention_rows", "fabric_doc", "placement_rows", "print_fabric", "print_power"]
+
+
+def placement_rows(placement: Placement) -> list[tuple[str, str]]:
+    """Rows for a placement table: slowdown and hot uplinks when priced among neighbours, and
+    the power phase of a staggered synchronised job."""
+    rows = []
+    if "phase_offset" in placement.details:
+        rows.append(
+            ("power phase", f"starts {placement.details['phase_offset']:g} of a step later")
+        )
+    return rows + contention_rows(placement.cost)
 
 
 def contention_rows(cost: CostReport) -> list[tuple[str, str]]:
@@ -80,5 +91,32 @@ def print_fabric(state: ClusterState, console: Console, count: int = 5) -> None:
             f"{u['load_gbps']:.0f}",
             f"{u['capacity_gbps']:.0f}",
             f"{u['utilisation']:.2f}",
+        )
+    console.print(table)
+
+
+def print_power(rows: list[dict[str, Any]], console: Console) -> None:
+    """Budget, draw and headroom per power domain, with its synchronised jobs' phases."""
+    if not rows:
+        return
+    table = Table(
+        "power domain",
+        "kind",
+        "budget W",
+        "draw W",
+        "headroom W",
+        "synchronised jobs (phase)",
+        title="power",
+        title_justify="left",
+    )
+    for r in rows:
+        jobs = ", ".join(f"{name} ({offset:g})" for name, offset in r["synchronized_jobs"].items())
+        table.add_row(
+            r["domain"],
+            r["kind"],
+            f"{r['budget_w']:,.0f}",
+            f"{r['draw_w']:,.0f}",
+            f"{r['headroom_w']:,.0f}",
+            jobs or "-",
         )
     console.print(table)

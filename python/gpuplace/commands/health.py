@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuplace._validate import exclusive_lock
-from gpuplace.commands.fabric_report import fabric_doc, print_fabric
+from gpuplace.commands.fabric_report import fabric_doc, print_fabric, print_power
 from gpuplace.errors import InvalidState, InvalidTopology
 from gpuplace.repair import repair
 from gpuplace.state import ClusterState
@@ -364,6 +364,7 @@ def status(
         "levels": levels,
         "unhealthy": state.unhealthy(),
         **fabric_doc(state),
+        "power": state.power_headroom(),
     }
     if fmt == "json":
         click.echo(json.dumps(doc))
@@ -411,3 +412,4 @@ def status(
         table.add_row(h["kind"], h["name"], h["condition"], factor, h["reason"])
     _out.print(table)
     print_fabric(state, _out)
+    print_power(doc["power"], _out)
