@@ -81,7 +81,7 @@ def test_bad_power_domains_are_refused_naming_the_field(change: dict, message: s
 
 
 def test_job_power_average_above_peak_is_refused() -> None:
-    with pytest.raises(gpuplace.InvalidJob, match="power.average_w"):
+    with pytest.raises(gpuplace.InvalidJob, match=r"power\.average_w"):
         gpuplace.Job.from_dict({"name": "j", "power": {"peak_w": 500, "average_w": 600}})
 
 
@@ -118,7 +118,7 @@ def test_a_hand_made_allocation_over_budget_is_refused_and_changes_nothing() -> 
     t = _racks(budget_w=6_000)
     state = gpuplace.ClusterState(t)
     state.allocate(name="first", gpus=t.host_gpus("n0"))  # 8 x 700 W = 5.6 kW
-    with pytest.raises(gpuplace.InvalidState, match="rack0.*over its budget of 6,000 W"):
+    with pytest.raises(gpuplace.InvalidState, match=r"rack0.*over its budget of 6,000 W"):
         state.allocate(name="second", gpus=t.host_gpus("n1"))
     assert list(state.jobs) == ["first"]
     state.allocate(name="elsewhere", gpus=t.host_gpus("n2"))

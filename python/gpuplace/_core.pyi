@@ -17,6 +17,7 @@ __all__ = [
     "evaluate",
     "fabric_load",
     "hottest_uplinks",
+    "io_seconds",
     "job_load",
     "jobs_hurt",
     "loss_factor",
@@ -201,3 +202,13 @@ def added_to_neighbours(
 ) -> float: ...
 def hottest_uplinks(state: ClusterState, count: int) -> list[tuple[int, float, float]]: ...
 def jobs_hurt(state: ClusterState) -> list[tuple[str, float, float]]: ...
+def io_seconds(
+    state: ClusterState,
+    gpus: npt.NDArray[np.int64],
+    level: int,
+    domain: int,
+    read_gbps: float,
+    write_gbps: float,
+    read_bytes: float,
+    write_bytes: float,
+) -> float: ...

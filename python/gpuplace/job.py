@@ -40,6 +40,7 @@ from gpuplace import _core
 from gpuplace._validate import Checker, read_document
 from gpuplace.errors import Infeasible, InvalidJob
 from gpuplace.power import JobPower, parse_job_power
+from gpuplace.storage import DataAccess, parse_data
 
 if TYPE_CHECKING:
     from gpuplace.topology import Topology
@@ -140,6 +141,8 @@ class Job:
     max_span: str | None = None
     #: Per-GPU draw and synchronised peaks (``gpuplace.power``); None: board power, unsynced.
     power: JobPower | None = None
+    #: Dataset reads and checkpoint writes (``gpuplace.storage``).
+    data: DataAccess | None = None
 
     def __post_init__(self) -> None:
         c = Checker(InvalidJob, None)
@@ -235,6 +238,8 @@ class Job:
                 "traffic",
                 "constraints",
                 "power",
+                "data",
+                "checkpoint",
             },
         )
         name = c.string(doc.get("name"), "name")
@@ -335,6 +340,9 @@ class Job:
             kwargs.setdefault("confine", {})
         if doc.get("power") is not None:
             kwargs["power"] = parse_job_power(c, doc["power"])
+        access = parse_data(c, doc.get("data"), doc.get("checkpoint"))
+        if access is not None:
+            kwargs["data"] = access
         try:
             return cls(name=name, **kwargs)
         except InvalidJob as exc:
@@ -369,6 +377,8 @@ class Job:
         out["constraints"] = constraints
         if self.power is not None:
             out["power"] = self.power.to_dict()
+        if self.data is not None:
+            out.update(self.data.to_dict())
         return out
 
     # ----------------------------------------------------------------- compilation

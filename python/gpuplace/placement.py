@@ -59,6 +59,9 @@ class CostReport:
     #: (``gpuplace.fabric``); ``comm_seconds`` is then the contended time.
     alone_seconds: float | None = None
     hot_uplinks: tuple[Any, ...] = ()
+    #: Seconds per step reading the job's dataset and writing its checkpoints over the path
+    #: to their stores (``gpuplace.storage``); not part of ``comm_seconds``.
+    io_seconds: float = 0.0
 
     @property
     def slowdown(self) -> float:
@@ -91,6 +94,7 @@ class CostReport:
             "span_level": self.span_level,
             "confinement_ok": self.confinement_ok,
             "violations": self.violations,
+            **({"io_seconds": self.io_seconds} if self.io_seconds else {}),
             **(
                 {
                     "alone_seconds": self.alone_seconds,
@@ -119,6 +123,13 @@ def evaluate(
 
         seen = contention(state, job, gpus)
         shared = {"alone_seconds": seen.alone_seconds, "hot_uplinks": seen.uplinks}
+    if getattr(job, "data", None) is not None and topology.stores:
+        from gpuplace.state import ClusterState as _State
+        from gpuplace.storage import io_seconds
+
+        shared["io_seconds"] = io_seconds(
+            state if state is not None else _State(topology), job, gpus
+        )
     names = topology.level_names
     classes = job.class_names()
     span = raw["span_level"]
@@ -345,11 +356,19 @@ def place(
         raise InvalidJob(f"time_limit must be > 0 seconds, got {time_limit!r}")
     start = time.perf_counter()
 
-    def solve(view: ClusterState) -> SolveResult:
+    def solve_here(view: ClusterState) -> SolveResult:
         if not neighbours and solver in _core.rust_solvers():
             spec = job.compile(view.topology)
             return SolveResult(gpus=_core.place(view._core, spec, solver, seed, time_limit, False))
         return info.func(view, job, seed, time_limit)
+
+    def solve(view: ClusterState) -> SolveResult:
+        found = solve_here(view)
+        if getattr(job, "data", None) is not None and view.topology.stores:
+            from gpuplace.storage import place_near_data
+
+            found = place_near_data(view, job, solve_here, found)
+        return found
 
     if state.topology.power_domains:
         from gpuplace.power import place_within_power

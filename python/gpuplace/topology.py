@@ -107,6 +107,7 @@ class Topology:
         uplink_gbps: Mapping[str, float] | None = None,
         power_domains: Sequence[Any] = (),
         power_phases: int = 1,
+        stores: Mapping[str, Any] | None = None,
     ):
         """Build from parts; ``host_domains[h]`` names host h's domain at each level above the
         node level. Prefer :meth:`from_dict`, which validates field by field."""
@@ -131,6 +132,8 @@ class Topology:
         #: the number of phase slots synchronised jobs may be staggered over.
         self.power_domains: tuple[Any, ...] = tuple(power_domains)
         self.power_phases = int(power_phases)
+        #: Dataset and checkpoint stores by name (``gpuplace.storage``).
+        self.stores: dict[str, Any] = dict(stores or {})
         self._core = self._compile()
 
     # ----------------------------------------------------------------- compilation
@@ -303,6 +306,7 @@ class Topology:
                 "uplink_gbps",
                 "power_domains",
                 "power_phases",
+                "stores",
             },
         )
         if doc.get("format") != FORMAT:
@@ -400,6 +404,9 @@ class Topology:
                 raise c.fail("nodes", "more than 2,000,000 hosts")
         notes = _provenance(c, doc.get("provenance", {}))
         from gpuplace.power import parse_power_domains
+        from gpuplace.storage import parse_stores
+
+        stores = parse_stores(c, doc.get("stores", {}))
 
         power_domains = parse_power_domains(c, doc.get("power_domains", []), hosts)
         power_phases = c.integer(doc.get("power_phases", 1), "power_phases", minimum=1, maximum=64)
@@ -421,6 +428,7 @@ class Topology:
                 uplink_gbps=uplinks,
                 power_domains=power_domains,
                 power_phases=power_phases,
+                stores=stores,
             )
         except InvalidTopology as exc:
             raise c.fail("", _domain_message(str(exc), levels, host_domains, hosts)) from None
@@ -476,6 +484,8 @@ class Topology:
             out["power_domains"] = [d.to_dict(self.hosts) for d in self.power_domains]
         if self.power_phases != 1:
             out["power_phases"] = self.power_phases
+        if self.stores:
+            out["stores"] = {name: s.to_dict() for name, s in self.stores.items()}
         if self.provenance:
             out["provenance"] = json.loads(json.dumps(self.provenance))
         return out

@@ -262,20 +262,25 @@ impl<'a> Background<'a> {
             own.clear();
             collective_load(topo, kind, members, &mut own);
             merge(&mut own);
-            let capacity = topo.uplink_gbps();
-            own.iter()
-                .map(|&(s, v)| {
-                    let demand = self.neighbours(s) + v;
-                    let cap = capacity[s as usize / 2];
-                    // A link loaded exactly to capacity (up to rounding) slows nobody.
-                    if demand > cap * (1.0 + TOLERANCE) {
-                        cap / demand
-                    } else {
-                        1.0
-                    }
-                })
-                .fold(1.0, f64::min)
+            self.path_share(topo, &own)
         })
+    }
+
+    /// The smallest fair share flows with load `own` (merged) get among the neighbours.
+    pub(crate) fn path_share(&self, topo: &Topology, own: &[(u32, f64)]) -> f64 {
+        let capacity = topo.uplink_gbps();
+        own.iter()
+            .map(|&(s, v)| {
+                let demand = self.neighbours(s) + v;
+                let cap = capacity[s as usize / 2];
+                // A link loaded exactly to capacity (up to rounding) slows nobody.
+                if demand > cap * (1.0 + TOLERANCE) {
+                    cap / demand
+                } else {
+                    1.0
+                }
+            })
+            .fold(1.0, f64::min)
     }
 }
 

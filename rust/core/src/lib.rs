@@ -15,6 +15,7 @@ pub mod refine;
 pub mod repair;
 pub mod solvers;
 pub mod state;
+pub mod storage;
 pub mod topology;
 
 pub use cost::{evaluate, CostReport};

@@ -7,7 +7,7 @@ use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use gpuplace_core::{fabric, CoreError};
+use gpuplace_core::{fabric, storage, CoreError};
 
 use super::{gpus_from, to_pyerr, IntoPy, PyClusterState, PyJobSpec, PyTopology};
 
@@ -166,6 +166,33 @@ fn jobs_hurt(
     py.detach(|| fabric::jobs_hurt(inner)).py_ok(py)
 }
 
+/// Seconds per step a job on `gpus` spends reading `read_bytes` and writing `write_bytes`
+/// (whole job, per step) from a store attached to every host (`level` < 0) or to domain
+/// `domain` of `level`, with the running jobs of `state` on the fabric.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn io_seconds(
+    py: Python<'_>,
+    state: PyRef<'_, PyClusterState>,
+    gpus: PyReadonlyArray1<'_, i64>,
+    level: i64,
+    domain: usize,
+    read_gbps: f64,
+    write_gbps: f64,
+    read_bytes: f64,
+    write_bytes: f64,
+) -> PyResult<f64> {
+    let gpus = gpus_from(py, &gpus)?;
+    let inner = &state.inner;
+    let attach = match usize::try_from(level) {
+        Ok(level) => storage::Attach::Domain { level, domain },
+        Err(_) => storage::Attach::Local,
+    };
+    let store = storage::Store::new(inner.topology(), attach, read_gbps, write_gbps).py_ok(py)?;
+    py.detach(|| storage::io_seconds(inner, &store, read_bytes, write_bytes, &gpus))
+        .py_ok(py)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(uplinks, m)?)?;
     m.add_function(wrap_pyfunction!(with_uplink_gbps, m)?)?;
@@ -175,5 +202,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(added_to_neighbours, m)?)?;
     m.add_function(wrap_pyfunction!(hottest_uplinks, m)?)?;
     m.add_function(wrap_pyfunction!(jobs_hurt, m)?)?;
+    m.add_function(wrap_pyfunction!(io_seconds, m)?)?;
     Ok(())
 }
