@@ -11,17 +11,15 @@ use gpuplace_core::{fabric, storage, CoreError};
 
 use super::{gpus_from, to_pyerr, IntoPy, PyClusterState, PyJobSpec, PyTopology};
 
+type Ids<'py> = Bound<'py, PyArray1<i64>>;
+type Values<'py> = Bound<'py, PyArray1<f64>>;
+/// (uplink id, direction, capacity, own GB/s, others GB/s, [(job, GB/s)]).
+type UplinkRow = (usize, usize, f64, f64, f64, Vec<(String, f64)>);
+
 /// Every uplink of a topology: (level, domain, capacity GB/s each direction) as arrays,
 /// indexed by uplink id.
 #[pyfunction]
-fn uplinks<'py>(
-    py: Python<'py>,
-    topology: &PyTopology,
-) -> (
-    Bound<'py, PyArray1<i64>>,
-    Bound<'py, PyArray1<i64>>,
-    Bound<'py, PyArray1<f64>>,
-) {
+fn uplinks<'py>(py: Python<'py>, topology: &PyTopology) -> (Ids<'py>, Ids<'py>, Values<'py>) {
     let topo = &topology.inner;
     let (levels, domains): (Vec<i64>, Vec<i64>) = (0..topo.uplink_count())
         .map(|u| {
@@ -89,7 +87,7 @@ fn job_load<'py>(
     py: Python<'py>,
     job: &PyJobSpec,
     gpus: PyReadonlyArray1<'_, i64>,
-) -> PyResult<(Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<f64>>)> {
+) -> PyResult<(Ids<'py>, Values<'py>)> {
     let gpus = gpus_from(py, &gpus)?;
     gpuplace_core::cost::check_placement(&job.topology, job.inner.num_ranks, &gpus).py_ok(py)?;
     let load = fabric::job_load(&job.topology, &job.inner, &gpus);
@@ -116,7 +114,7 @@ fn contention<'py>(
     let out = PyDict::new(py);
     out.set_item("alone_seconds", report.alone_seconds)?;
     out.set_item("contended_seconds", report.contended_seconds)?;
-    let uplinks: Vec<(usize, usize, f64, f64, f64, Vec<(String, f64)>)> = report
+    let uplinks: Vec<UplinkRow> = report
         .uplinks
         .into_iter()
         .map(|u| {
