@@ -265,7 +265,23 @@ def confinement_holds(topology: Any, job: Any, gpus: Any) -> bool:
 # * a job's load on an uplink direction is its heaviest class's sum of flows there;
 # * a collective priced among neighbours gets, on every uplink direction its flows cross,
 #   ``min(1, capacity / (neighbours' load + its own flows there))``; its bandwidth is scaled by
-#   the smallest such share.
+#   the smallest such share. On an oversubscribed fabric (some uplink below its non-blocking
+#   capacity) "its own flows" are its class's flows there (at least its own): the concurrent
+#   collectives of a class share the uplinks too.
+
+
+def _open_capacity(ref: ReferenceTopology) -> dict[tuple[int, Any], float]:
+    """Non-blocking capacity of every uplink."""
+    top = len(ref.levels) - 1
+    sizes: dict[tuple[int, Any], int] = {}
+    for g in range(ref.num_gpus):
+        for level in range(ref.topology.nvlink_level, top):
+            key = (level, ref.domain(g, level))
+            sizes[key] = sizes.get(key, 0) + 1
+    return {
+        (level, dom): size * min(lv.bandwidth_gbps for lv in ref.levels[: level + 2])
+        for (level, dom), size in sizes.items()
+    }
 
 
 def _uplink_capacity(ref: ReferenceTopology) -> dict[tuple[int, Any], float]:
@@ -361,6 +377,17 @@ def reference_contended(
         for link, v in reference_load(topology, other, other_gpus).items():
             background[link] = background.get(link, 0.0) + v
     gpus = [int(g) for g in gpus]
+    # On an oversubscribed fabric a collective's class shares the uplinks with it.
+    open_capacity = _open_capacity(ref)
+    oversubscribed = any(cap < open_capacity[key] * (1 - 1e-12) for key, cap in capacity.items())
+    class_load: dict[str, dict[tuple[str, int, Any], float]] = {}
+    for key, kind, members, comm in _collectives(job, gpus):
+        if comm.bytes <= 0 or comm.count <= 0:
+            continue
+        load = class_load.setdefault(key, {})
+        for a, b, rate in _flows(ref, kind, members):
+            for link in _crossed(ref, a, b):
+                load[link] = load.get(link, 0.0) + rate
     class_seconds: dict[str, float] = {}
     for key, kind, members, comm in _collectives(job, gpus):
         own: dict[tuple[str, int, Any], float] = {}
@@ -369,7 +396,8 @@ def reference_contended(
                 own[link] = own.get(link, 0.0) + rate
         share = 1.0
         for link, v in own.items():
-            demand = background.get(link, 0.0) + v
+            mine = max(v, class_load.get(key, {}).get(link, 0.0)) if oversubscribed else v
+            demand = background.get(link, 0.0) + mine
             cap = capacity[(link[1], link[2])]
             if demand > cap * (1 + 1e-9):
                 share = min(share, cap / demand)

@@ -277,3 +277,22 @@ def test_cli_second_job_steers_clear_and_both_slowdowns_are_printed(tmp_path, ca
     doc = json.loads(capsys.readouterr().out)
     assert {row["job"] for row in doc["jobs_hurt"]} == {"first", "second"}
     assert all(row["slowdown"] == 1.0 for row in doc["jobs_hurt"])
+
+
+def test_a_job_alone_on_an_oversubscribed_fabric_contends_with_itself() -> None:
+    job = _moe("alone", ep=2)
+    gpus = _host_gpus(_small(), 0, 2)  # 8 all-to-all pairs across the l0-l1 uplinks
+    open_cost = gpuplace.evaluate(_small(), job, gpus)
+    t = _small(4.0)
+    tight = gpuplace.evaluate(t, job, gpus)
+    assert tight.comm_seconds > open_cost.comm_seconds
+    inside = _host_gpus(t, 0, 1)  # one leaf: no uplink crossed
+    assert gpuplace.evaluate(t, job, inside).comm_seconds == pytest.approx(
+        gpuplace.evaluate(_small(), job, inside).comm_seconds
+    )
+    state = gpuplace.ClusterState(t)
+    state.allocate(gpuplace.Placement(job, t, gpus, tight, "x", 0))
+    seen = fabric.contention(state, job, gpus)
+    assert seen.slowdown == 1.0  # nobody else on the fabric
+    assert seen.uplinks and all(not u.jobs for u in seen.uplinks)
+    assert seen.uplinks[0].utilisation == pytest.approx(2.0)

@@ -139,6 +139,9 @@ pub(crate) struct Health<'a> {
     levels: usize,
     /// The neighbours' load on the fabric, when pricing against running jobs.
     fabric: Option<Background<'a>>,
+    /// The load of the priced collective's class, on an oversubscribed fabric: the job's
+    /// concurrent collectives share the uplinks too.
+    class_load: Option<&'a [(u32, f64)]>,
 }
 
 impl<'a> Health<'a> {
@@ -148,6 +151,7 @@ impl<'a> Health<'a> {
             factors: state.path_factors(),
             levels: state.topology().num_levels(),
             fabric: None,
+            class_load: None,
         }
     }
 
@@ -201,9 +205,8 @@ pub(crate) fn collective_cost(
         if let Some(acc) = bytes_by_level {
             acc[l] += bytes * weight;
         }
-        let share = health
-            .fabric
-            .map_or(1.0, |bg| bg.share(topo, kind, members));
+        let share =
+            crate::fabric::collective_share(topo, health.fabric, health.class_load, kind, members);
         return call_seconds(
             kind,
             n,
@@ -241,9 +244,8 @@ pub(crate) fn collective_cost(
             slowest = slowest.min(health.bandwidth(topo, a, b, l));
         }
     }
-    if let Some(bg) = health.fabric {
-        slowest *= bg.share(topo, kind, members);
-    }
+    slowest *=
+        crate::fabric::collective_share(topo, health.fabric, health.class_load, kind, members);
     call_seconds(kind, n, bytes, levels[span].latency_us, slowest)
 }
 
@@ -362,6 +364,7 @@ pub fn evaluate_with(
         factors,
         levels: topo.num_levels(),
         fabric: None,
+        class_load: None,
     };
     evaluate_health(topo, health, job, gpus)
 }
@@ -378,7 +381,18 @@ fn evaluate_health(
     let mut scratch = Scratch {
         members: Vec::new(),
     };
+    // On an oversubscribed fabric a collective also shares the uplinks with the other
+    // collectives of its class (they run concurrently).
+    let class_loads = if topo.is_oversubscribed() {
+        crate::fabric::class_loads(topo, job, gpus)
+    } else {
+        Vec::new()
+    };
     for c in &job.collectives {
+        let health = Health {
+            class_load: class_loads.get(c.class as usize).map(Vec::as_slice),
+            ..health
+        };
         scratch.members.clear();
         scratch.members.extend(
             job.groups

@@ -29,18 +29,18 @@
 //!
 //! ## Contention
 //!
-//! When the demand on an uplink direction (the neighbours' load plus the collective's own
-//! flows) exceeds its capacity, every flow gets the same fraction `capacity / demand` of its
-//! rate (proportional sharing; it equals max-min fairness when the competing flows ask for
-//! the same rate, as flows of one bottleneck level do). A collective runs at its bandwidth
+//! When the demand on an uplink direction exceeds its capacity, every flow gets the same
+//! fraction `capacity / demand` of its rate (proportional sharing; it equals max-min fairness
+//! when the competing flows ask for the same rate, as flows of one bottleneck level do). The
+//! demand is the neighbours' load plus the collective's own flows or, on an oversubscribed
+//! fabric (some uplink below non-blocking), its class's flows: the concurrent collectives of
+//! one class (all dp rings, say) share the uplinks too. A collective runs at its bandwidth
 //! times the smallest share on any of its flows' paths. So a job on a non-blocking fabric is
 //! never slowed, two identical jobs slow each other equally, and a new job that crosses a hot
 //! uplink pays for it.
 //!
-//! Left out, on purpose: a job's concurrent collectives (the tp groups of one class, say) are
-//! not charged against each other, only against other jobs (the model prices neighbours, and
-//! the ring-order bandwidth already bounds a job alone); the neighbours' load is their peak,
-//! assuming their communication phases coincide with the job's. Shifting phases so that jobs
+//! Left out, on purpose: the neighbours' load is their peak, assuming their communication
+//! phases coincide with the job's. Shifting phases so that jobs
 //! interleave on a link (CASSINI, NSDI'24) would lower that; it is not modelled. Explicit
 //! traffic matrices are priced without contention and add no load.
 
@@ -191,12 +191,13 @@ pub(crate) fn ordered_members(
     }
 }
 
-/// The load of a placed job: per direction slot, its heaviest class's demand (GB/s).
-pub fn job_load(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Load {
-    if topo.uplink_count() == 0 {
-        return Vec::new();
-    }
+/// The load of each class of a placed job (merged, GB/s per direction slot): the flows of
+/// its collectives that run (bytes and count above zero).
+pub fn class_loads(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Vec<Load> {
     let mut per_class: Vec<Load> = vec![Vec::new(); job.num_classes];
+    if topo.uplink_count() == 0 {
+        return per_class;
+    }
     let mut members = Vec::new();
     for c in &job.collectives {
         if c.count <= 0.0 || c.bytes <= 0.0 {
@@ -205,9 +206,16 @@ pub fn job_load(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Load {
         ordered_members(job, c.group, c.kind, gpus, &mut members);
         collective_load(topo, c.kind, &members, &mut per_class[c.class as usize]);
     }
+    for class in &mut per_class {
+        merge(class);
+    }
+    per_class
+}
+
+/// The load of a placed job: per direction slot, its heaviest class's demand (GB/s).
+pub fn job_load(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Load {
     let mut peak: HashMap<u32, f64> = HashMap::new();
-    for mut class in per_class {
-        merge(&mut class);
+    for class in class_loads(topo, job, gpus) {
         for (s, v) in class {
             let slot = peak.entry(s).or_insert(0.0);
             *slot = slot.max(v);
@@ -254,18 +262,6 @@ impl<'a> Background<'a> {
         (self.total[slot as usize] - lookup(self.minus, slot) + lookup(self.plus, slot)).max(0.0)
     }
 
-    /// The smallest fair share (in (0, 1]) a collective over `members` (ordered as the cost
-    /// model runs it) gets on the uplinks its flows cross.
-    pub(crate) fn share(&self, topo: &Topology, kind: CollectiveKind, members: &[u32]) -> f64 {
-        SCRATCH.with(|cell| {
-            let mut own = cell.borrow_mut();
-            own.clear();
-            collective_load(topo, kind, members, &mut own);
-            merge(&mut own);
-            self.path_share(topo, &own)
-        })
-    }
-
     /// The smallest fair share flows with load `own` (merged) get among the neighbours.
     pub(crate) fn path_share(&self, topo: &Topology, own: &[(u32, f64)]) -> f64 {
         let capacity = topo.uplink_gbps();
@@ -282,6 +278,41 @@ impl<'a> Background<'a> {
             })
             .fold(1.0, f64::min)
     }
+}
+
+/// The smallest fair share (in (0, 1]) a collective over `members` (ordered as the cost model
+/// runs it) gets on the uplinks its flows cross: there, its demand is the neighbours' load plus
+/// its class's flows (`class`, which include its own; its own alone when not given).
+pub(crate) fn collective_share(
+    topo: &Topology,
+    neighbours: Option<Background<'_>>,
+    class: Option<&[(u32, f64)]>,
+    kind: CollectiveKind,
+    members: &[u32],
+) -> f64 {
+    if neighbours.is_none() && class.is_none() {
+        return 1.0;
+    }
+    SCRATCH.with(|cell| {
+        let mut own = cell.borrow_mut();
+        own.clear();
+        collective_load(topo, kind, members, &mut own);
+        merge(&mut own);
+        let capacity = topo.uplink_gbps();
+        own.iter()
+            .map(|&(s, v)| {
+                let mine = class.map_or(v, |c| lookup(c, s).max(v));
+                let demand = neighbours.map_or(0.0, |b| b.neighbours(s)) + mine;
+                let cap = capacity[s as usize / 2];
+                // A link loaded exactly to capacity (up to rounding) slows nobody.
+                if demand > cap * (1.0 + TOLERANCE) {
+                    cap / demand
+                } else {
+                    1.0
+                }
+            })
+            .fold(1.0, f64::min)
+    })
 }
 
 /// One uplink direction a job's traffic crosses while it is over capacity.
@@ -334,7 +365,7 @@ pub fn contention(state: &ClusterState, job: &JobSpec, gpus: &[u32]) -> Result<C
         for (s, own) in job_load(topo, job, gpus) {
             let others = bg.neighbours(s);
             let capacity = topo.uplink_gbps()[s as usize / 2];
-            if others <= 0.0 || own + others <= capacity * (1.0 + TOLERANCE) {
+            if own + others <= capacity * (1.0 + TOLERANCE) {
                 continue;
             }
             let mut jobs: Vec<(String, f64)> = state
@@ -561,6 +592,23 @@ mod tests {
         s.release("a").unwrap();
         s.check().unwrap();
         assert!(s.fabric_load().is_none());
+    }
+
+    #[test]
+    fn a_job_alone_contends_with_itself_only_when_oversubscribed() {
+        // One host in leaf 0, one in leaf 1: 8 dp rings of 2 cross the leaf uplinks.
+        let gpus: Vec<u32> = (0..8).chain(16..24).collect();
+        let open = fabric(1.0);
+        let job = tp_dp_job(&open, 8, 2);
+        let healthy = crate::cost::evaluate(&open, &job, &gpus).unwrap();
+        let tight = fabric(8.0);
+        let slowed = crate::cost::evaluate(&tight, &job, &gpus).unwrap();
+        assert!(tight.is_oversubscribed() && !open.is_oversubscribed());
+        // The dp class puts 8 x 25 GB/s on a 50 GB/s uplink: each ring gets a quarter.
+        let latency = 2.0 * 4e-6;
+        let ratio = (slowed.class_seconds[1] - latency) / (healthy.class_seconds[1] - latency);
+        assert!((ratio - 4.0).abs() < 1e-9, "{ratio}");
+        assert_eq!(slowed.class_seconds[0], healthy.class_seconds[0]);
     }
 
     #[test]

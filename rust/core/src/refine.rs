@@ -470,6 +470,25 @@ pub fn refine(
             }
         }
     }
+    if topo.is_oversubscribed() {
+        // The search prices each collective with its own flows and the neighbours'; the cost
+        // model also charges its class's concurrent flows on oversubscribed uplinks. Keep the
+        // result only when the full model agrees it is no worse.
+        let start_seconds = crate::cost::evaluate_in(state, job, start)?.comm_seconds;
+        let final_seconds = crate::cost::evaluate_in(state, job, &best_gpus)?.comm_seconds;
+        let (gpus, final_seconds) = if final_seconds <= start_seconds {
+            (best_gpus, final_seconds)
+        } else {
+            (start.to_vec(), start_seconds)
+        };
+        return Ok(RefineOutcome {
+            start_seconds,
+            final_seconds,
+            gpus,
+            iterations,
+            accepted,
+        });
+    }
     Ok(RefineOutcome {
         start_seconds: start_objective.0,
         final_seconds: best.0,

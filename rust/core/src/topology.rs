@@ -97,6 +97,8 @@ pub struct Topology {
     uplink_base: Vec<usize>,
     /// Capacity (GB/s, each direction) of every uplink; non-blocking unless set.
     uplink_gbps: Vec<f64>,
+    /// Some uplink has less than its non-blocking capacity.
+    oversubscribed: bool,
 }
 
 fn invalid(msg: impl Into<String>) -> CoreError {
@@ -332,6 +334,7 @@ impl Topology {
         Ok(Topology {
             uplink_base,
             uplink_gbps,
+            oversubscribed: false,
             levels,
             node_level,
             nvlink_level,
@@ -492,8 +495,24 @@ impl Topology {
                 "uplink {u}: capacity must be a positive number of GB/s, got {c}"
             )));
         }
+        let (_, open) = crate::fabric::non_blocking_uplinks(
+            &self.levels,
+            self.nvlink_level,
+            &self.domain_size,
+            &self.effective_bw,
+        );
+        self.oversubscribed = capacity
+            .iter()
+            .zip(&open)
+            .any(|(c, o)| *c < *o * (1.0 - 1e-12));
         self.uplink_gbps = capacity;
         Ok(self)
+    }
+
+    /// Some uplink carries less than every GPU under it could send: a job's own flows may
+    /// then contend with each other.
+    pub fn is_oversubscribed(&self) -> bool {
+        self.oversubscribed
     }
 
     /// Index of a level by name.
