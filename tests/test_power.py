@@ -186,3 +186,18 @@ def test_cli_refuses_a_third_synchronised_job_in_a_rack(tmp_path, capsys) -> Non
     power = json.loads(capsys.readouterr().out)["power"]
     assert power[0]["headroom_w"] == 40_000 - 4 * 700
     assert set(power[0]["synchronized_jobs"]) == {"a", "b"}
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "auto"])
+def test_exact_solvers_stay_within_the_budget_too(solver: str) -> None:
+    t = _racks(budget_w=6_000)
+    state = gpuplace.ClusterState(t)
+    for i in range(4):
+        job = gpuplace.Job(name=f"j{i}", tp=8, dp=2, power=JobPower(peak_w=700, average_w=500))
+        try:
+            state.allocate(gpuplace.place(state, job, solver, time_limit=1.0))
+        except gpuplace.Infeasible:
+            break
+        _within_budgets(state)
+    # 6 kW holds eight 700 W GPUs per rack: two 16-GPU jobs over the four racks, no third.
+    assert len(state.jobs) == 2

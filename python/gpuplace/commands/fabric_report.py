@@ -17,9 +17,11 @@ __all__ = ["contention_rows", "fabric_doc", "placement_rows", "print_fabric", "p
 
 
 def placement_rows(placement: Placement) -> list[tuple[str, str]]:
-    """Rows for a placement table: slowdown and hot uplinks when priced among neighbours, and
-    the power phase of a staggered synchronised job."""
+    """Rows for a placement table: storage I/O, the power phase of a staggered synchronised
+    job, and slowdown and hot uplinks when priced among neighbours."""
     rows = []
+    if placement.cost.io_seconds:
+        rows.append(("storage I/O per step", f"{placement.cost.io_seconds * 1e3:.3f} ms"))
     if "phase_offset" in placement.details:
         rows.append(
             ("power phase", f"starts {placement.details['phase_offset']:g} of a step later")
