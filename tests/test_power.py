@@ -201,3 +201,21 @@ def test_exact_solvers_stay_within_the_budget_too(solver: str) -> None:
         _within_budgets(state)
     # 6 kW holds eight 700 W GPUs per rack: two 16-GPU jobs over the four racks, no third.
     assert len(state.jobs) == 2
+
+
+def test_a_repair_that_would_exceed_a_budget_changes_nothing() -> None:
+    t = _racks(budget_w=6_000)
+    state = gpuplace.ClusterState(t)
+    state.allocate(name="full", gpus=t.host_gpus("n0"))  # rack0 at 5.6 kW
+    gpus = t.host_gpus("n2")[:2]
+    job = gpuplace.Job(name="small", tp=2)
+    state.allocate(gpuplace.Placement(job, t, gpus, gpuplace.evaluate(t, job, gpus), "x", 0))
+    # Everything but rack0's second host is out of service: the lost rank could only go there.
+    state.drain(host=["n3", "n4", "n5", "n6", "n7"])
+    state.drain(gpu=[int(g) for g in t.host_gpus("n2")[2:]])
+    state.fail(gpu=int(gpus[1]))
+    before = state.snapshot()
+    with pytest.raises(gpuplace.Infeasible, match=r"rack0.*over its budget"):
+        gpuplace.repair(state, "small")
+    assert state.snapshot() == before
+    _within_budgets(state)
