@@ -296,3 +296,19 @@ def test_a_job_alone_on_an_oversubscribed_fabric_contends_with_itself() -> None:
     assert seen.slowdown == 1.0  # nobody else on the fabric
     assert seen.uplinks and all(not u.jobs for u in seen.uplinks)
     assert seen.uplinks[0].utilisation == pytest.approx(2.0)
+
+
+def test_contention_bench_prices_every_solver_with_the_same_model(tmp_path) -> None:
+    from gpuplace.sim.contention import quick_contention_suite, run_contention_suite
+
+    suite = run_contention_suite(quick_contention_suite()[:1], runs=1)
+    placed = [r for r in suite.results if r.status == "ok"]
+    assert {r.solver for r in placed} == set(suite.solvers)
+    for r in placed:
+        assert r.comm_seconds >= r.alone_seconds > 0
+        assert r.added_seconds >= 0 and r.total_seconds >= r.comm_seconds
+    summary = suite.summary()
+    assert summary["greedy"]["greedy_over_solver"] == 1.0
+    paths = suite.write(tmp_path)
+    assert all(p.exists() for p in paths)
+    assert json.loads(paths[1].read_text())["summary"]["slurm-tree"]["placed"] == 1
