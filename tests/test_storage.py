@@ -109,3 +109,23 @@ def test_cli_job_moves_next_to_its_data(tmp_path, capsys) -> None:
     out = json.loads(capsys.readouterr().out)
     assert out["nodes"][0] in ("n6", "n7")
     assert out["cost"]["io_seconds"] == pytest.approx(40e9 / 400e9)
+
+
+def test_a_running_job_storage_traffic_loads_the_fabric_and_survives_a_state_file() -> None:
+    from gpuplace import _core
+
+    t = _cluster()
+    state = gpuplace.ClusterState(t)
+    far = t.host_gpus("n0")
+    job = _reader()
+    state.allocate(gpuplace.Placement(job, t, far, gpuplace.evaluate(t, job, far), "x", 0))
+    state.check()
+    load = _core.fabric_load(state._core)
+    # 8 GPUs x 25 GB/s from the storage node on l3 into n0; checkpoints out to the remote store.
+    hot = {row["uplink"] for row in state.hottest_uplinks(10)}
+    assert {"leaf:l0", "leaf:l3", "node:n0"} <= hot
+    again = gpuplace.ClusterState.restore(t, state.snapshot())
+    again.check()
+    assert (_core.fabric_load(again._core) == load).all()
+    state.release("reader")
+    assert not state.hottest_uplinks(10)

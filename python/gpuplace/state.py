@@ -172,16 +172,20 @@ class ClusterState:
             name, gpus = placement.job.name, placement.gpus
         if name is None or gpus is None:
             raise InvalidState("allocate needs a placement, or a name and GPUs")
+        job = None if placement is None else placement.job
         # A power budget is never exceeded, whoever chose the GPUs (gpuplace.power).
         slot = 0 if placement is None else int(placement.details.get("phase_slot", 0))
         if self.topology.power_domains and name not in self.jobs:
             from gpuplace.power import check_budgets
 
-            job = None if placement is None else placement.job
             check_budgets(self, name, job, np.asarray(gpus, dtype=np.int64), slot)
-        # With its spec, the job's flows load the fabric's uplinks (gpuplace.fabric).
-        spec = None if placement is None else placement.job.compile(self.topology)
-        self._core.allocate(name, np.asarray(gpus, dtype=np.int64), spec)
+        # With its spec, the job's flows (collectives and storage traffic) load the fabric's
+        # uplinks (gpuplace.fabric, gpuplace.storage).
+        from gpuplace.storage import io_demands
+
+        spec = None if job is None else job.compile(self.topology)
+        io = io_demands(self.topology, job)
+        self._core.allocate(name, np.asarray(gpus, dtype=np.int64), spec, io or None)
         if placement is not None:
             self.specs[name] = placement.job
         if slot:
@@ -507,6 +511,7 @@ class ClusterState:
         naming the field."""
         from gpuplace.errors import InvalidJob
         from gpuplace.job import Job
+        from gpuplace.storage import io_demands
 
         c = Checker(InvalidState, source)
         snap = c.mapping(snapshot, "")
@@ -543,10 +548,14 @@ class ClusterState:
                         f"has {spec.gpus} ranks but the job holds {len(gpus)} GPUs",
                     )
             try:
+                io = io_demands(topology, spec)
                 state._core.allocate(
-                    name, np.asarray(gpus, dtype=np.int64), None if spec is None else compiled
+                    name,
+                    np.asarray(gpus, dtype=np.int64),
+                    None if spec is None else compiled,
+                    io or None,
                 )
-            except InvalidState as exc:
+            except (InvalidState, InvalidJob) as exc:
                 raise c.fail(f"jobs[{i}]", str(exc)) from None
             if spec is not None:
                 state.specs[name] = spec

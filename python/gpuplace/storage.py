@@ -9,7 +9,8 @@ store and input bytes per step (``data``) and its checkpoint store, bytes and in
 (``checkpoint``, ``docs/job-format.md``). The core prices that traffic over the path from each
 host to the store, among the running jobs' load (``rust/core/src/storage.rs``); the report's
 ``io_seconds`` is added to no other figure (communication stays ``comm_seconds``) and the step
-is assumed to wait for both. :func:`place` also tries the placement restricted to the data's
+is assumed to wait for both. While the job runs, its storage traffic loads the uplinks on
+those paths (:func:`io_demands`, passed to the core's allocation). :func:`place` also tries the placement restricted to the data's
 domain and keeps it when it lowers ``comm_seconds + io_seconds``.
 """
 
@@ -139,25 +140,41 @@ def _store(topology: Topology, name: str) -> Store:
     return store
 
 
-def io_seconds(state: ClusterState, job: Job, gpus: Any) -> float:
-    """Seconds per step ``job`` on ``gpus`` spends on its dataset reads and checkpoint writes."""
+def _transfers(job: Job) -> list[tuple[str, float, float]]:
+    """(store, read bytes, write bytes) per step of a job's storage traffic."""
     access: DataAccess | None = getattr(job, "data", None)
     if access is None:
-        return 0.0
+        return []
+    out = []
+    if access.store is not None and access.input_bytes_per_step > 0:
+        out.append((access.store, access.input_bytes_per_step, 0.0))
+    if access.checkpoint_store is not None and access.checkpoint_bytes > 0:
+        per_step = access.checkpoint_bytes / access.checkpoint_interval_steps
+        out.append((access.checkpoint_store, 0.0, per_step))
+    return out
+
+
+def io_demands(
+    topology: Topology, job: Job | None
+) -> list[tuple[int, int, float, float, float, float]]:
+    """A job's storage traffic as the core's allocation takes it, so that it loads the
+    uplinks on the paths to its stores while the job runs."""
+    if job is None or not topology.stores:
+        return []
+    out = []
+    for name, read, write in _transfers(job):
+        store = _store(topology, name)
+        level, domain = _attach(topology, store)
+        out.append((level, domain, store.read_gbps, store.write_gbps, read, write))
+    return out
+
+
+def io_seconds(state: ClusterState, job: Job, gpus: Any) -> float:
+    """Seconds per step ``job`` on ``gpus`` spends on its dataset reads and checkpoint writes."""
     topology = state.topology
     gpus = np.asarray(gpus, dtype=np.int64)
     total = 0.0
-    transfers = [
-        (access.store, access.input_bytes_per_step, 0.0),
-        (
-            access.checkpoint_store,
-            0.0,
-            access.checkpoint_bytes / access.checkpoint_interval_steps,
-        ),
-    ]
-    for name, read, write in transfers:
-        if name is None or (read <= 0 and write <= 0):
-            continue
+    for name, read, write in _transfers(job):
         store = _store(topology, name)
         level, domain = _attach(topology, store)
         total += _core.io_seconds(

@@ -226,6 +226,20 @@ pub fn job_load(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Load {
     out
 }
 
+/// Per slot, the larger of two merged loads.
+pub fn peak(a: &[(u32, f64)], b: &[(u32, f64)]) -> Load {
+    let mut out: Load = a.iter().chain(b).copied().collect();
+    out.sort_unstable_by_key(|&(s, _)| s);
+    let mut merged: Load = Vec::with_capacity(out.len());
+    for (s, v) in out {
+        match merged.last_mut() {
+            Some(last) if last.0 == s => last.1 = last.1.max(v),
+            _ => merged.push((s, v)),
+        }
+    }
+    merged
+}
+
 fn lookup(load: &[(u32, f64)], slot: u32) -> f64 {
     load.binary_search_by_key(&slot, |&(s, _)| s)
         .map(|i| load[i].1)

@@ -104,7 +104,10 @@ pub struct JobAllocation {
     pub gpus: Vec<u32>,
     /// The job's communication, when the caller gave it: its flows load the fabric.
     pub spec: Option<Arc<JobSpec>>,
-    /// The load its collectives put on the fabric's uplinks ([`crate::fabric::job_load`]).
+    /// Its storage traffic ([`crate::storage`]), which loads the uplinks too.
+    pub io: Vec<crate::storage::IoDemand>,
+    /// The load its collectives and storage traffic put on the fabric's uplinks: per slot,
+    /// the heaviest of its classes and its storage traffic ([`ClusterState::flows_of`]).
     pub load: Load,
 }
 
@@ -366,6 +369,18 @@ impl ClusterState {
         gpus: &[u32],
         spec: Option<Arc<JobSpec>>,
     ) -> Result<()> {
+        self.allocate_job_io(name, gpus, spec, Vec::new())
+    }
+
+    /// [`ClusterState::allocate_job`] with the job's storage traffic, which loads the
+    /// uplinks on the paths to its stores.
+    pub fn allocate_job_io(
+        &mut self,
+        name: &str,
+        gpus: &[u32],
+        spec: Option<Arc<JobSpec>>,
+        io: Vec<crate::storage::IoDemand>,
+    ) -> Result<()> {
         if let Some(spec) = &spec {
             if spec.num_ranks != gpus.len() {
                 return Err(invalid(format!(
@@ -397,15 +412,13 @@ impl ClusterState {
             self.owner[g as usize] = slot as u32;
             self.settle(g as usize, before);
         }
-        let load = spec
-            .as_ref()
-            .map(|j| crate::fabric::job_load(&self.topo, j, gpus))
-            .unwrap_or_default();
+        let load = self.flows_of(spec.as_deref(), &io, gpus);
         self.add_load(&load, 1.0);
         self.jobs[slot] = Some(JobAllocation {
             name: name.to_string(),
             gpus: gpus.to_vec(),
             spec,
+            io,
             load,
         });
         self.job_index.insert(name.to_string(), slot as u32);
@@ -460,17 +473,16 @@ impl ClusterState {
             self.spare[g] = false;
             self.settle(g, before);
         }
-        let (old_load, spec) = match self.jobs[slot as usize].as_mut() {
+        let (old_load, spec, io) = match self.jobs[slot as usize].as_mut() {
             Some(alloc) => {
                 alloc.gpus = gpus.to_vec();
-                (std::mem::take(&mut alloc.load), alloc.spec.clone())
+                let old = std::mem::take(&mut alloc.load);
+                (old, alloc.spec.clone(), alloc.io.clone())
             }
-            None => (Vec::new(), None),
+            None => (Vec::new(), None, Vec::new()),
         };
         self.add_load(&old_load, -1.0);
-        let load = spec
-            .map(|j| crate::fabric::job_load(&self.topo, &j, gpus))
-            .unwrap_or_default();
+        let load = self.flows_of(spec.as_deref(), &io, gpus);
         self.add_load(&load, 1.0);
         if let Some(alloc) = self.jobs[slot as usize].as_mut() {
             alloc.load = load;
@@ -493,6 +505,28 @@ impl ClusterState {
         }
         self.add_load(&alloc.load, -1.0);
         Ok(alloc.gpus)
+    }
+
+    /// The fabric load of a job on `gpus`: per slot, the heaviest of its collective classes
+    /// and its storage traffic (each runs in its own phase of the step).
+    pub fn flows_of(
+        &self,
+        spec: Option<&JobSpec>,
+        io: &[crate::storage::IoDemand],
+        gpus: &[u32],
+    ) -> Load {
+        let mut load = spec
+            .map(|j| crate::fabric::job_load(&self.topo, j, gpus))
+            .unwrap_or_default();
+        if !io.is_empty() {
+            let mut storage: Load = io
+                .iter()
+                .flat_map(|d| crate::storage::io_load(&self.topo, d, gpus))
+                .collect();
+            crate::fabric::merge(&mut storage);
+            load = crate::fabric::peak(&load, &storage);
+        }
+        load
     }
 
     /// Add (`sign` 1) or remove (-1) a job's load. When the last loaded job leaves, the
@@ -914,11 +948,7 @@ impl ClusterState {
         let mut recount = vec![0.0; self.fabric_load.len()];
         let mut loaded = 0;
         for alloc in self.jobs.iter().flatten() {
-            let load = alloc
-                .spec
-                .as_ref()
-                .map(|j| crate::fabric::job_load(&self.topo, j, &alloc.gpus))
-                .unwrap_or_default();
+            let load = self.flows_of(alloc.spec.as_deref(), &alloc.io, &alloc.gpus);
             if load != alloc.load {
                 return Err(invalid(format!(
                     "job {:?}: its fabric load differs from its flows",

@@ -12,8 +12,11 @@
 //! uplinks it crosses ([`crate::fabric`]). The step waits for the slowest host; reads and
 //! writes add up, and are not overlapped with communication (as collectives are not).
 //!
-//! Left out: storage traffic does not itself add load to the uplinks (the running jobs'
-//! collectives do), and several jobs reading one store do not share its bandwidth.
+//! A running job's storage traffic also loads the uplinks ([`io_load`], kept by the state like
+//! its collectives' load): each host's transfer at its rate alone, as if input loading and
+//! checkpointing were a class of their own (the job's load is its heaviest class's).
+//!
+//! Left out: several jobs reading one store do not share its bandwidth.
 
 use crate::error::{CoreError, Result};
 use crate::fabric::{Background, Load, DOWN, UP};
@@ -65,6 +68,59 @@ impl Store {
     }
 }
 
+/// A job's storage traffic on one store: bytes per step, whole job.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IoDemand {
+    pub store: Store,
+    pub read_bytes: f64,
+    pub write_bytes: f64,
+}
+
+/// GPUs per host of a placement, with one GPU of each host: (host, GPUs, a GPU).
+fn hosts_of(topo: &Topology, gpus: &[u32]) -> Vec<(usize, usize, u32)> {
+    let mut hosts: Vec<(usize, usize, u32)> = Vec::new();
+    let mut sorted: Vec<u32> = gpus.to_vec();
+    sorted.sort_unstable_by_key(|&g| (topo.node_of(g as usize), g));
+    for &g in &sorted {
+        let node = topo.node_of(g as usize);
+        match hosts.last_mut() {
+            Some(last) if last.0 == node => last.1 += 1,
+            _ => hosts.push((node, 1, g)),
+        }
+    }
+    hosts
+}
+
+/// The load (GB/s per uplink direction) a job's storage traffic puts on the fabric: each
+/// host's reads and writes at their rate alone, on the uplinks of its path to the store.
+pub fn io_load(topo: &Topology, demand: &IoDemand, gpus: &[u32]) -> Load {
+    let Attach::Domain { level, domain } = demand.store.attach else {
+        return Vec::new();
+    };
+    let hosts = hosts_of(topo, gpus);
+    let mut load = Vec::new();
+    for (bytes, store_gbps, reading) in [
+        (demand.read_bytes, demand.store.read_gbps, true),
+        (demand.write_bytes, demand.store.write_gbps, false),
+    ] {
+        if bytes.is_nan() || bytes <= 0.0 {
+            continue;
+        }
+        for &(_, count, gpu) in &hosts {
+            let path = path_rate(topo, gpu as usize, count, level, domain);
+            let rate = (store_gbps / hosts.len() as f64).min(path);
+            path_slots(
+                topo,
+                (gpu as usize, level, domain, reading),
+                rate,
+                &mut load,
+            );
+        }
+    }
+    crate::fabric::merge(&mut load);
+    load
+}
+
 /// The store's ancestor domain at `level` (>= the store's level).
 fn ancestor(topo: &Topology, mut level: usize, mut domain: usize, target: usize) -> usize {
     while level < target {
@@ -88,17 +144,7 @@ pub fn io_seconds(
     if gpus.is_empty() {
         return Ok(0.0);
     }
-    // GPUs per host, with one GPU of each host to locate it.
-    let mut hosts: Vec<(usize, usize, u32)> = Vec::new();
-    let mut sorted: Vec<u32> = gpus.to_vec();
-    sorted.sort_unstable_by_key(|&g| (topo.node_of(g as usize), g));
-    for &g in &sorted {
-        let node = topo.node_of(g as usize);
-        match hosts.last_mut() {
-            Some(last) if last.0 == node => last.1 += 1,
-            _ => hosts.push((node, 1, g)),
-        }
-    }
+    let hosts = hosts_of(topo, gpus);
     let background = Background::of(state, gpus);
     let total = gpus.len() as f64;
     let mut seconds = 0.0;
@@ -153,23 +199,29 @@ fn share_on_path(
     let Some(background) = background else {
         return 1.0;
     };
+    let mut own: Load = Vec::new();
+    path_slots(topo, at, rate, &mut own);
+    crate::fabric::merge(&mut own);
+    background.path_share(topo, &own)
+}
+
+/// Push the uplink direction slots a host's transfer crosses, at `rate` GB/s; `at` as in
+/// [`share_on_path`].
+fn path_slots(topo: &Topology, at: (usize, usize, usize, bool), rate: f64, out: &mut Load) {
     let (gpu, level, domain, reading) = at;
     let meet = meeting_level(topo, gpu, level, domain);
     // Reading: down into the host's domains, up out of the store's; writing: the reverse.
     let (host_dir, store_dir) = if reading { (DOWN, UP) } else { (UP, DOWN) };
-    let mut own: Load = Vec::new();
     for l in topo.nvlink_level()..meet {
         if let Some(u) = topo.uplink_id(l, topo.domain_of(gpu, l)) {
-            own.push(((2 * u + host_dir) as u32, rate));
+            out.push(((2 * u + host_dir) as u32, rate));
         }
         if l >= level {
             if let Some(u) = topo.uplink_id(l, ancestor(topo, level, domain, l)) {
-                own.push(((2 * u + store_dir) as u32, rate));
+                out.push(((2 * u + store_dir) as u32, rate));
             }
         }
     }
-    crate::fabric::merge(&mut own);
-    background.path_share(topo, &own)
 }
 
 #[cfg(test)]
@@ -208,6 +260,46 @@ mod tests {
         let local = Store::new(&topo, Attach::Local, 20.0, 10.0).unwrap();
         let t_local = io_seconds(&state, &local, 8e9, 4e9, &two_hosts).unwrap();
         assert!((t_local - (4e9 / 20e9 + 2e9 / 10e9)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_running_job_storage_traffic_loads_the_uplinks_until_released() {
+        let topo = Arc::new(tree(4, 8, 2));
+        let mut state = ClusterState::new(topo.clone());
+        let store = Store::new(
+            &topo,
+            Attach::Domain {
+                level: 1,
+                domain: 1,
+            },
+            100.0,
+            50.0,
+        )
+        .unwrap();
+        let io = vec![IoDemand {
+            store,
+            read_bytes: 8e9,
+            write_bytes: 0.0,
+        }];
+        let far: Vec<u32> = (0..8).collect();
+        state
+            .allocate_job_io("reader", &far, None, io.clone())
+            .unwrap();
+        state.check().unwrap();
+        // 100 GB/s from the storage node on leaf 1 down into host 0 through leaf 0.
+        let load = state.fabric_load().unwrap();
+        let leaf0 = topo.uplink_id(1, 0).unwrap();
+        let leaf1 = topo.uplink_id(1, 1).unwrap();
+        assert_eq!(load[2 * leaf0 + DOWN], 100.0);
+        assert_eq!(load[2 * leaf1 + UP], 100.0);
+        assert_eq!(load.iter().sum::<f64>(), 300.0); // and into host 0's NICs
+        state
+            .replace_allocation("reader", &(16..24).collect::<Vec<u32>>())
+            .unwrap();
+        state.check().unwrap();
+        assert_eq!(state.fabric_load().unwrap()[2 * leaf0 + DOWN], 0.0);
+        state.release("reader").unwrap();
+        assert!(state.fabric_load().is_none());
     }
 
     #[test]

@@ -164,6 +164,43 @@ fn jobs_hurt(
     py.detach(|| fabric::jobs_hurt(inner)).py_ok(py)
 }
 
+/// A job's storage traffic on one store: (level, domain, read GB/s, write GB/s, read bytes,
+/// write bytes), level < 0 for a store on every host.
+pub(crate) type IoTuple = (i64, usize, f64, f64, f64, f64);
+
+fn store_of(
+    py: Python<'_>,
+    state: &gpuplace_core::ClusterState,
+    level: i64,
+    domain: usize,
+    read_gbps: f64,
+    write_gbps: f64,
+) -> PyResult<storage::Store> {
+    let attach = match usize::try_from(level) {
+        Ok(level) => storage::Attach::Domain { level, domain },
+        Err(_) => storage::Attach::Local,
+    };
+    storage::Store::new(state.topology(), attach, read_gbps, write_gbps).py_ok(py)
+}
+
+pub(crate) fn io_demands(
+    py: Python<'_>,
+    state: &gpuplace_core::ClusterState,
+    io: Vec<IoTuple>,
+) -> PyResult<Vec<storage::IoDemand>> {
+    io.into_iter()
+        .map(
+            |(level, domain, read_gbps, write_gbps, read_bytes, write_bytes)| {
+                Ok(storage::IoDemand {
+                    store: store_of(py, state, level, domain, read_gbps, write_gbps)?,
+                    read_bytes,
+                    write_bytes,
+                })
+            },
+        )
+        .collect()
+}
+
 /// Seconds per step a job on `gpus` spends reading `read_bytes` and writing `write_bytes`
 /// (whole job, per step) from a store attached to every host (`level` < 0) or to domain
 /// `domain` of `level`, with the running jobs of `state` on the fabric.
@@ -182,11 +219,7 @@ fn io_seconds(
 ) -> PyResult<f64> {
     let gpus = gpus_from(py, &gpus)?;
     let inner = &state.inner;
-    let attach = match usize::try_from(level) {
-        Ok(level) => storage::Attach::Domain { level, domain },
-        Err(_) => storage::Attach::Local,
-    };
-    let store = storage::Store::new(inner.topology(), attach, read_gbps, write_gbps).py_ok(py)?;
+    let store = store_of(py, inner, level, domain, read_gbps, write_gbps)?;
     py.detach(|| storage::io_seconds(inner, &store, read_bytes, write_bytes, &gpus))
         .py_ok(py)
 }

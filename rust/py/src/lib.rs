@@ -753,14 +753,16 @@ impl PyClusterState {
         }
     }
 
-    /// With `job`, the job's flows load the fabric's uplinks until it is released.
-    #[pyo3(signature = (name, gpus, job=None))]
+    /// With `job`, the job's flows load the fabric's uplinks until it is released; `io`
+    /// adds its storage traffic (see `fabric::io_demands`).
+    #[pyo3(signature = (name, gpus, job=None, io=None))]
     fn allocate(
         &mut self,
         py: Python<'_>,
         name: &str,
         gpus: PyReadonlyArray1<'_, i64>,
         job: Option<&PyJobSpec>,
+        io: Option<Vec<fabric::IoTuple>>,
     ) -> PyResult<()> {
         let gpus = gpus_from(py, &gpus)?;
         let spec = match job {
@@ -775,7 +777,8 @@ impl PyClusterState {
             Some(j) => Some(j.inner.clone()),
             None => None,
         };
-        self.inner.allocate_job(name, &gpus, spec).py_ok(py)
+        let io = fabric::io_demands(py, &self.inner, io.unwrap_or_default())?;
+        self.inner.allocate_job_io(name, &gpus, spec, io).py_ok(py)
     }
 
     fn release<'py>(&mut self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyArray1<i64>>> {
