@@ -14,8 +14,7 @@ from gpuplace.cli import main
 from gpuplace.sim.workload import DEFAULT_MODEL, MOE_MODEL
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from tests.reference import reference_contended, reference_load
+from reference import reference_contended, reference_load
 
 
 def _small(ratio: float = 1.0, uplinks: dict[str, float] | None = None) -> gpuplace.Topology:
