@@ -171,6 +171,33 @@ def test_evaluate_with_state_reports_slowdown_and_uplinks() -> None:
     assert report.to_dict()["hot_uplinks"][0]["jobs"] == {"b": pytest.approx(400.0)}
 
 
+def test_the_placement_gate_prices_among_the_running_jobs() -> None:
+    """Rust and Python solvers alike: place() reports the contended cost evaluate(state=)
+    gives, with the slowdown and the uplinks responsible."""
+    t = _small(4.0)
+    state = gpuplace.ClusterState(t)
+    b = _moe("b", ep=2)
+    gpus_b = _host_gpus(t, 1, 3)
+    state.allocate(gpuplace.Placement(b, t, gpus_b, gpuplace.evaluate(t, b, gpus_b), "x", 0))
+    job = _moe("a", ep=2)
+    wanted = _host_gpus(t, 0, 2)  # straddles leaves l0 and l1, like b
+
+    def hosts_0_2(state, job, seed, time_limit):
+        return gpuplace.SolveResult(gpus=wanted)
+
+    gpuplace.register_solver("test-hosts-0-2", "test only: hosts n0 and n2")(hosts_0_2)
+    expected = gpuplace.evaluate(t, job, wanted, state=state)
+    assert expected.comm_seconds > gpuplace.evaluate(t, job, wanted).comm_seconds
+    for solver in ("first-fit", "test-hosts-0-2"):
+        placed = gpuplace.place(state, job, solver)
+        assert placed.gpus.tolist() == wanted.tolist()
+        assert placed.cost.comm_seconds == pytest.approx(expected.comm_seconds, rel=1e-12)
+        assert placed.cost.slowdown == pytest.approx(expected.slowdown, rel=1e-12)
+        assert [u.uplink for u in placed.cost.hot_uplinks] == [
+            u.uplink for u in expected.hot_uplinks
+        ]
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     st.lists(st.tuples(st.sampled_from([8, 16, 32, 64]), st.booleans()), min_size=1, max_size=6),

@@ -147,18 +147,18 @@ def contention(state: ClusterState, job: Job, gpus: Any) -> Contention:
     topology = state.topology
     raw = _core.contention(state._core, job.compile(topology), np.asarray(gpus, dtype=np.int64))
     return Contention(
-        alone_seconds=raw["alone_seconds"],
-        contended_seconds=raw["contended_seconds"],
+        alone_seconds=raw.alone_seconds,
+        contended_seconds=raw.contended_seconds,
         uplinks=tuple(
             HotUplink(
-                uplink=uplink_name(topology, u),
-                direction=_DIRECTIONS[d],
-                capacity_gbps=cap,
-                own_gbps=own,
-                others_gbps=others,
-                jobs=dict(jobs),
+                uplink=uplink_name(topology, u.uplink),
+                direction=_DIRECTIONS[u.direction],
+                capacity_gbps=u.capacity_gbps,
+                own_gbps=u.own_gbps,
+                others_gbps=u.others_gbps,
+                jobs=dict(u.jobs),
             )
-            for u, d, cap, own, others, jobs in raw["uplinks"]
+            for u in raw.uplinks
         ),
     )
 

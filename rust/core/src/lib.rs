@@ -8,7 +8,9 @@
 pub mod cost;
 pub mod error;
 pub mod fabric;
+pub mod gate;
 pub mod greedy;
+pub mod interrupt;
 pub mod job;
 pub mod qap;
 pub mod refine;

@@ -140,7 +140,7 @@ pub fn io_seconds(
     gpus: &[u32],
 ) -> Result<f64> {
     let topo = state.topology().as_ref();
-    crate::cost::check_placement(topo, gpus.len(), gpus)?;
+    crate::topology::check_placement(topo, gpus.len(), gpus)?;
     if gpus.is_empty() {
         return Ok(0.0);
     }

@@ -1,20 +1,21 @@
 //! Bindings of the fabric model (`gpuplace_core::fabric`): uplink capacities, the running
-//! jobs' load and contention reports.
+//! jobs' load, contention reports, and storage traffic (`gpuplace_core::storage`).
 
 use std::sync::Arc;
 
+use gpuplace_core::topology::check_placement;
+use gpuplace_core::{fabric, storage, ClusterState};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
-use gpuplace_core::{fabric, storage, CoreError};
-
-use super::{gpus_from, to_pyerr, IntoPy, PyClusterState, PyJobSpec, PyTopology};
+use crate::convert::{f64s, gpus_from};
+use crate::errors::{enter, CoreResultExt, Stop};
+use crate::job::PyJobSpec;
+use crate::state::PyClusterState;
+use crate::topology::PyTopology;
 
 type Ids<'py> = Bound<'py, PyArray1<i64>>;
 type Values<'py> = Bound<'py, PyArray1<f64>>;
-/// (uplink id, direction, capacity, own GB/s, others GB/s, [(job, GB/s)]).
-type UplinkRow = (usize, usize, f64, f64, f64, Vec<(String, f64)>);
 
 /// Every uplink of a topology: (level, domain, capacity GB/s each direction) as arrays,
 /// indexed by uplink id.
@@ -41,29 +42,12 @@ fn with_uplink_gbps(
     topology: &PyTopology,
     capacity: PyReadonlyArray1<'_, f64>,
 ) -> PyResult<PyTopology> {
-    let capacity: Vec<f64> = capacity.as_array().iter().copied().collect();
-    let inner = topology
-        .inner
-        .as_ref()
-        .clone()
-        .with_uplink_gbps(capacity)
-        .py_ok(py)?;
+    let capacity = f64s(&capacity);
+    let topo = topology.inner.as_ref().clone();
+    let inner = enter(py, Stop::Never, || topo.with_uplink_gbps(capacity))?;
     Ok(PyTopology {
         inner: Arc::new(inner),
     })
-}
-
-fn same_topology(py: Python<'_>, state: &PyClusterState, job: &PyJobSpec) -> PyResult<()> {
-    if Arc::ptr_eq(state.inner.topology(), &job.topology) {
-        Ok(())
-    } else {
-        Err(to_pyerr(
-            py,
-            CoreError::InvalidJob(
-                "the job was compiled for another topology than the state's".into(),
-            ),
-        ))
-    }
 }
 
 /// The running jobs' load per uplink direction (GB/s; index 2 * uplink + 0 up, + 1 down).
@@ -88,48 +72,78 @@ fn job_load<'py>(
     job: &PyJobSpec,
     gpus: PyReadonlyArray1<'_, i64>,
 ) -> PyResult<(Ids<'py>, Values<'py>)> {
-    let gpus = gpus_from(py, &gpus)?;
-    gpuplace_core::cost::check_placement(&job.topology, job.inner.num_ranks, &gpus).py_ok(py)?;
-    let load = fabric::job_load(&job.topology, &job.inner, &gpus);
+    let gpus = gpus_from(&gpus)?;
+    check_placement(&job.topology, job.inner.num_ranks, &gpus).py()?;
+    let (topo, spec) = (&job.topology, &job.inner);
+    let load = enter(py, Stop::Never, || Ok(fabric::job_load(topo, spec, &gpus)))?;
     let (slots, values): (Vec<i64>, Vec<f64>) =
         load.into_iter().map(|(s, v)| (s as i64, v)).unzip();
     Ok((slots.into_pyarray(py), values.into_pyarray(py)))
 }
 
+/// One uplink direction over capacity on a job's path (see `fabric::HotUplink`).
+#[pyclass(frozen, get_all, module = "gpuplace._core", name = "HotUplink")]
+pub(crate) struct PyHotUplink {
+    /// The uplink id (see `uplinks`).
+    uplink: usize,
+    /// 0 up (towards the top of the tree), 1 down.
+    direction: usize,
+    /// Capacity, each direction (GB/s).
+    capacity_gbps: f64,
+    /// The job's own demand (its heaviest class) on it (GB/s).
+    own_gbps: f64,
+    /// Every other job's demand (GB/s).
+    others_gbps: f64,
+    /// The other jobs loading it, heaviest first: [(job, GB/s)].
+    jobs: Vec<(String, f64)>,
+}
+
+/// A job priced with its neighbours (see `fabric::ContentionReport`).
+#[pyclass(frozen, get_all, module = "gpuplace._core", name = "ContentionReport")]
+pub(crate) struct PyContentionReport {
+    /// Communication time per step with nobody else on the fabric (s).
+    alone_seconds: f64,
+    /// Communication time per step with the running jobs' load (s).
+    contended_seconds: f64,
+    /// The uplinks over capacity on the job's paths, most oversubscribed first.
+    uplinks: Vec<Py<PyHotUplink>>,
+}
+
 /// A job priced with its neighbours: alone and contended seconds, and the uplinks over
 /// capacity on its paths.
 #[pyfunction]
-fn contention<'py>(
-    py: Python<'py>,
-    state: PyRef<'py, PyClusterState>,
+fn contention(
+    py: Python<'_>,
+    state: PyRef<'_, PyClusterState>,
     job: &PyJobSpec,
     gpus: PyReadonlyArray1<'_, i64>,
-) -> PyResult<Bound<'py, PyDict>> {
-    same_topology(py, &state, job)?;
-    let gpus = gpus_from(py, &gpus)?;
+) -> PyResult<PyContentionReport> {
+    job.check_state(&state)?;
+    let gpus = gpus_from(&gpus)?;
     let (inner, spec) = (&state.inner, job.inner.clone());
-    let report = py
-        .detach(|| fabric::contention(inner, &spec, &gpus))
-        .py_ok(py)?;
-    let out = PyDict::new(py);
-    out.set_item("alone_seconds", report.alone_seconds)?;
-    out.set_item("contended_seconds", report.contended_seconds)?;
-    let uplinks: Vec<UplinkRow> = report
+    let report = enter(py, Stop::Never, || fabric::contention(inner, &spec, &gpus))?;
+    let uplinks = report
         .uplinks
         .into_iter()
         .map(|u| {
-            (
-                u.uplink,
-                u.direction,
-                u.capacity_gbps,
-                u.own_gbps,
-                u.others_gbps,
-                u.jobs,
+            Py::new(
+                py,
+                PyHotUplink {
+                    uplink: u.uplink,
+                    direction: u.direction,
+                    capacity_gbps: u.capacity_gbps,
+                    own_gbps: u.own_gbps,
+                    others_gbps: u.others_gbps,
+                    jobs: u.jobs,
+                },
             )
         })
-        .collect();
-    out.set_item("uplinks", uplinks)?;
-    Ok(out)
+        .collect::<PyResult<_>>()?;
+    Ok(PyContentionReport {
+        alone_seconds: report.alone_seconds,
+        contended_seconds: report.contended_seconds,
+        uplinks,
+    })
 }
 
 /// Seconds per step placing `job` on `gpus` adds to the running jobs.
@@ -140,12 +154,13 @@ fn added_to_neighbours(
     job: &PyJobSpec,
     gpus: PyReadonlyArray1<'_, i64>,
 ) -> PyResult<f64> {
-    same_topology(py, &state, job)?;
-    let gpus = gpus_from(py, &gpus)?;
-    gpuplace_core::cost::check_placement(&job.topology, job.inner.num_ranks, &gpus).py_ok(py)?;
+    job.check_state(&state)?;
+    let gpus = gpus_from(&gpus)?;
+    check_placement(&job.topology, job.inner.num_ranks, &gpus).py()?;
     let (inner, spec) = (&state.inner, job.inner.clone());
-    py.detach(|| fabric::added_to_neighbours(inner, &spec, &gpus))
-        .py_ok(py)
+    enter(py, Stop::Never, || {
+        fabric::added_to_neighbours(inner, &spec, &gpus)
+    })
 }
 
 /// The most loaded uplink directions: [(slot, load GB/s, capacity GB/s)].
@@ -161,7 +176,7 @@ fn jobs_hurt(
     state: PyRef<'_, PyClusterState>,
 ) -> PyResult<Vec<(String, f64, f64)>> {
     let inner = &state.inner;
-    py.detach(|| fabric::jobs_hurt(inner)).py_ok(py)
+    enter(py, Stop::Never, || fabric::jobs_hurt(inner))
 }
 
 /// A job's storage traffic on one store: (level, domain, read GB/s, write GB/s, read bytes,
@@ -169,8 +184,7 @@ fn jobs_hurt(
 pub(crate) type IoTuple = (i64, usize, f64, f64, f64, f64);
 
 fn store_of(
-    py: Python<'_>,
-    state: &gpuplace_core::ClusterState,
+    state: &ClusterState,
     level: i64,
     domain: usize,
     read_gbps: f64,
@@ -180,19 +194,18 @@ fn store_of(
         Ok(level) => storage::Attach::Domain { level, domain },
         Err(_) => storage::Attach::Local,
     };
-    storage::Store::new(state.topology(), attach, read_gbps, write_gbps).py_ok(py)
+    storage::Store::new(state.topology(), attach, read_gbps, write_gbps).py()
 }
 
 pub(crate) fn io_demands(
-    py: Python<'_>,
-    state: &gpuplace_core::ClusterState,
+    state: &ClusterState,
     io: Vec<IoTuple>,
 ) -> PyResult<Vec<storage::IoDemand>> {
     io.into_iter()
         .map(
             |(level, domain, read_gbps, write_gbps, read_bytes, write_bytes)| {
                 Ok(storage::IoDemand {
-                    store: store_of(py, state, level, domain, read_gbps, write_gbps)?,
+                    store: store_of(state, level, domain, read_gbps, write_gbps)?,
                     read_bytes,
                     write_bytes,
                 })
@@ -217,14 +230,17 @@ fn io_seconds(
     read_bytes: f64,
     write_bytes: f64,
 ) -> PyResult<f64> {
-    let gpus = gpus_from(py, &gpus)?;
+    let gpus = gpus_from(&gpus)?;
     let inner = &state.inner;
-    let store = store_of(py, inner, level, domain, read_gbps, write_gbps)?;
-    py.detach(|| storage::io_seconds(inner, &store, read_bytes, write_bytes, &gpus))
-        .py_ok(py)
+    let store = store_of(inner, level, domain, read_gbps, write_gbps)?;
+    enter(py, Stop::Never, || {
+        storage::io_seconds(inner, &store, read_bytes, write_bytes, &gpus)
+    })
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyContentionReport>()?;
+    m.add_class::<PyHotUplink>()?;
     m.add_function(wrap_pyfunction!(uplinks, m)?)?;
     m.add_function(wrap_pyfunction!(with_uplink_gbps, m)?)?;
     m.add_function(wrap_pyfunction!(fabric_load, m)?)?;
