@@ -1,8 +1,9 @@
 """A seeded chaos run: a few hundred random place / release / fail / degrade / recover / drain
 / repair / spare / ingest steps on 1,024 GPUs; after every step the state is recounted from
-scratch and must equal its incremental counters, and no GPU may belong to two jobs. Ingest
-steps feed real kernel-log and ibstatus line shapes (tests/data/health) naming random
-hardware, sometimes with --repair, sometimes with a bad source that must change nothing."""
+scratch and must equal its incremental counters (free GPUs and the fabric load per uplink), and
+no GPU may belong to two jobs. Ingest steps feed real kernel-log and ibstatus line shapes
+(tests/data/health) naming random hardware, sometimes with --repair, sometimes with a bad source
+that must change nothing."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import gpuplace
 import gpuplace.health
 import numpy as np
 import pytest
+from gpuplace import _core
 from gpuplace.sim.workload import training_job
 
 STEPS = 300
@@ -28,6 +30,18 @@ def _consistent(state: gpuplace.ClusterState) -> None:
     )
     assert len(owners) == len(np.unique(owners)), "a GPU belongs to two jobs"
     assert not (state.free_mask() & np.isin(np.arange(state.topology.num_gpus), owners)).any()
+    # Load conservation: the per-uplink totals the state keeps equal the sum of every running
+    # job's flows (check() also recounts them uplink by uplink).
+    flows = sum(
+        float(
+            _core.job_load(
+                state.specs[name].compile(state.topology), np.asarray(gpus, dtype=np.int64)
+            )[1].sum()
+        )
+        for name, gpus in state.jobs.items()
+        if name in state.specs
+    )
+    assert float(_core.fabric_load(state._core).sum()) == pytest.approx(flows, rel=1e-9, abs=1e-6)
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -14,8 +14,10 @@ __all__ = [
     "CollectiveKind",
     "ComponentKind",
     "Condition",
+    "ContentionReport",
     "CostReport",
     "Health",
+    "HotUplink",
     "JobSpec",
     "MoveReason",
     "RankMove",
@@ -23,15 +25,24 @@ __all__ = [
     "SparePolicy",
     "Topology",
     "__version__",
+    "added_to_neighbours",
     "admit",
     "class_names",
+    "contention",
     "evaluate",
+    "fabric_load",
+    "hottest_uplinks",
+    "io_seconds",
+    "job_load",
+    "jobs_hurt",
     "loss_factor",
     "map_ranks",
     "place",
     "rank_groups",
     "refine",
     "rust_solvers",
+    "uplinks",
+    "with_uplink_gbps",
 ]
 
 __version__: str
@@ -203,7 +214,13 @@ class ClusterState:
         cls, topology: Topology, gpu_nic: npt.NDArray[np.int64] | None = None
     ) -> ClusterState: ...
     def copy(self) -> ClusterState: ...
-    def allocate(self, name: str, gpus: npt.NDArray[np.int64]) -> None: ...
+    def allocate(
+        self,
+        name: str,
+        gpus: npt.NDArray[np.int64],
+        job: JobSpec | None = None,
+        io: list[tuple[int, int, float, float, float, float]] | None = None,
+    ) -> None: ...
     def release(self, name: str) -> npt.NDArray[np.int64]: ...
     def set_health(
         self, gpus: npt.NDArray[np.int64], status: Health
@@ -275,6 +292,7 @@ def place(
     solver: str,
     seed: int = 0,
     time_limit: float | None = None,
+    neighbours: bool = True,
 ) -> tuple[npt.NDArray[np.int64], CostReport]: ...
 def refine(
     state: ClusterState,
@@ -285,3 +303,56 @@ def refine(
     max_iterations: int = 200000,
 ) -> tuple[npt.NDArray[np.int64], float, float, int, int]: ...
 def rust_solvers() -> list[tuple[str, str, bool]]: ...
+
+# Fabric: uplink capacities, the running jobs' load, contention (rust/py/src/fabric.rs).
+def uplinks(
+    topology: Topology,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]: ...
+def with_uplink_gbps(topology: Topology, capacity: npt.NDArray[np.float64]) -> Topology: ...
+def fabric_load(state: ClusterState) -> npt.NDArray[np.float64]: ...
+def job_load(
+    job: JobSpec, gpus: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]: ...
+
+@final
+class HotUplink:
+    @property
+    def uplink(self) -> int: ...
+    @property
+    def direction(self) -> int: ...
+    @property
+    def capacity_gbps(self) -> float: ...
+    @property
+    def own_gbps(self) -> float: ...
+    @property
+    def others_gbps(self) -> float: ...
+    @property
+    def jobs(self) -> list[tuple[str, float]]: ...
+
+@final
+class ContentionReport:
+    @property
+    def alone_seconds(self) -> float: ...
+    @property
+    def contended_seconds(self) -> float: ...
+    @property
+    def uplinks(self) -> list[HotUplink]: ...
+
+def contention(
+    state: ClusterState, job: JobSpec, gpus: npt.NDArray[np.int64]
+) -> ContentionReport: ...
+def added_to_neighbours(
+    state: ClusterState, job: JobSpec, gpus: npt.NDArray[np.int64]
+) -> float: ...
+def hottest_uplinks(state: ClusterState, count: int) -> list[tuple[int, float, float]]: ...
+def jobs_hurt(state: ClusterState) -> list[tuple[str, float, float]]: ...
+def io_seconds(
+    state: ClusterState,
+    gpus: npt.NDArray[np.int64],
+    level: int,
+    domain: int,
+    read_gbps: float,
+    write_gbps: float,
+    read_bytes: float,
+    write_bytes: float,
+) -> float: ...

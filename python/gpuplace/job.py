@@ -39,6 +39,8 @@ import numpy as np
 from gpuplace import _core
 from gpuplace._validate import Checker, read_document
 from gpuplace.errors import InvalidJob
+from gpuplace.power import JobPower, parse_job_power
+from gpuplace.storage import DataAccess, parse_data
 
 if TYPE_CHECKING:
     from gpuplace.topology import Topology
@@ -137,6 +139,10 @@ class Job:
     traffic_ranks: int | None = None
     confine: Mapping[str, str] = field(default_factory=lambda: {"tp": "nvlink_domain"})
     max_span: str | None = None
+    #: Per-GPU draw and synchronised peaks (``gpuplace.power``); None: board power, unsynced.
+    power: JobPower | None = None
+    #: Dataset reads and checkpoint writes (``gpuplace.storage``).
+    data: DataAccess | None = None
 
     def __post_init__(self) -> None:
         c = Checker(InvalidJob, None)
@@ -230,6 +236,9 @@ class Job:
                 "communication",
                 "traffic",
                 "constraints",
+                "power",
+                "data",
+                "checkpoint",
             },
         )
         name = c.string(doc.get("name"), "name")
@@ -328,6 +337,11 @@ class Job:
                 kwargs["traffic"] = np.array(edges, dtype=np.float64).reshape(-1, 3)
                 kwargs["traffic_ranks"] = n
             kwargs.setdefault("confine", {})
+        if doc.get("power") is not None:
+            kwargs["power"] = parse_job_power(c, doc["power"])
+        access = parse_data(c, doc.get("data"), doc.get("checkpoint"))
+        if access is not None:
+            kwargs["data"] = access
         try:
             return cls(name=name, **kwargs)
         except InvalidJob as exc:
@@ -360,6 +374,10 @@ class Job:
         if self.max_span is not None:
             constraints["max_span"] = self.max_span
         out["constraints"] = constraints
+        if self.power is not None:
+            out["power"] = self.power.to_dict()
+        if self.data is not None:
+            out.update(self.data.to_dict())
         return out
 
     # ----------------------------------------------------------------- compilation

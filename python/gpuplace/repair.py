@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuplace import _core
-from gpuplace.errors import InvalidJob, InvalidState
+from gpuplace.errors import Infeasible, InvalidJob, InvalidState
 from gpuplace.job import Job
 from gpuplace.placement import CostReport, Placement, evaluate
 
@@ -121,8 +121,20 @@ def repair(
     health = state.health()
     cost_before = evaluate(topology, job, old, state=state)
     start = time.perf_counter()
+    before = state._core.copy() if topology.power_domains else None
     plan = state._core.repair(job.compile(topology), name, max_moves, policy, 24, time_limit)
     elapsed = time.perf_counter() - start
+    if before is not None:
+        # All or nothing: a repair that would exceed a power budget changes nothing.
+        from gpuplace.power import power_report
+
+        over = [r for r in power_report(state) if r["headroom_w"] < -1e-9 * r["budget_w"]]
+        if over:
+            state._core = before
+            raise Infeasible(
+                f"repairing {name!r} would draw power domain {over[0]['domain']!r} to "
+                f"{over[0]['draw_w']:,.0f} W, over its budget of {over[0]['budget_w']:,.0f} W"
+            )
     state.specs[name] = job
     gpus = np.asarray(plan.gpus, dtype=np.int64)
     cost_after = evaluate(topology, job, gpus, state=state)

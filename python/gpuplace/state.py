@@ -56,12 +56,15 @@ class ClusterState:
         self._core = _core.ClusterState(topology._core, nics_of(topology).gpu_nic)
         #: Job name -> its spec, for jobs allocated from a placement (repair uses it).
         self.specs: dict[str, Job] = {}
+        #: Job name -> the power phase slot of a staggered synchronised job (``gpuplace.power``).
+        self.phase_slots: dict[str, int] = {}
 
     def copy(self) -> ClusterState:
         out = ClusterState.__new__(ClusterState)
         out.topology = self.topology
         out._core = self._core.copy()
         out.specs = dict(self.specs)
+        out.phase_slots = dict(self.phase_slots)
         return out
 
     # ----------------------------------------------------------------- queries
@@ -102,6 +105,25 @@ class ClusterState:
         allocated = sum(len(g) for g in self.jobs.values())
         return allocated / self.topology.num_gpus
 
+    def hottest_uplinks(self, count: int = 5) -> list[dict[str, Any]]:
+        """The most loaded fabric uplinks (``gpuplace.fabric.hottest_uplinks``)."""
+        from gpuplace.fabric import hottest_uplinks
+
+        return hottest_uplinks(self, count)
+
+    def power_headroom(self) -> list[dict[str, Any]]:
+        """Per power domain: budget, draw and headroom (W), synchronised jobs and their phase
+        offsets (``gpuplace.power.power_report``)."""
+        from gpuplace.power import power_report
+
+        return power_report(self)
+
+    def jobs_hurt(self, count: int = 5) -> list[dict[str, Any]]:
+        """Running jobs by slowdown from contention (``gpuplace.fabric.jobs_hurt``)."""
+        from gpuplace.fabric import jobs_hurt
+
+        return jobs_hurt(self, count)
+
     # ----------------------------------------------------------------- changes
     def allocate(
         self, placement: Placement | None = None, *, name: str | None = None, gpus: Any = None
@@ -114,14 +136,30 @@ class ClusterState:
             name, gpus = placement.job.name, placement.gpus
         if name is None or gpus is None:
             raise InvalidState("allocate needs a placement, or a name and GPUs")
-        self._core.allocate(name, np.asarray(gpus, dtype=np.int64))
+        job = None if placement is None else placement.job
+        # A power budget is never exceeded, whoever chose the GPUs (gpuplace.power).
+        slot = 0 if placement is None else int(placement.details.get("phase_slot", 0))
+        if self.topology.power_domains and name not in self.jobs:
+            from gpuplace.power import check_budgets
+
+            check_budgets(self, name, job, np.asarray(gpus, dtype=np.int64), slot)
+        # With its spec, the job's flows (collectives and storage traffic) load the fabric's
+        # uplinks (gpuplace.fabric, gpuplace.storage).
+        from gpuplace.storage import io_demands
+
+        spec = None if job is None else job.compile(self.topology)
+        io = io_demands(self.topology, job)
+        self._core.allocate(name, np.asarray(gpus, dtype=np.int64), spec, io or None)
         if placement is not None:
             self.specs[name] = placement.job
+        if slot:
+            self.phase_slots[name] = slot
 
     def release(self, name: str) -> np.ndarray:
         """Free a job's GPUs; returns them."""
         gpus = self._core.release(name)
         self.specs.pop(name, None)
+        self.phase_slots.pop(name, None)
         return gpus
 
     def _set_health(self, gpus: Iterable[int], status: _core.Health) -> dict[str, np.ndarray]:

@@ -49,6 +49,8 @@ def snapshot(state: ClusterState) -> dict[str, Any]:
         job: dict[str, Any] = {"name": name, "gpus": gpus.tolist()}
         if name in state.specs:
             job["spec"] = state.specs[name].to_dict()
+        if state.phase_slots.get(name):
+            job["phase_slot"] = state.phase_slots[name]
         jobs.append(job)
     out: dict[str, Any] = {
         "format": STATE_FORMAT,
@@ -71,6 +73,7 @@ def restore(state: ClusterState, snapshot: Any, *, source: str | None = None) ->
     """Fill the empty ``state`` from :func:`snapshot`'s form (format /1 or /2); raises
     InvalidState naming the field."""
     from gpuplace.job import Job
+    from gpuplace.storage import io_demands
 
     topology = state.topology
 
@@ -95,13 +98,11 @@ def restore(state: ClusterState, snapshot: Any, *, source: str | None = None) ->
             c.integer(g, f"jobs[{i}].gpus[{k}]", minimum=0)
             for k, g in enumerate(c.sequence(entry.get("gpus"), f"jobs[{i}].gpus"))
         ]
-        try:
-            state._core.allocate(name, np.asarray(gpus, dtype=np.int64))
-        except InvalidState as exc:
-            raise c.fail(f"jobs[{i}]", str(exc)) from None
+        spec = None
         if "spec" in entry:
             try:
                 spec = Job.from_dict(entry["spec"], source=f"jobs[{i}].spec")
+                compiled = spec.compile(topology)
             except InvalidJob as exc:
                 raise c.fail(f"jobs[{i}].spec", str(exc)) from None
             if spec.gpus != len(gpus):
@@ -109,7 +110,23 @@ def restore(state: ClusterState, snapshot: Any, *, source: str | None = None) ->
                     f"jobs[{i}].spec",
                     f"has {spec.gpus} ranks but the job holds {len(gpus)} GPUs",
                 )
+        # With its spec, the job's flows (collectives and storage traffic) load the fabric.
+        try:
+            io = io_demands(topology, spec)
+            state._core.allocate(
+                name,
+                np.asarray(gpus, dtype=np.int64),
+                None if spec is None else compiled,
+                io or None,
+            )
+        except (InvalidState, InvalidJob) as exc:
+            raise c.fail(f"jobs[{i}]", str(exc)) from None
+        if spec is not None:
             state.specs[name] = spec
+        if "phase_slot" in entry:
+            state.phase_slots[name] = c.integer(
+                entry["phase_slot"], f"jobs[{i}].phase_slot", minimum=0
+            )
     health = c.mapping(snap.get("health", {}), "health")
     for key in ("failed", "drained"):
         ids = [

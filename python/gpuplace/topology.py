@@ -34,11 +34,15 @@ class Level:
 
     ``bandwidth_gbps`` is the per-GPU, one-direction bandwidth (GB/s) of traffic whose lowest
     common level is this one; ``latency_us`` the latency of one message at this level (µs).
+    ``oversubscription`` (>= 1) divides the capacity of this level's uplinks (the links of
+    each of its domains to the level above): 2 means 2:1, half of what its GPUs could send
+    (``gpuplace.fabric``).
     """
 
     name: str
     bandwidth_gbps: float
     latency_us: float
+    oversubscription: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,10 @@ class Topology:
         host_types: Sequence[str],
         host_domains: Sequence[Sequence[str]],
         provenance: Mapping[str, Any] | None = None,
+        uplink_gbps: Mapping[str, float] | None = None,
+        power_domains: Sequence[Any] = (),
+        power_phases: int = 1,
+        stores: Mapping[str, Any] | None = None,
     ):
         """Build from parts; ``host_domains[h]`` names host h's domain at each level above the
         node level. Prefer :meth:`from_dict`, which validates field by field."""
@@ -114,6 +122,15 @@ class Topology:
         self._host_index = {h: i for i, h in enumerate(self.hosts)}
         #: How to rebuild this topology (a preset and its parameters, or a file), if known.
         self.origin: dict[str, Any] | None = None
+        #: Explicit uplink capacities (GB/s each direction) of single switches or hosts, by
+        #: name (``"su003"`` or ``"leaf:su003"``); they override the level's ratio.
+        self.uplink_gbps: dict[str, float] = dict(uplink_gbps or {})
+        #: Racks, PDUs and rows with a budget for their GPUs' draw (``gpuplace.power``), and
+        #: the number of phase slots synchronised jobs may be staggered over.
+        self.power_domains: tuple[Any, ...] = tuple(power_domains)
+        self.power_phases = int(power_phases)
+        #: Dataset and checkpoint stores by name (``gpuplace.storage``).
+        self.stores: dict[str, Any] = dict(stores or {})
         self._core = self._compile()
 
     # ----------------------------------------------------------------- compilation
@@ -175,7 +192,7 @@ class Topology:
         host_type_ids = np.array([type_index[t] for t in self.host_types], dtype=np.int64)
         self._host_of_gpu = host_of_gpu
         self._gpu_local = local
-        return _core.Topology(
+        core = _core.Topology(
             [lv.name for lv in self.levels],
             [lv.bandwidth_gbps for lv in self.levels],
             [lv.latency_us for lv in self.levels],
@@ -188,6 +205,9 @@ class Topology:
             host_type_ids,
             local,
         )
+        from gpuplace.fabric import apply_uplink_capacity
+
+        return apply_uplink_capacity(self, core)
 
     # ----------------------------------------------------------------- queries
     @property
@@ -346,6 +366,7 @@ class Topology:
         out: dict[str, Any] = {"format": FORMAT, "name": self.name}
         out["levels"] = [
             {"name": lv.name, "bandwidth_gbps": lv.bandwidth_gbps, "latency_us": lv.latency_us}
+            | ({"oversubscription": lv.oversubscription} if lv.oversubscription != 1 else {})
             for lv in self.levels
         ]
         out["node_level"] = self.levels[self.node_level].name
@@ -384,6 +405,14 @@ class Topology:
             run.append(host)
         flush()
         out["nodes"] = nodes
+        if self.uplink_gbps:
+            out["uplink_gbps"] = dict(self.uplink_gbps)
+        if self.power_domains:
+            out["power_domains"] = [d.to_dict(self.hosts) for d in self.power_domains]
+        if self.power_phases != 1:
+            out["power_phases"] = self.power_phases
+        if self.stores:
+            out["stores"] = {name: s.to_dict() for name, s in self.stores.items()}
         if self.provenance:
             out["provenance"] = json.loads(json.dumps(self.provenance))
         return out

@@ -38,6 +38,10 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
             "node_types",
             "nodes",
             "provenance",
+            "uplink_gbps",
+            "power_domains",
+            "power_phases",
+            "stores",
         },
     )
     if doc.get("format") != FORMAT:
@@ -51,7 +55,7 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
     for i, raw in enumerate(raw_levels):
         p = f"levels[{i}]"
         lv = c.mapping(raw, p)
-        c.keys(lv, p, {"name", "bandwidth_gbps", "latency_us"})
+        c.keys(lv, p, {"name", "bandwidth_gbps", "latency_us", "oversubscription"})
         lname = c.string(lv.get("name"), f"{p}.name")
         if not _NAME.match(lname):
             raise c.fail(f"{p}.name", f"use lowercase letters, digits, '-', '_'; got {lname!r}")
@@ -62,6 +66,7 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
                 lname,
                 c.number(lv.get("bandwidth_gbps"), f"{p}.bandwidth_gbps", positive=True),
                 c.number(lv.get("latency_us", 0.0), f"{p}.latency_us", minimum=0.0),
+                c.number(lv.get("oversubscription", 1.0), f"{p}.oversubscription", minimum=1.0),
             )
         )
     names = [lv.name for lv in levels]
@@ -133,6 +138,16 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
         if len(hosts) > 2_000_000:
             raise c.fail("nodes", "more than 2,000,000 hosts")
     notes = _provenance(c, doc.get("provenance", {}))
+    from gpuplace.power import parse_power_domains
+    from gpuplace.storage import parse_stores
+
+    stores = parse_stores(c, doc.get("stores", {}))
+    power_domains = parse_power_domains(c, doc.get("power_domains", []), hosts)
+    power_phases = c.integer(doc.get("power_phases", 1), "power_phases", minimum=1, maximum=64)
+    uplinks = {
+        str(k): c.number(v, f"uplink_gbps.{k}", positive=True)
+        for k, v in c.mapping(doc.get("uplink_gbps", {}), "uplink_gbps").items()
+    }
     try:
         return cls(
             name=name,
@@ -144,6 +159,10 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
             host_types=host_types,
             host_domains=host_domains,
             provenance=notes,
+            uplink_gbps=uplinks,
+            power_domains=power_domains,
+            power_phases=power_phases,
+            stores=stores,
         )
     except InvalidTopology as exc:
         raise c.fail("", _domain_message(str(exc), levels, host_domains, hosts)) from None

@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gpuplace.commands.fabric_report import placement_rows
 from gpuplace.errors import InvalidTopology
 from gpuplace.placement import Placement
 from gpuplace.presets import PRESETS
@@ -60,6 +61,8 @@ def print_placement(p: Placement) -> None:
     for level, b in p.cost.bytes_by_level.items():
         table.add_row(f"bytes via {level}", fmt_bytes(b))
     table.add_row("confinement", "ok" if p.cost.confinement_ok else "; ".join(p.cost.violations))
+    for label, value in placement_rows(p):
+        table.add_row(label, value)
     if p.bound is not None:
         table.add_row("bound / gap", f"{p.bound * 1e3:.3f} ms / {100 * (p.gap or 0):.2f} %")
     table.add_row("solve time", f"{p.elapsed_s * 1e3:.2f} ms")

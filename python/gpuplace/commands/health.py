@@ -20,6 +20,7 @@ from rich.table import Table
 from gpuplace import _core
 from gpuplace._validate import exclusive_lock
 from gpuplace.commands.common import load_cluster, out
+from gpuplace.commands.fabric_report import fabric_doc, print_fabric, print_power
 from gpuplace.errors import InvalidState, InvalidTopology
 from gpuplace.repair import repair
 from gpuplace.state import ClusterState
@@ -360,6 +361,8 @@ def status(
         "jobs": jobs,
         "levels": levels,
         "unhealthy": state.unhealthy(),
+        **fabric_doc(state),
+        "power": state.power_headroom(),
     }
     if fmt == "json":
         click.echo(json.dumps(doc))
@@ -406,3 +409,5 @@ def status(
         factor = f"{h['factor']:.3g}" if h["condition"] == "degraded" else "-"
         table.add_row(h["kind"], h["name"], h["condition"], factor, h["reason"])
     _out.print(table)
+    print_fabric(state, _out)
+    print_power(doc["power"], _out)

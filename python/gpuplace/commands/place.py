@@ -13,6 +13,7 @@ import click
 
 from gpuplace._validate import exclusive_lock, write_atomically
 from gpuplace.commands.common import load_cluster, out, print_placement, with_cluster
+from gpuplace.commands.fabric_report import print_fabric
 from gpuplace.io import writers
 from gpuplace.job import Job
 from gpuplace.placement import Placement, place
@@ -100,6 +101,7 @@ def place_cmd(
             out.print(
                 f"allocated in {state_path}: {state.free_gpus} of {topology.num_gpus} GPUs free"
             )
+            print_fabric(state, out)
 
 
 #: ``--emit`` formats and the writer of each.

@@ -3,11 +3,12 @@
 //! [`admit`] checks a proposed placement against the state it is meant for: one GPU per rank,
 //! no GPU twice, every GPU existing, free, healthy and not a reserved spare, and, for a solver
 //! that promises confinement, every confined group inside its domain and the job inside its
-//! max span. It then prices the placement with the one cost model on the state's hardware, so
-//! the caller gets the GPUs and their cost from one call. A placement that fails the gate is
-//! an [`CoreError::InvalidState`] naming the solver, the GPU or group and what was expected.
+//! max span. It then prices the placement with the one cost model on the state's hardware and
+//! against its running jobs' load on the fabric (contention), so the caller gets the GPUs and
+//! their cost from one call. A placement that fails the gate is an [`CoreError::InvalidState`]
+//! naming the solver, the GPU or group and what was expected.
 
-use crate::cost::{evaluate_checked, CostReport};
+use crate::cost::{evaluate_in_checked, CostReport};
 use crate::error::{CoreError, Result};
 use crate::job::JobSpec;
 use crate::solvers::{self, SolveOptions};
@@ -45,7 +46,7 @@ pub fn admit(
             "rank {rank} is on GPU {g}, which {why}; a placement may use only free, healthy GPUs"
         )));
     }
-    let report = evaluate_checked(state.topology(), state.path_factors(), job, gpus)?;
+    let report = evaluate_in_checked(state, job, gpus)?;
     if confining && !report.confinement_ok {
         return Err(bad(format!(
             "it promises confinement but breaks it: {}",

@@ -7,6 +7,7 @@
 
 pub mod cost;
 pub mod error;
+pub mod fabric;
 pub mod gate;
 pub mod greedy;
 pub mod interrupt;
@@ -16,6 +17,7 @@ pub mod refine;
 pub mod repair;
 pub mod solvers;
 pub mod state;
+pub mod storage;
 pub mod topology;
 
 pub use cost::{evaluate, CostReport};

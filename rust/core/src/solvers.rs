@@ -50,6 +50,9 @@ pub struct SolveOptions {
     pub seed: u64,
     /// Search budget for solvers that search (s); None means their default.
     pub time_limit: Option<f64>,
+    /// Leave out what a new job adds to the running jobs' time (counted by default; see
+    /// [`crate::fabric::placement_cost`]).
+    pub ignore_neighbours: bool,
 }
 
 /// Run a Rust solver by name; returns the GPU of each rank.
@@ -60,7 +63,7 @@ pub fn solve(
     opts: &SolveOptions,
 ) -> Result<Vec<u32>> {
     match name {
-        "greedy" => crate::greedy::place(state, job),
+        "greedy" => crate::greedy::place_with(state, job, !opts.ignore_neighbours),
         "refine" => {
             let mut refine_opts = crate::refine::RefineOptions {
                 seed: opts.seed,
@@ -69,7 +72,8 @@ pub fn solve(
             if let Some(limit) = opts.time_limit {
                 refine_opts.time_limit = std::time::Duration::from_secs_f64(limit.max(0.0));
             }
-            let mut start = crate::greedy::place(state, job)?;
+            let neighbours = !opts.ignore_neighbours;
+            let mut start = crate::greedy::place_with(state, job, neighbours)?;
             if !job.traffic.is_empty() && job.num_ranks <= 8192 {
                 // An explicit traffic matrix is a quadratic assignment problem on the GPUs
                 // greedy chose: order the ranks with the QAP search first (a third of the
@@ -78,7 +82,16 @@ pub fn solve(
                 start = map_onto(state, job, &start, qap_budget, opts.seed)?;
                 refine_opts.time_limit -= qap_budget;
             }
-            Ok(crate::refine::refine(state, job, &start, &refine_opts)?.gpus)
+            let refined = crate::refine::refine(state, job, &start, &refine_opts)?.gpus;
+            // The local search prices the job against its neighbours but not what it does to
+            // them; keep its result only when that total is no worse.
+            if state.fabric_load().is_some() && neighbours {
+                let cost = |g: &[u32]| crate::fabric::placement_cost(state, job, g, true);
+                if cost(&refined)? > cost(&start)? {
+                    return Ok(start);
+                }
+            }
+            Ok(refined)
         }
         "first-fit" => first_fit(state, job),
         "random" => random(state, job, opts.seed),

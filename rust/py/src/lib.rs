@@ -8,13 +8,16 @@
 //! - [`enums`]: the core's enums as Python enums (collective kind, health, condition,
 //!   component kind, spare policy, move reason), each defined once;
 //! - [`solve`]: the cost model, the Rust solvers behind the placement gate, refine and
-//!   rank mapping.
+//!   rank mapping;
+//! - [`fabric`]: uplink capacities, the running jobs' load on them, contention reports and
+//!   storage traffic.
 //!
 //! New bindings go in a new file with a small registration call below.
 
 mod convert;
 mod enums;
 mod errors;
+mod fabric;
 mod job;
 mod solve;
 mod state;
@@ -40,6 +43,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(solve::loss_factor, m)?)?;
     m.add_function(wrap_pyfunction!(job::rank_groups, m)?)?;
     m.add_function(wrap_pyfunction!(job::class_names, m)?)?;
+    fabric::register(m)?;
     m.add("MIN_FACTOR", gpuplace_core::cost::MIN_FACTOR)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

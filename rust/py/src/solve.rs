@@ -59,7 +59,7 @@ impl PyCostReport {
 }
 
 /// Evaluate a placement with the one cost model, on the hardware of `state` (degraded
-/// components included) when given.
+/// components included) and against its running jobs' load on the fabric, when given.
 #[pyfunction]
 #[pyo3(signature = (topology, job, gpus, state=None))]
 pub(crate) fn evaluate<'py>(
@@ -79,10 +79,18 @@ pub(crate) fn evaluate<'py>(
             return Err(invalid_state("the state belongs to another topology"));
         }
     }
-    let factors = state.as_ref().and_then(|st| st.inner.path_factors());
-    let report = enter(py, Stop::Never, || {
-        gpuplace_core::cost::evaluate_with(&topo, factors, &spec, &gpus)
-    })?;
+    // In a state: its degraded hardware and its running jobs' load on the fabric.
+    let report = match &state {
+        Some(st) => {
+            let inner = &st.inner;
+            enter(py, Stop::Never, || {
+                gpuplace_core::cost::evaluate_in(inner, &spec, &gpus)
+            })?
+        }
+        None => enter(py, Stop::Never, || {
+            gpuplace_core::cost::evaluate(&topo, &spec, &gpus)
+        })?,
+    };
     Ok(PyCostReport { inner: report })
 }
 
@@ -112,8 +120,10 @@ pub(crate) fn admit<'py>(
 
 /// Run a Rust solver and pass its placement through the gate; returns the GPU of each rank
 /// and its cost report, in one call. The state is not changed. Ctrl-C stops a search.
+/// Where running jobs load the fabric, a candidate is priced with that load and, with
+/// `neighbours`, with the time it adds to the running jobs.
 #[pyfunction]
-#[pyo3(signature = (state, job, solver, seed=0, time_limit=None))]
+#[pyo3(signature = (state, job, solver, seed=0, time_limit=None, neighbours=true))]
 pub(crate) fn place<'py>(
     py: Python<'py>,
     state: PyRef<'py, PyClusterState>,
@@ -121,11 +131,16 @@ pub(crate) fn place<'py>(
     solver: &str,
     seed: u64,
     time_limit: Option<f64>,
+    neighbours: bool,
 ) -> PyResult<(Bound<'py, PyArray1<i64>>, PyCostReport)> {
     job.check_state(&state)?;
     let spec = job.inner.clone();
     let inner = &state.inner;
-    let opts = SolveOptions { seed, time_limit };
+    let opts = SolveOptions {
+        seed,
+        time_limit,
+        ignore_neighbours: !neighbours,
+    };
     // Only the searching solvers run long enough to need a Ctrl-C check.
     let stop = if solvers::searches(solver) {
         Stop::OnSignal

@@ -11,6 +11,7 @@ use pyo3::types::{PyDict, PyList};
 use crate::convert::{affected_list, gpus_from, i64s, id_array};
 use crate::enums::{ComponentKind, Condition as EnumCondition, Health, MoveReason, SparePolicy};
 use crate::errors::{enter, invalid_job, invalid_state, invalid_topology, CoreResultExt, Stop};
+use crate::fabric::{io_demands, IoTuple};
 use crate::job::PyJobSpec;
 use crate::topology::PyTopology;
 
@@ -270,9 +271,26 @@ impl PyClusterState {
         }
     }
 
-    fn allocate(&mut self, name: &str, gpus: PyReadonlyArray1<'_, i64>) -> PyResult<()> {
+    /// With `job`, the job's flows load the fabric's uplinks until it is released; `io`
+    /// adds its storage traffic (see `fabric::io_demands`).
+    #[pyo3(signature = (name, gpus, job=None, io=None))]
+    fn allocate(
+        &mut self,
+        name: &str,
+        gpus: PyReadonlyArray1<'_, i64>,
+        job: Option<&PyJobSpec>,
+        io: Option<Vec<IoTuple>>,
+    ) -> PyResult<()> {
         let gpus = gpus_from(&gpus)?;
-        self.inner.allocate(name, &gpus).py()
+        let spec = match job {
+            Some(j) => {
+                j.check_state(self)?;
+                Some(j.inner.clone())
+            }
+            None => None,
+        };
+        let io = io_demands(&self.inner, io.unwrap_or_default())?;
+        self.inner.allocate_job_io(name, &gpus, spec, io).py()
     }
 
     fn release<'py>(&mut self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyArray1<i64>>> {
