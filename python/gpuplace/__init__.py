@@ -11,6 +11,7 @@
 # The solvers written in Python (gpuplace.placers) register themselves on import.
 from gpuplace import placers as _placers  # noqa: F401
 from gpuplace._core import __version__
+from gpuplace.admission import apply_preemption
 from gpuplace.errors import (
     GpuplaceError,
     Infeasible,
@@ -18,6 +19,7 @@ from gpuplace.errors import (
     InvalidState,
     InvalidTopology,
 )
+from gpuplace.explain import Explanation, explain
 from gpuplace.job import Communication, Job, TransformerModel
 from gpuplace.mapping import Mapping, map_ranks
 from gpuplace.placement import (
@@ -38,6 +40,7 @@ __all__ = [
     "ClusterState",
     "Communication",
     "CostReport",
+    "Explanation",
     "GpuplaceError",
     "Infeasible",
     "InvalidJob",
@@ -54,7 +57,9 @@ __all__ = [
     "Topology",
     "TransformerModel",
     "__version__",
+    "apply_preemption",
     "evaluate",
+    "explain",
     "map_ranks",
     "place",
     "refine",

@@ -39,6 +39,7 @@ import numpy as np
 from gpuplace import _core
 from gpuplace._validate import Checker, read_document
 from gpuplace.errors import Infeasible, InvalidJob
+from gpuplace.policy import JobPolicy
 
 if TYPE_CHECKING:
     from gpuplace.topology import Topology
@@ -137,6 +138,8 @@ class Job:
     traffic_ranks: int | None = None
     confine: Mapping[str, str] = field(default_factory=lambda: {"tp": "nvlink_domain"})
     max_span: str | None = None
+    #: Pool, priority class and hardware rules (``gpuplace.policy``); None: no restriction.
+    policy: JobPolicy | None = None
 
     def __post_init__(self) -> None:
         c = Checker(InvalidJob, None)
@@ -231,6 +234,7 @@ class Job:
                 "communication",
                 "traffic",
                 "constraints",
+                "policy",
             },
         )
         name = c.string(doc.get("name"), "name")
@@ -329,6 +333,8 @@ class Job:
                 kwargs["traffic"] = np.array(edges, dtype=np.float64).reshape(-1, 3)
                 kwargs["traffic_ranks"] = n
             kwargs.setdefault("confine", {})
+        if "policy" in doc:
+            kwargs["policy"] = JobPolicy.from_dict(doc["policy"], c)
         try:
             return cls(name=name, **kwargs)
         except InvalidJob as exc:
@@ -361,6 +367,8 @@ class Job:
         if self.max_span is not None:
             constraints["max_span"] = self.max_span
         out["constraints"] = constraints
+        if self.policy is not None and self.policy.to_dict():
+            out["policy"] = self.policy.to_dict()
         return out
 
     # ----------------------------------------------------------------- compilation

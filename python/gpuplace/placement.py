@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuplace import _core
+from gpuplace.admission import place_within
 from gpuplace.errors import InvalidJob
 from gpuplace.hostlist import compress
+from gpuplace.policy import allowed_gpus, fenced_view, has_rules
 
 if TYPE_CHECKING:
     from gpuplace.job import Job
@@ -271,8 +273,11 @@ def refine(
     if placement.topology is not state.topology:
         raise InvalidJob("the placement was made for another topology than the state's")
     start = time.perf_counter()
+    view = fenced_view(
+        state, allowed_gpus(state, placement.job) if has_rules(state, placement.job) else None
+    )
     gpus, _, _, iterations, accepted = _core.refine(
-        state._core,
+        view._core,
         placement.job.compile(state.topology),
         np.asarray(placement.gpus, dtype=np.int64),
         float(time_limit),
@@ -298,17 +303,32 @@ def place(
     *,
     seed: int = 0,
     time_limit: float | None = None,
+    preempt: bool = False,
 ) -> Placement:
     """Place ``job`` on the free GPUs of ``state`` with a registered solver.
 
-    The state is not changed: call ``state.allocate(placement)`` to take the GPUs. Raises
-    :class:`gpuplace.Infeasible` (saying why) when the job cannot be placed.
+    The state is not changed: call ``state.allocate(placement)`` to take the GPUs. The job's
+    pool and hardware rules (``job.policy``) fence off the GPUs it may not use, for every
+    solver. With ``preempt=True``, when nothing fits, the placement may propose preempting
+    lower-priority preemptible jobs (``details["preemption"]``; apply it with
+    :func:`gpuplace.apply_preemption`). Raises :class:`gpuplace.Infeasible` (saying why, with
+    the full account as ``explanation``) when the job cannot be placed.
     """
     info = _REGISTRY.get(solver)
     if info is None:
         raise InvalidJob(f"unknown solver {solver!r}; the solvers are {', '.join(_REGISTRY)}")
     if time_limit is not None and not time_limit > 0:
         raise InvalidJob(f"time_limit must be > 0 seconds, got {time_limit!r}")
+
+    def solve(view: ClusterState) -> Placement:
+        return _solve(view, job, info, seed, time_limit)
+
+    return place_within(state, job, solve, preempt=preempt)
+
+
+def _solve(
+    state: ClusterState, job: Job, info: SolverInfo, seed: int, time_limit: float | None
+) -> Placement:
     start = time.perf_counter()
     result = info.func(state, job, seed, time_limit)
     elapsed = time.perf_counter() - start
@@ -318,7 +338,7 @@ def place(
         topology=state.topology,
         gpus=np.asarray(result.gpus, dtype=np.int64),
         cost=cost,
-        solver=result.solver or solver,
+        solver=result.solver or info.name,
         elapsed_s=elapsed,
         optimal=result.optimal,
         bound=result.bound,

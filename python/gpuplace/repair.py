@@ -20,6 +20,7 @@ import numpy as np
 from gpuplace.errors import InvalidJob, InvalidState
 from gpuplace.job import Job
 from gpuplace.placement import CostReport, Placement, evaluate
+from gpuplace.policy import allowed_gpus, can_borrow, fenced, has_rules
 
 if TYPE_CHECKING:
     from gpuplace.state import ClusterState
@@ -115,7 +116,11 @@ def repair(
     health = state.health()
     cost_before = evaluate(topology, job, old, state=state)
     start = time.perf_counter()
-    raw = state._core.repair(job.compile(topology), name, max_moves, policy, 24, time_limit)
+    allowed = (
+        allowed_gpus(state, job, borrow=can_borrow(state, job)) if has_rules(state, job) else None
+    )
+    with fenced(state, allowed):
+        raw = state._core.repair(job.compile(topology), name, max_moves, policy, 24, time_limit)
     elapsed = time.perf_counter() - start
     state.specs[name] = job
     gpus = np.asarray(raw["gpus"], dtype=np.int64)

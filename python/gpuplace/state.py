@@ -34,6 +34,7 @@ import numpy as np
 from gpuplace import _core
 from gpuplace._validate import Checker, write_atomically
 from gpuplace.errors import InvalidState
+from gpuplace.policy import ClusterPolicy
 
 if TYPE_CHECKING:
     from gpuplace.job import Job
@@ -93,12 +94,15 @@ class ClusterState:
         self._core = _core.ClusterState(topology._core, nics_of(topology).gpu_nic)
         #: Job name -> its spec, for jobs allocated from a placement (repair uses it).
         self.specs: dict[str, Job] = {}
+        #: Pools, priority classes and attributes kept in the state file (``gpuplace.policy``).
+        self.policy = ClusterPolicy()
 
     def copy(self) -> ClusterState:
         out = ClusterState.__new__(ClusterState)
         out.topology = self.topology
         out._core = self._core.copy()
         out.specs = dict(self.specs)
+        out.policy = self.policy
         return out
 
     # ----------------------------------------------------------------- queries
@@ -461,6 +465,8 @@ class ClusterState:
         origin = getattr(self.topology, "origin", None)
         if origin is not None:
             out["cluster"] = dict(origin)
+        if self.policy:
+            out["policy"] = self.policy.to_dict()
         return out
 
     @classmethod
@@ -486,6 +492,11 @@ class ClusterState:
                 f"not to {topology.name!r} with {topology.num_gpus} GPUs (fingerprints differ)",
             )
         state = cls(topology)
+        if "policy" in snap:
+            state.policy = ClusterPolicy.from_dict(
+                c.mapping(snap["policy"], "policy"), c, "policy."
+            )
+            state.policy.check(topology, c, "policy.")
         # Jobs first: a job may still hold GPUs that failed under it, waiting for a repair.
         for i, job in enumerate(c.sequence(snap.get("jobs", []), "jobs")):
             entry = c.mapping(job, f"jobs[{i}]")

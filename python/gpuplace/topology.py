@@ -24,6 +24,7 @@ from gpuplace import _core
 from gpuplace._validate import Checker, dump_document, read_document, write_atomically
 from gpuplace.errors import InvalidTopology
 from gpuplace.hostlist import HostlistError, compress, expand
+from gpuplace.policy import ClusterPolicy
 
 __all__ = ["FORMAT", "Level", "NodeType", "Topology"]
 
@@ -117,6 +118,8 @@ class Topology:
         self._host_index = {h: i for i, h in enumerate(self.hosts)}
         #: How to rebuild this topology (a preset and its parameters, or a file), if known.
         self.origin: dict[str, Any] | None = None
+        #: Hardware attributes, pools and priority classes from the file (``gpuplace.policy``).
+        self.policy = ClusterPolicy()
         self._core = self._compile()
 
     # ----------------------------------------------------------------- compilation
@@ -283,6 +286,7 @@ class Topology:
                 "node_types",
                 "nodes",
                 "provenance",
+                *ClusterPolicy.SECTIONS,
             },
         )
         if doc.get("format") != FORMAT:
@@ -379,7 +383,7 @@ class Topology:
                 raise c.fail("nodes", "more than 2,000,000 hosts")
         notes = _provenance(c, doc.get("provenance", {}))
         try:
-            return cls(
+            topology = cls(
                 name=name,
                 levels=levels,
                 node_level=node_level,
@@ -392,6 +396,9 @@ class Topology:
             )
         except InvalidTopology as exc:
             raise c.fail("", _domain_message(str(exc), levels, host_domains, hosts)) from None
+        topology.policy = ClusterPolicy.from_dict(doc, c)
+        topology.policy.check(topology, c)
+        return topology
 
     def to_dict(self) -> dict[str, Any]:
         """The native dictionary form; consecutive hosts with the same type and domains are
@@ -439,6 +446,7 @@ class Topology:
         out["nodes"] = nodes
         if self.provenance:
             out["provenance"] = json.loads(json.dumps(self.provenance))
+        out.update(self.policy.to_dict())
         return out
 
     @cached_property
@@ -446,7 +454,9 @@ class Topology:
         """SHA-256 of the canonical native form without ``provenance``: state files name the
         topology they belong to."""
         doc = self.to_dict()
-        doc.pop("provenance", None)
+        # Neither import notes nor policy (attributes, pools, classes) change the hardware.
+        for key in ("provenance", *ClusterPolicy.SECTIONS):
+            doc.pop(key, None)
         canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+mod policy;
+
 use numpy::{
     IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
     PyUntypedArrayMethods,
@@ -1137,6 +1139,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(map_ranks, m)?)?;
     m.add_function(wrap_pyfunction!(rust_solvers, m)?)?;
     m.add_function(wrap_pyfunction!(loss_factor, m)?)?;
+    policy::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

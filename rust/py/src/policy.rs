@@ -1,0 +1,31 @@
+//! Bindings of the policy layer: the fence that confines one job's placement or repair to the
+//! GPUs its pool and hardware rules allow (`ClusterState::set_fence` in the core).
+
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
+use pyo3::prelude::*;
+
+use crate::{gpus_from, IntoPy, PyClusterState};
+
+/// Fence GPUs off (`fenced=True`) or lift the fence; all or nothing.
+#[pyfunction]
+fn set_fence(
+    py: Python<'_>,
+    state: &mut PyClusterState,
+    gpus: PyReadonlyArray1<'_, i64>,
+    fenced: bool,
+) -> PyResult<()> {
+    let gpus = gpus_from(py, &gpus)?;
+    state.inner.set_fence(&gpus, fenced).py_ok(py)
+}
+
+/// The fence mask: GPUs no solver may give the job being placed.
+#[pyfunction]
+fn fence_mask<'py>(py: Python<'py>, state: &PyClusterState) -> Bound<'py, PyArray1<bool>> {
+    state.inner.fenced().to_vec().into_pyarray(py)
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(set_fence, m)?)?;
+    m.add_function(wrap_pyfunction!(fence_mask, m)?)?;
+    Ok(())
+}
