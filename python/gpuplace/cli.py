@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuplace._validate import exclusive_lock, write_atomically
+from gpuplace.admission import apply_preemption
 from gpuplace.commands.bench import bench
 from gpuplace.commands.topo import topo
 from gpuplace.errors import GpuplaceError, InvalidTopology
@@ -76,7 +77,30 @@ def print_placement(p: Placement) -> None:
     if p.bound is not None:
         table.add_row("bound / gap", f"{p.bound * 1e3:.3f} ms / {100 * (p.gap or 0):.2f} %")
     table.add_row("solve time", f"{p.elapsed_s * 1e3:.2f} ms")
+    for key, value in describe_policy(p.details).items():
+        table.add_row(key, value)
     _out.print(table)
+
+
+def describe_policy(details: dict[str, Any]) -> dict[str, str]:
+    """Rows for what the policy layer did: pool, borrowing, rules, preemption."""
+    rows: dict[str, str] = {}
+    info = details.get("policy", {})
+    if "pool" in info:
+        rows["pool"] = info["pool"] + (
+            f" (borrowed {info['borrowed_gpus']} GPUs from {', '.join(info['borrowed_from'])})"
+            if info.get("borrowed_gpus")
+            else ""
+        )
+    if info.get("rules"):
+        rows["hardware rules"] = "; ".join(info["rules"])
+    pre = details.get("preemption")
+    if pre:
+        victims = ", ".join(
+            f"{v['job']} ({v['gpus']} GPUs, {v['priority_class']})" for v in pre["victims"]
+        )
+        rows["preempts"] = f"{victims}; {pre['cost']['gpus']} GPUs in total"
+    return rows
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -152,6 +176,12 @@ def with_cluster(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--time-limit", type=float, default=None, help="Seconds, for solvers that search.")
 @click.option(
+    "--preempt",
+    is_flag=True,
+    help="When nothing fits, preempt lower-priority preemptible jobs (with --state, applied "
+    "together with the allocation, all or nothing).",
+)
+@click.option(
     "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
 def place_cmd(
@@ -165,6 +195,7 @@ def place_cmd(
     emits: tuple[str, ...],
     seed: int,
     time_limit: float | None,
+    preempt: bool,
     fmt: str,
 ) -> None:
     """Place a job on a cluster."""
@@ -179,12 +210,12 @@ def place_cmd(
             state = ClusterState.load(topology, state_path)
         else:
             state = ClusterState(topology)
-        placement = place(state, job, solver, seed=seed, time_limit=time_limit)
+        placement = place(state, job, solver, seed=seed, time_limit=time_limit, preempt=preempt)
         # Render every output before changing anything, so an output that cannot be written
         # for this placement (torchrun with interleaved hosts) leaves the state file as it was.
         rendered = [(path, EMITTERS[kind](placement)) for kind, path in targets]
         if state_path is not None:
-            state.allocate(placement)
+            apply_preemption(state, placement)
             state.save(state_path)
     for path, text in rendered:
         write_atomically(path, text if text.endswith("\n") else text + "\n")
@@ -258,6 +289,11 @@ cli.add_command(_health.recover)
 cli.add_command(_health.drain)
 cli.add_command(_health.repair_cmd)
 cli.add_command(_health.status)
+
+from gpuplace.commands import policy as _policy  # noqa: E402
+
+cli.add_command(_policy.policy)
+cli.add_command(_policy.explain_cmd)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -363,6 +363,11 @@ def status(
         "levels": levels,
         "unhealthy": state.unhealthy(),
     }
+    from gpuplace.commands.policy import pool_status, print_pools
+
+    pools = pool_status(state)
+    if pools:
+        doc["pools"] = pools
     if fmt == "json":
         click.echo(json.dumps(doc))
         return
@@ -408,3 +413,5 @@ def status(
         factor = f"{h['factor']:.3g}" if h["condition"] == "degraded" else "-"
         table.add_row(h["kind"], h["name"], h["condition"], factor, h["reason"])
     _out.print(table)
+    if pools:
+        print_pools(pools)
