@@ -1,0 +1,427 @@
+"""MIG: per-model profiles and placement rules, MIG geometry per GPU, and packing of inference
+requests onto slices.
+
+**Rules.** A MIG-capable GPU has ``memory_slices`` memory slices (8 on A100/H100/H200, 4 on
+A30) and ``compute_slices`` compute slices (7; 4 on A30). A GPU instance of a profile
+occupies ``size`` consecutive memory slices starting at one of the profile's allowed
+``starts`` (what ``nvidia-smi mig -lgipp`` prints as ``{0,2,4}:2``) and ``compute`` compute
+slices; instances never overlap, the compute slices in use never exceed the GPU's, and a
+profile has at most ``instances`` instances (``+me`` media profiles: one). The built-in tables
+(:data:`MODELS`) are NVIDIA's Multi-Instance GPU User Guide, "Supported MIG Profiles"
+(https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html): A100
+40 GB and 80 GB, H100 80 GB and 94 GB, H200 141 GB, with the placements of the guide's
+figures; :func:`gpuplace.io.read_nvidia_smi_mig` builds the same rules from a real listing,
+so a new GPU needs no code change.
+
+**Packing.** :class:`MigCluster` places requests (a profile, or a minimum of memory and
+compute) with one of three policies:
+
+- ``fgd``: Fragmentation Gradient Descent (Weng et al., "Beware of Fragmentation: Scheduling
+  GPU-Sharing Workloads with Fragmentation Gradient Descent", USENIX ATC'23), adapted to MIG:
+  the fragmentation of a GPU for a request type is the part of its free compute share that
+  instances of that type could not use under the start rules (all of it when none fits,
+  FGD's definition for a GPU too small for a task; the stranded remainder otherwise); the
+  expected fragmentation weighs the request types by their frequency in a request
+  distribution; the request goes to
+  the (GPU, profile, start) that increases the expected fragmentation least (then the
+  tightest fit, then the lowest GPU id);
+- ``best-fit``: the GPU with the least free compute that can host it, the lowest valid start;
+- ``first-fit``: the lowest GPU id that can host it, the lowest valid start.
+
+A GPU's state is its occupied memory slices, compute slices in use and ``+me`` count, so GPUs
+are grouped by state and each request scores a few dozen states, not every GPU: packing
+10,000 GPUs stays fast in Python. Creating an instance in free slices is a reconfiguration of
+that GPU's free capacity; no running instance ever moves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuplace.errors import Infeasible, InvalidState, InvalidTopology
+
+__all__ = [
+    "MODELS",
+    "MigCluster",
+    "MigModel",
+    "MigProfile",
+    "Request",
+    "model_for",
+]
+
+GUIDE = "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html"
+_NAME = re.compile(r"^(?:MIG\s+)?(\d+)g\.(\d+)gb(\+me)?$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One GPU-instance profile: ``1g.10gb`` has 1 compute slice and ~10 GB."""
+
+    name: str
+    compute: int
+    size: int  # memory slices
+    starts: tuple[int, ...]
+    memory_gb: float
+    instances: int
+    profile_id: int | None = None
+
+    @property
+    def media(self) -> bool:
+        return self.name.endswith("+me")
+
+
+@dataclass(frozen=True)
+class MigModel:
+    """The MIG rules of one GPU model."""
+
+    model: str
+    memory_slices: int
+    compute_slices: int
+    profiles: Mapping[str, MigProfile]
+    source: str = GUIDE
+
+    def profile(self, name: str) -> MigProfile:
+        key = name.removeprefix("MIG ").strip()
+        if key not in self.profiles:
+            raise Infeasible(
+                f"{self.model} has no MIG profile {name!r} (profiles: {', '.join(self.profiles)})"
+            )
+        return self.profiles[key]
+
+    def check(self) -> None:
+        """Every placement fits in the GPU (raises InvalidTopology)."""
+        for p in self.profiles.values():
+            if p.compute > self.compute_slices:
+                raise InvalidTopology(
+                    f"{self.model}: profile {p.name} has {p.compute} compute slices; the GPU has "
+                    f"{self.compute_slices}"
+                )
+            for s in p.starts:
+                if s < 0 or s + p.size > self.memory_slices:
+                    raise InvalidTopology(
+                        f"{self.model}: profile {p.name} placement {s}:{p.size} exceeds the "
+                        f"{self.memory_slices} memory slices"
+                    )
+
+
+def _guide_model(model: str, sizes: tuple[int, int, int, int, int, int]) -> MigModel:
+    """The A100/H100/H200 layout of the guide with the GB figures of one memory size:
+    (1g, 1g double memory, 2g, 3g, 4g, 7g)."""
+    one, one2, two, three, four, seven = sizes
+    rows = [
+        (f"1g.{one}gb", 1, 1, (0, 1, 2, 3, 4, 5, 6), one, 7, 19),
+        (f"1g.{one}gb+me", 1, 1, (0, 1, 2, 3, 4, 5, 6), one, 1, 20),
+        (f"1g.{one2}gb", 1, 2, (0, 2, 4, 6), one2, 4, 15),
+        (f"2g.{two}gb", 2, 2, (0, 2, 4), two, 3, 14),
+        (f"3g.{three}gb", 3, 4, (0, 4), three, 2, 9),
+        (f"4g.{four}gb", 4, 4, (0,), four, 1, 5),
+        (f"7g.{seven}gb", 7, 8, (0,), seven, 1, 0),
+    ]
+    profiles = {
+        name: MigProfile(name, g, size, starts, float(gb), n, pid)
+        for name, g, size, starts, gb, n, pid in rows
+    }
+    return MigModel(model, 8, 7, profiles)
+
+
+#: Built-in MIG rules, by GPU model (NVIDIA MIG User Guide, "Supported MIG Profiles").
+MODELS: dict[str, MigModel] = {
+    m.model: m
+    for m in (
+        _guide_model("A100-40GB", (5, 10, 10, 20, 20, 40)),
+        _guide_model("A100-80GB", (10, 20, 20, 40, 40, 80)),
+        _guide_model("H100-80GB", (10, 20, 20, 40, 40, 80)),
+        _guide_model("H100-94GB", (12, 24, 24, 47, 47, 94)),
+        _guide_model("H200-141GB", (18, 35, 35, 71, 71, 141)),
+    )
+}
+
+
+def model_for(gpu_model: str) -> MigModel:
+    """The built-in rules for a GPU model name such as ``H100-SXM5-80GB`` or ``A100-80GB``."""
+    text = gpu_model.upper()
+    for key, model in MODELS.items():
+        family, memory = key.split("-")
+        if family in text and memory in text:
+            return model
+    raise InvalidTopology(
+        f"no built-in MIG rules for GPU model {gpu_model!r} (built in: {', '.join(MODELS)}); "
+        "read them from `nvidia-smi mig -lgip` and `-lgipp` with gpuplace.io.read_nvidia_smi_mig"
+    )
+
+
+# --------------------------------------------------------------------- requests
+@dataclass(frozen=True)
+class Request:
+    """An inference request: a profile name, or a minimum of memory (GB) and compute slices
+    (served by the smallest profile that has both)."""
+
+    name: str
+    profile: str | None = None
+    min_memory_gb: float = 0.0
+    min_compute: int = 1
+
+    def candidates(self, model: MigModel) -> list[MigProfile]:
+        if self.profile is not None:
+            return [model.profile(self.profile)]
+        fits = [
+            p
+            for p in model.profiles.values()
+            if not p.media and p.memory_gb >= self.min_memory_gb and p.compute >= self.min_compute
+        ]
+        if not fits:
+            raise Infeasible(
+                f"request {self.name!r}: no {model.model} MIG profile has >= "
+                f"{self.min_memory_gb:g} GB and >= {self.min_compute} compute slices"
+            )
+        smallest = min((p.compute, p.size) for p in fits)
+        return [p for p in fits if (p.compute, p.size) == smallest]
+
+    def kind(self) -> str:
+        """What the request distribution counts: the profile, or the minimums."""
+        return self.profile or f"{self.min_memory_gb:g}gb/{self.min_compute}g"
+
+
+# --------------------------------------------------------------------- GPU state
+@dataclass(frozen=True)
+class Instance:
+    profile: str
+    start: int
+    owner: str
+
+
+#: (occupied memory-slice bitmask, compute slices in use, instances per profile (sorted)).
+State = tuple[int, int, tuple[tuple[str, int], ...]]
+_EMPTY: State = (0, 0, ())
+
+
+def _placements(model: MigModel, state: State, p: MigProfile) -> list[int]:
+    """Valid starts of profile ``p`` on a GPU in ``state`` under every MIG rule."""
+    mask, compute, counts = state
+    if compute + p.compute > model.compute_slices:
+        return []
+    if dict(counts).get(p.name, 0) >= p.instances:
+        return []
+    window = (1 << p.size) - 1
+    return [s for s in p.starts if not mask & (window << s)]
+
+
+def _packable(model: MigModel, state: State, p: MigProfile) -> int:
+    """How many more instances of ``p`` fit on a GPU in ``state`` (lowest starts first, which
+    is optimal for one profile: its windows are aligned to its size)."""
+    count = 0
+    while True:
+        starts = _placements(model, state, p)
+        if not starts:
+            return count
+        state = _add(state, p, starts[0])
+        count += 1
+
+
+def _add(state: State, p: MigProfile, start: int) -> State:
+    mask, compute, counts = state
+    c = dict(counts)
+    c[p.name] = c.get(p.name, 0) + 1
+    return (mask | (((1 << p.size) - 1) << start), compute + p.compute, tuple(sorted(c.items())))
+
+
+def _remove(state: State, p: MigProfile, start: int) -> State:
+    mask, compute, counts = state
+    c = dict(counts)
+    c[p.name] -= 1
+    if not c[p.name]:
+        del c[p.name]
+    return (mask & ~(((1 << p.size) - 1) << start), compute - p.compute, tuple(sorted(c.items())))
+
+
+@dataclass
+class _Gpu:
+    instances: list[Instance] = field(default_factory=list)
+    state: State = _EMPTY
+
+
+POLICIES = ("fgd", "best-fit", "first-fit")
+
+
+class MigCluster:
+    """MIG-mode GPUs of one model, their instances, and request placement.
+
+    ``distribution`` maps request kinds (a profile name, or ``"<gb>gb/<g>g"``) to their
+    frequency; FGD weighs fragmentation by it (default: every profile equally)."""
+
+    def __init__(
+        self,
+        model: MigModel,
+        gpus: int | Iterable[Any],
+        *,
+        distribution: Mapping[str, float] | None = None,
+    ):
+        model.check()
+        self.model = model
+        ids = list(range(gpus)) if isinstance(gpus, int) else list(gpus)
+        self.gpus: dict[Any, _Gpu] = {g: _Gpu() for g in ids}
+        self._order = {g: i for i, g in enumerate(ids)}
+        self._by_state: dict[State, set[Any]] = {_EMPTY: set(ids)}
+        self.owners: dict[str, tuple[Any, Instance]] = {}
+        self.reconfigurations = 0
+        self.set_distribution(distribution)
+
+    # ------------------------------------------------------------- fragmentation
+    def set_distribution(self, distribution: Mapping[str, float] | None) -> None:
+        if not distribution:
+            distribution = {p: 1.0 for p in self.model.profiles if not p.endswith("+me")}
+        total = float(sum(distribution.values()))
+        if total <= 0:
+            raise InvalidState("distribution: expected positive frequencies")
+        self._types: list[tuple[float, list[MigProfile]]] = []
+        for kind, weight in distribution.items():
+            self._types.append((weight / total, _kind_request(kind).candidates(self.model)))
+        self._frag_cache: dict[State, float] = {}
+
+    def fragmentation(self, state: State) -> float:
+        """Expected fragmentation of one GPU, in GPUs (0..1): for each request type, the free
+        compute share that instances of that type could not use (all of it when none fits;
+        the stranded remainder when some do, e.g. the seventh compute slice next to two
+        3g instances), weighted by the type's probability."""
+        cached = self._frag_cache.get(state)
+        if cached is None:
+            c = self.model.compute_slices
+            free = c - state[1]
+            cached = 0.0
+            for weight, profiles in self._types:
+                usable = max(_packable(self.model, state, p) * p.compute for p in profiles)
+                cached += weight * (free - min(usable, free)) / c
+            self._frag_cache[state] = cached
+        return cached
+
+    # ------------------------------------------------------------- queries
+    def free_share(self) -> float:
+        """Unallocated compute, in GPUs."""
+        c = self.model.compute_slices
+        return sum((c - gpu.state[1]) / c for gpu in self.gpus.values())
+
+    def instances(self) -> list[tuple[Any, Instance]]:
+        return [(g, inst) for g, gpu in self.gpus.items() for inst in gpu.instances]
+
+    def check(self) -> None:
+        """Every instance obeys the rules of its model (raises InvalidState naming it)."""
+        for g, gpu in self.gpus.items():
+            state = _EMPTY
+            for inst in gpu.instances:
+                p = self.model.profile(inst.profile)
+                if inst.start not in _placements(self.model, state, p):
+                    raise InvalidState(
+                        f"GPU {g}: instance {inst.profile} at slice {inst.start} breaks the "
+                        f"{self.model.model} placement rules"
+                    )
+                state = _add(state, p, inst.start)
+            if state != gpu.state:
+                raise InvalidState(f"GPU {g}: recorded state differs from its instances")
+
+    # ------------------------------------------------------------- changes
+    def place(self, request: Request, policy: str = "fgd") -> tuple[Any, Instance]:
+        """Place one request (changing this cluster); raises Infeasible naming the rule when no
+        GPU can host it."""
+        if policy not in POLICIES:
+            raise InvalidState(f"unknown MIG policy {policy!r}; use {', '.join(POLICIES)}")
+        if request.name in self.owners:
+            raise InvalidState(f"request {request.name!r} is already placed")
+        best: tuple[Any, ...] | None = None
+        for state, members in self._by_state.items():
+            if not members:
+                continue
+            before = self.fragmentation(state)
+            first = None
+            for p in request.candidates(self.model):
+                for start in _placements(self.model, state, p):
+                    after = _add(state, p, start)
+                    if first is None:
+                        first = min(members, key=self._order.__getitem__)
+                    free_after = self.model.compute_slices - after[1]
+                    if policy == "fgd":
+                        key = (self.fragmentation(after) - before, free_after, self._order[first])
+                    elif policy == "best-fit":
+                        key = (free_after, self._order[first], start)
+                    else:
+                        key = (self._order[first], start)
+                    if best is None or key < best[0]:
+                        best = (key, first, p, start)
+        if best is None:
+            raise Infeasible(self._why_not(request))
+        _, gpu_id, p, start = best
+        inst = Instance(p.name, start, request.name)
+        self._set(gpu_id, self.gpus[gpu_id].instances + [inst])
+        self.owners[request.name] = (gpu_id, inst)
+        self.reconfigurations += 1
+        return gpu_id, inst
+
+    def release(self, name: str) -> None:
+        entry = self.owners.pop(name, None)
+        if entry is None:
+            raise InvalidState(f"no MIG request named {name!r} is placed")
+        gpu_id, inst = entry
+        self._set(gpu_id, [i for i in self.gpus[gpu_id].instances if i != inst])
+
+    def _set(self, gpu_id: Any, instances: list[Instance]) -> None:
+        gpu = self.gpus[gpu_id]
+        state = _EMPTY
+        for inst in instances:
+            state = _add(state, self.model.profile(inst.profile), inst.start)
+        self._by_state[gpu.state].discard(gpu_id)
+        if not self._by_state[gpu.state]:
+            del self._by_state[gpu.state]
+        gpu.instances, gpu.state = instances, state
+        self._by_state.setdefault(state, set()).add(gpu_id)
+
+    def _why_not(self, request: Request) -> str:
+        profiles = request.candidates(self.model)
+        names = ", ".join(p.name for p in profiles)
+        free_compute = max(
+            (self.model.compute_slices - s[1] for s, m in self._by_state.items() if m), default=0
+        )
+        need = min(p.compute for p in profiles)
+        if free_compute < need:
+            rule = f"capacity: no GPU has {need} free compute slices (the most free is {free_compute})"
+        else:
+            rule = (
+                "MIG start rule: GPUs with enough free compute have no free window at an "
+                f"allowed start ({'; '.join(f'{p.name} starts {set(p.starts)}' for p in profiles)})"
+            )
+        return f"request {request.name!r} ({names}) cannot be placed on {len(self.gpus)} " \
+            f"{self.model.model} GPUs: {rule}"
+
+    # ------------------------------------------------------------- persistence
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.model,
+            "gpus": {
+                str(g): [
+                    {"profile": i.profile, "start": i.start, "owner": i.owner}
+                    for i in gpu.instances
+                ]
+                for g, gpu in self.gpus.items()
+            },
+        }
+
+
+def _kind_request(kind: str) -> Request:
+    m = re.match(r"^([\d.]+)gb/(\d+)g$", kind)
+    if m:
+        return Request(kind, None, float(m.group(1)), int(m.group(2)))
+    return Request(kind, kind)
+
+
+def profile_for_share(model: MigModel, share: float) -> MigProfile:
+    """The profile nearest to a GPU share (``gpu_milli / 1000``): the one whose compute
+    fraction is closest, ties to the larger (a pod never gets less than it asked by more than
+    half a slice); media profiles are never chosen."""
+    options = [p for p in model.profiles.values() if not p.media]
+    # Among profiles with the same compute, the one with the least memory.
+    by_compute: dict[int, MigProfile] = {}
+    for p in sorted(options, key=lambda p: (p.compute, p.size)):
+        by_compute.setdefault(p.compute, p)
+    target = share * model.compute_slices
+    return min(by_compute.values(), key=lambda p: (abs(p.compute - target), -p.compute))
