@@ -94,9 +94,7 @@ def main() -> None:
     )
     for trace in ("default", "gpushare100"):
         profiles = load_requests(trace)
-        results = {
-            p: [run(profiles, gpus, p, seed) for seed in range(seeds)] for p in POLICIES
-        }
+        results = {p: [run(profiles, gpus, p, seed) for seed in range(seeds)] for p in POLICIES}
         median = {
             p: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for p, rs in results.items()
         }

@@ -295,5 +295,9 @@ from gpuplace.commands import policy as _policy  # noqa: E402
 cli.add_command(_policy.policy)
 cli.add_command(_policy.explain_cmd)
 
+from gpuplace.commands import mig as _mig  # noqa: E402
+
+cli.add_command(_mig.mig_group)
+
 if __name__ == "__main__":
     sys.exit(main())

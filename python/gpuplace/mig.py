@@ -271,6 +271,7 @@ class MigCluster:
 
     # ------------------------------------------------------------- fragmentation
     def set_distribution(self, distribution: Mapping[str, float] | None) -> None:
+        self.distribution = dict(distribution or {})
         if not distribution:
             distribution = {p: 1.0 for p in self.model.profiles if not p.endswith("+me")}
         total = float(sum(distribution.values()))
@@ -353,10 +354,13 @@ class MigCluster:
             raise Infeasible(self._why_not(request))
         _, gpu_id, p, start = best
         inst = Instance(p.name, start, request.name)
-        self._set(gpu_id, self.gpus[gpu_id].instances + [inst])
-        self.owners[request.name] = (gpu_id, inst)
+        self._attach(gpu_id, inst)
         self.reconfigurations += 1
         return gpu_id, inst
+
+    def _attach(self, gpu_id: Any, inst: Instance) -> None:
+        self._set(gpu_id, [*self.gpus[gpu_id].instances, inst])
+        self.owners[inst.owner] = (gpu_id, inst)
 
     def release(self, name: str) -> None:
         entry = self.owners.pop(name, None)
@@ -384,19 +388,24 @@ class MigCluster:
         )
         need = min(p.compute for p in profiles)
         if free_compute < need:
-            rule = f"capacity: no GPU has {need} free compute slices (the most free is {free_compute})"
+            rule = (
+                f"capacity: no GPU has {need} free compute slices (the most free is {free_compute})"
+            )
         else:
             rule = (
                 "MIG start rule: GPUs with enough free compute have no free window at an "
                 f"allowed start ({'; '.join(f'{p.name} starts {set(p.starts)}' for p in profiles)})"
             )
-        return f"request {request.name!r} ({names}) cannot be placed on {len(self.gpus)} " \
+        return (
+            f"request {request.name!r} ({names}) cannot be placed on {len(self.gpus)} "
             f"{self.model.model} GPUs: {rule}"
+        )
 
     # ------------------------------------------------------------- persistence
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.model,
+            **({"distribution": self.distribution} if self.distribution else {}),
             "gpus": {
                 str(g): [
                     {"profile": i.profile, "start": i.start, "owner": i.owner}
@@ -425,3 +434,105 @@ def profile_for_share(model: MigModel, share: float) -> MigProfile:
         by_compute.setdefault(p.compute, p)
     target = share * model.compute_slices
     return min(by_compute.values(), key=lambda p: (abs(p.compute - target), -p.compute))
+
+
+# --------------------------------------------------------------------- in a cluster state
+#: The job name under which a cluster state holds its MIG-mode GPUs, so that no whole-GPU
+#: solver gives them to a training job.
+MIG_JOB = "mig"
+
+
+def gpu_model_of(state: Any, gpu: int) -> str | None:
+    """A GPU's model: its ``model`` attribute (``gpuplace.policy``), else its node type's."""
+    from gpuplace.policy import attribute_table, policy_of
+
+    column = attribute_table(state.topology, policy_of(state)).column("model")
+    if column and column[gpu] is not None:
+        return column[gpu]
+    topo = state.topology
+    return topo.node_types[topo.host_types[int(topo.host_of_gpu[gpu])]].gpu_model
+
+
+def enable(state: Any, gpus: Iterable[int], *, model: MigModel | None = None) -> MigCluster:
+    """Put free GPUs of ``state`` in MIG mode (all or nothing): they leave whole-GPU placement
+    (held by the job ``mig``) and join ``state.mig``. The rules come from ``model`` or from
+    the GPUs' model name (built-in tables). Returns ``state.mig``."""
+    ids = sorted({int(g) for g in gpus})
+    if not ids:
+        raise InvalidState("name at least one GPU to put in MIG mode")
+    current: MigCluster | None = getattr(state, "mig", None)
+    if model is None:
+        if current is not None:
+            model = current.model
+        else:
+            names = {gpu_model_of(state, g) for g in ids}
+            if len(names) != 1 or None in names:
+                raise InvalidState(
+                    f"the GPUs have models {sorted(map(str, names))}; give one model's GPUs, or "
+                    "the rules (a listing read with gpuplace.io.read_nvidia_smi_mig)"
+                )
+            model = model_for(names.pop())  # type: ignore[arg-type]
+    if current is not None and current.model != model:
+        raise InvalidState(
+            f"the state's MIG GPUs are {current.model.model}; cannot add {model.model} GPUs"
+        )
+    held = list(state.job_gpus(MIG_JOB)) if state.job_gpus(MIG_JOB) is not None else []
+    already = set(int(g) for g in held)
+    new = [g for g in ids if g not in already]
+    taken = [g for g in new if not state.free_mask()[g]]
+    if taken:
+        raise InvalidState(f"GPU {taken[0]} is not free; only free GPUs can enter MIG mode")
+    if held:
+        state.release(MIG_JOB)
+    try:
+        state.allocate(name=MIG_JOB, gpus=sorted(already | set(new)))
+    except InvalidState:
+        if held:
+            state.allocate(name=MIG_JOB, gpus=held)
+        raise
+    cluster = MigCluster(model, sorted(already | set(new)))
+    if current is not None:
+        cluster.set_distribution(current.distribution)
+        for g, inst in current.instances():
+            cluster._attach(g, inst)
+    state.mig = cluster
+    return cluster
+
+
+def restore(state: Any, raw: Any, c: Any) -> None:
+    """Rebuild ``state.mig`` from a state file's ``mig`` section, checking every instance
+    against the start rules (raises InvalidState naming the entry)."""
+    doc = c.mapping(raw, "mig")
+    name = c.string(doc.get("model"), "mig.model")
+    try:
+        model = model_for(name)
+    except InvalidTopology as exc:
+        raise c.fail("mig.model", str(exc)) from None
+    gpus = c.mapping(doc.get("gpus", {}), "mig.gpus")
+    ids = []
+    for key in gpus:
+        if not key.isdigit() or int(key) >= state.topology.num_gpus:
+            raise c.fail(f"mig.gpus.{key}", "expected a GPU id of the cluster")
+        ids.append(int(key))
+    cluster = MigCluster(model, sorted(ids))
+    if "distribution" in doc:
+        dist = c.mapping(doc["distribution"], "mig.distribution")
+        cluster.set_distribution({k: c.number(v, f"mig.distribution.{k}") for k, v in dist.items()})
+    for key, entries in gpus.items():
+        g = int(key)
+        for i, entry in enumerate(c.sequence(entries, f"mig.gpus.{key}")):
+            p = f"mig.gpus.{key}[{i}]"
+            e = c.mapping(entry, p)
+            prof = c.string(e.get("profile"), f"{p}.profile")
+            start = c.integer(e.get("start"), f"{p}.start", minimum=0)
+            owner = c.string(e.get("owner"), f"{p}.owner")
+            if prof not in model.profiles:
+                raise c.fail(
+                    f"{p}.profile", f"not a {model.model} profile ({', '.join(model.profiles)})"
+                )
+            if start not in _placements(model, cluster.gpus[g].state, model.profiles[prof]):
+                raise c.fail(p, f"{prof} at slice {start} breaks the {model.model} placement rules")
+            if owner in cluster.owners:
+                raise c.fail(f"{p}.owner", f"request {owner!r} appears twice")
+            cluster._attach(g, Instance(prof, start, owner))
+    state.mig = cluster

@@ -21,6 +21,7 @@ the state file), so the CLI need not be told ``--cluster`` again.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -96,6 +97,8 @@ class ClusterState:
         self.specs: dict[str, Job] = {}
         #: Pools, priority classes and attributes kept in the state file (``gpuplace.policy``).
         self.policy = ClusterPolicy()
+        #: MIG-mode GPUs and their instances (``gpuplace.mig``), if any.
+        self.mig: Any = None
 
     def copy(self) -> ClusterState:
         out = ClusterState.__new__(ClusterState)
@@ -103,6 +106,7 @@ class ClusterState:
         out._core = self._core.copy()
         out.specs = dict(self.specs)
         out.policy = self.policy
+        out.mig = None if self.mig is None else copy.deepcopy(self.mig)
         return out
 
     # ----------------------------------------------------------------- queries
@@ -467,6 +471,8 @@ class ClusterState:
             out["cluster"] = dict(origin)
         if self.policy:
             out["policy"] = self.policy.to_dict()
+        if self.mig is not None:
+            out["mig"] = self.mig.to_dict()
         return out
 
     @classmethod
@@ -557,6 +563,10 @@ class ClusterState:
                     state._event(condition, {kind: target}, reason=str(reason))
             except InvalidState as exc:
                 raise c.fail(p, str(exc)) from None
+        if "mig" in snap:
+            from gpuplace import mig
+
+            mig.restore(state, snap["mig"], c)
         spares = [
             c.integer(g, f"spares[{i}]", minimum=0)
             for i, g in enumerate(c.sequence(snap.get("spares", []), "spares"))

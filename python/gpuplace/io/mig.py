@@ -69,7 +69,9 @@ def read_nvidia_smi_mig(source, placements=None, *, model: str | None = None) ->
                     continue
                 items = [s.strip() for s in row.group(3).split(",") if s.strip()]
                 if not items or not all(s.isdigit() for s in items):
-                    raise fail(src, lineno, f"placements: expected {{n,n,...}}:size, got {line.strip()!r}")
+                    raise fail(
+                        src, lineno, f"placements: expected {{n,n,...}}:size, got {line.strip()!r}"
+                    )
                 values = tuple(int(s) for s in items)
                 if not 1 <= size <= _MAX_SLICES or max(values) + size > _MAX_SLICES:
                     raise fail(src, lineno, f"placement {line.strip()!r} is out of range")
@@ -78,7 +80,9 @@ def read_nvidia_smi_mig(source, placements=None, *, model: str | None = None) ->
         raise fail(name, None, "no `nvidia-smi mig -lgip` profile rows (| 0  MIG 1g.10gb  19 ...)")
     if not starts:
         raise fail(
-            name, None, "no `nvidia-smi mig -lgipp` placement rows (GPU 0 Profile ID 19 Placements: ...)"
+            name,
+            None,
+            "no `nvidia-smi mig -lgipp` placement rows (GPU 0 Profile ID 19 Placements: ...)",
         )
     out: dict[str, MigProfile] = {}
     for pid, (pname, gib, total, src, lineno) in profiles.items():
@@ -93,9 +97,13 @@ def read_nvidia_smi_mig(source, placements=None, *, model: str | None = None) ->
         )
     for pid, (_, _, src, lineno) in starts.items():
         if pid not in profiles:
-            raise fail(src, lineno, f"placement row for profile ID {pid}, which -lgip does not list")
-    memory_slices = max(max(p.starts) + p.size for p in out.values())
+            raise fail(
+                src, lineno, f"placement row for profile ID {pid}, which -lgip does not list"
+            )
+    # The full-GPU profile (most compute) spans every memory slice; placements of the
+    # others must stay inside it.
     full = max(out.values(), key=lambda p: (p.compute, p.size))
+    memory_slices = full.size
     rules = MigModel(
         model or f"MIG {full.name} GPU",
         memory_slices,
