@@ -4,8 +4,9 @@ The pods of the openb trace (Weng et al., ATC'23; ``benches/data/README.md``) th
 one GPU or a share of one are turned into MIG requests on A100 80 GB GPUs: ``gpu_milli /
 1000`` is mapped to the non-media profile whose compute fraction (g/7) is nearest, ties to
 the larger (``gpuplace.mig.profile_for_share``): 50-210 -> 1g.10gb, 220-350 -> 2g.20gb,
-360-500 -> 3g.40gb, 510-710 -> 4g.40gb, 720-1000 -> 7g.80gb. Pods with no GPU or with
-several whole GPUs are left out (they are not MIG requests).
+360-500 -> 3g.40gb, 510-710 -> 4g.40gb, 720-999 -> 7g.80gb. Pods with no GPU, with a whole
+GPU (``gpu_milli`` 1000) or with several are left out: they are not MIG requests (a cluster
+serves them from GPUs outside MIG mode).
 
 For each trace (``default``, ``gpushare100``) and seed, the requests arrive in a random order
 (the same order for every policy) on an empty cluster, and each policy places them until the
