@@ -94,6 +94,8 @@ def describe_policy(details: dict[str, Any]) -> dict[str, str]:
         )
     if info.get("rules"):
         rows["hardware rules"] = "; ".join(info["rules"])
+    if details.get("elastic"):
+        rows["elastic"] = details["elastic"]["summary"]
     pre = details.get("preemption")
     if pre:
         victims = ", ".join(

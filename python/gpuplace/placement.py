@@ -16,6 +16,7 @@ import numpy as np
 
 from gpuplace import _core
 from gpuplace.admission import place_within
+from gpuplace.elastic import place_elastic
 from gpuplace.errors import InvalidJob
 from gpuplace.hostlist import compress
 from gpuplace.policy import allowed_gpus, fenced_view, has_rules
@@ -319,6 +320,15 @@ def place(
         raise InvalidJob(f"unknown solver {solver!r}; the solvers are {', '.join(_REGISTRY)}")
     if time_limit is not None and not time_limit > 0:
         raise InvalidJob(f"time_limit must be > 0 seconds, got {time_limit!r}")
+
+    if job.elastic is not None:
+        return place_elastic(
+            state,
+            job,
+            lambda st, concrete: place(
+                st, concrete, solver, seed=seed, time_limit=time_limit, preempt=preempt
+            ),
+        )
 
     def solve(view: ClusterState) -> Placement:
         return _solve(view, job, info, seed, time_limit)
