@@ -179,7 +179,9 @@ def test_pool_and_exclusion_rules_hold_for_every_solver(case):
     _topo, state, j = case
     allowed = allowed_gpus(state, j)
     free_before = state.free_mask().copy()
-    for solver in gpuplace.solvers():
+    # Every solver gpuplace registers (other test modules add test-only ones that do not
+    # check capacity).
+    for solver in [s for s in gpuplace.solvers() if not s.startswith("test-")]:
         try:
             p = gpuplace.place(state, j, solver, time_limit=0.5)
         except Infeasible as exc:
