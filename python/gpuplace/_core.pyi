@@ -13,11 +13,13 @@ __all__ = [
     "Topology",
     "__version__",
     "evaluate",
+    "fence_mask",
     "loss_factor",
     "map_ranks",
     "place",
     "refine",
     "rust_solvers",
+    "set_fence",
 ]
 
 __version__: str
