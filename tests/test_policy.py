@@ -438,3 +438,73 @@ def test_cli_pool_preemption_exclusion_explain_and_status(tmp_path: Path):
     assert pools["training"]["used"] == 256 and pools["inference"]["free"] == 256
     jobs = {j["name"] for j in json.loads(r.stdout)["jobs"]}
     assert jobs == {"train-gang", "urgent"}
+
+
+# ------------------------------------------------------------------ attributes from nvidia-smi
+QUERY = (
+    "index, name, driver_version, vbios_version, memory.total [MiB]\n"
+    "0, NVIDIA H100 80GB HBM3, 550.54.15, 96.00.74.00.01, 81559 MiB\n"
+    "1, NVIDIA H100 80GB HBM3, 550.54.15, 96.00.99.00.01, 81559 MiB\n"
+    "2, NVIDIA H100 80GB HBM3, [N/A], 96.00.74.00.01, 81559 MiB\n"
+)
+
+
+def test_nvidia_smi_query_gives_per_gpu_attributes_that_steer_placement():
+    import io
+
+    from gpuplace.io import read_nvidia_smi_query
+
+    entries = read_nvidia_smi_query(io.StringIO(QUERY), host="h01")
+    assert entries == [
+        {
+            "hosts": "h01",
+            "gpus": [0],
+            "model": "NVIDIA H100 80GB HBM3",
+            "driver": "550.54.15",
+            "firmware": "96.00.74.00.01",
+        },
+        {
+            "hosts": "h01",
+            "gpus": [1],
+            "model": "NVIDIA H100 80GB HBM3",
+            "driver": "550.54.15",
+            "firmware": "96.00.99.00.01",
+        },
+        {
+            "hosts": "h01",
+            "gpus": [2],
+            "model": "NVIDIA H100 80GB HBM3",
+            "firmware": "96.00.74.00.01",
+        },
+    ]
+    doc = cluster_dict()
+    doc["attributes"] = entries
+    state = gpuplace.ClusterState(gpuplace.Topology.from_dict(doc))
+    p = gpuplace.place(state, job(tp=2, dp=1, avoid={"firmware": "<96.00.99"}))
+    assert 0 not in p.gpus and 2 not in p.gpus
+    p = gpuplace.place(state, job(tp=1, dp=2, require={"model": "*H100*", "driver": ">=550"}))
+    assert sorted(p.gpus.tolist()) == [0, 1]  # only GPUs 0 and 1 have both
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("0, NVIDIA H100, 550\n", "no CSV header"),
+        ("index, name\n0, a, b\n", "line 2: expected 2 fields"),
+        ("index, name\n0, a\n0, b\n", "line 3: GPU index 0 is listed twice"),
+        ("index, name\nx, a\n", "index: expected a GPU index"),
+        ("index, name\n", "no GPU rows"),
+    ],
+)
+def test_nvidia_smi_query_refuses_bad_input(text, needle, tmp_path):
+    from gpuplace.io import read_nvidia_smi_query
+
+    path = tmp_path / "q.csv"
+    path.write_text(text)
+    with pytest.raises(
+        InvalidTopology,
+        match=re.escape(needle.replace("line ", "q.csv:"))
+        if needle.startswith("line")
+        else re.escape(needle),
+    ):
+        read_nvidia_smi_query(path, host="h01")

@@ -15,6 +15,7 @@ from gpuplace._validate import Checker, exclusive_lock, read_document
 from gpuplace.commands.health import _state_options, open_state
 from gpuplace.errors import InvalidState
 from gpuplace.explain import explain
+from gpuplace.io.gpu_query import read_nvidia_smi_query
 from gpuplace.job import Job
 from gpuplace.policy import ClusterPolicy, policy_of, pool_masks
 from gpuplace.state import ClusterState
@@ -56,6 +57,48 @@ def policy_set(
         f"policy of {state_path}: {len(new.pools)} pools, {len(new.classes)} priority classes, "
         f"{len(new.attributes)} attribute entries"
     )
+
+
+@policy.command("attributes")
+@_state_options
+@click.option("--host", "host", required=True, help="The host the listing was taken on.")
+@click.option(
+    "--nvidia-smi-query",
+    "query_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Output of `nvidia-smi --query-gpu=index,name,driver_version,vbios_version "
+    "--format=csv` on that host.",
+)
+def policy_attributes(
+    state_path: str,
+    cluster: str | None,
+    nodes: int | None,
+    racks: int | None,
+    host: str,
+    query_path: str,
+) -> None:
+    """Record a host's GPU model, driver and firmware (VBIOS) in the state's attributes."""
+    with exclusive_lock(state_path):
+        state = open_state(state_path, cluster, nodes, racks)
+        if host not in state.topology._host_index:
+            raise InvalidState(f"unknown host {host!r} in cluster {state.topology.name!r}")
+        entries = read_nvidia_smi_query(query_path, host=host)
+        per_host = len(state.topology.host_gpus(host))
+        for e in entries:
+            if max(e["gpus"]) >= per_host:
+                raise InvalidState(
+                    f"{query_path}: GPU index {max(e['gpus'])} does not exist on {host} "
+                    f"({per_host} GPUs)"
+                )
+        doc = state.policy.to_dict()
+        doc["attributes"] = doc.get("attributes", []) + entries
+        c = Checker(InvalidState, query_path)
+        new = ClusterPolicy.from_dict(doc, c)
+        new.check(state.topology, c)
+        state.policy = new
+        state.save(state_path)
+    _out.print(f"{host}: {len(entries)} attribute entries recorded in {state_path}")
 
 
 @policy.command("show")
