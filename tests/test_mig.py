@@ -205,8 +205,11 @@ def test_fgd_keeps_the_4g_slot_that_first_fit_strands():
             packing.place(mig.Request("b", "4g.40gb"), policy)  # 3g + 4g fill the GPU
             assert packing.free_share() == 0
         else:
-            with pytest.raises(Infeasible, match="MIG start rule"):
+            with pytest.raises(Infeasible, match="MIG start rule") as err:
                 packing.place(mig.Request("b", "4g.40gb"), policy)
+            binding = err.value.explanation.binding
+            assert [c.kind for c in binding] == ["mig"]
+            assert "4g.40gb: [0]" in binding[0].detail
 
 
 def test_mig_geometry_lives_in_the_state_file(tmp_path):

@@ -436,8 +436,10 @@ def test_cli_pool_preemption_exclusion_explain_and_status(tmp_path: Path):
     r = run("status", "--state", state, "--format", "json")
     pools = {p["pool"]: p for p in json.loads(r.stdout)["pools"]}
     assert pools["training"]["used"] == 256 and pools["inference"]["free"] == 256
-    jobs = {j["name"] for j in json.loads(r.stdout)["jobs"]}
-    assert jobs == {"train-gang", "urgent"}
+    jobs = {j["name"]: j for j in json.loads(r.stdout)["jobs"]}
+    assert set(jobs) == {"train-gang", "urgent"}
+    assert jobs["urgent"]["priority_class"] == "production"
+    assert jobs["train-gang"]["pool"] == "training"
 
 
 # ------------------------------------------------------------------ attributes from nvidia-smi

@@ -31,8 +31,9 @@ __all__ = ["Constraint", "Explanation", "explain"]
 @dataclass(frozen=True)
 class Constraint:
     """One constraint's account. ``kind`` is ``capacity``, ``pool``, ``exclusion``,
-    ``confinement``, ``span`` or ``combination``; ``needed`` and ``available`` count GPUs
-    (for confinement: groups)."""
+    ``confinement``, ``span``, ``combination`` or (for MIG requests, ``gpuplace.mig``)
+    ``mig``; ``needed`` and ``available`` count GPUs (for confinement: groups; for MIG
+    capacity: compute slices)."""
 
     kind: str
     #: The rule or constraint in a few words ("avoid firmware <96.00.99", "pool training").

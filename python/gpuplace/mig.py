@@ -351,7 +351,7 @@ class MigCluster:
                     if best is None or key < best[0]:
                         best = (key, first, p, start)
         if best is None:
-            raise Infeasible(self._why_not(request))
+            raise self._why_not(request)
         _, gpu_id, p, start = best
         inst = Instance(p.name, start, request.name)
         self._attach(gpu_id, inst)
@@ -380,14 +380,46 @@ class MigCluster:
         gpu.instances, gpu.state = instances, state
         self._by_state.setdefault(state, set()).add(gpu_id)
 
-    def _why_not(self, request: Request) -> str:
+    def _why_not(self, request: Request) -> Infeasible:
+        """The Infeasible for a request no GPU can host, with its explanation: capacity (the
+        most free compute on any GPU) and the MIG start rule (GPUs with that compute but no
+        free window at an allowed start)."""
+        from gpuplace.explain import Constraint, Explanation
+
         profiles = request.candidates(self.model)
         names = ", ".join(p.name for p in profiles)
         free_compute = max(
             (self.model.compute_slices - s[1] for s, m in self._by_state.items() if m), default=0
         )
         need = min(p.compute for p in profiles)
-        if free_compute < need:
+        roomy = sum(
+            len(m) for s, m in self._by_state.items() if self.model.compute_slices - s[1] >= need
+        )
+        binding_capacity = free_compute < need
+        constraints = [
+            Constraint(
+                "capacity",
+                "free compute slices",
+                "gpu",
+                need,
+                free_compute,
+                binding_capacity,
+                f"the GPU with the most free compute has {free_compute} of "
+                f"{self.model.compute_slices} slices; {names} needs {need}",
+            ),
+            Constraint(
+                "mig",
+                "MIG start rule",
+                "gpu",
+                1,
+                0,
+                not binding_capacity,
+                f"{roomy} GPUs have {need} free compute slices but no free window of "
+                f"{min(p.size for p in profiles)} memory slices at an allowed start "
+                f"({'; '.join(f'{p.name}: {sorted(p.starts)}' for p in profiles)})",
+            ),
+        ]
+        if binding_capacity:
             rule = (
                 f"capacity: no GPU has {need} free compute slices (the most free is {free_compute})"
             )
@@ -396,10 +428,12 @@ class MigCluster:
                 "MIG start rule: GPUs with enough free compute have no free window at an "
                 f"allowed start ({'; '.join(f'{p.name} starts {set(p.starts)}' for p in profiles)})"
             )
-        return (
+        exc = Infeasible(
             f"request {request.name!r} ({names}) cannot be placed on {len(self.gpus)} "
             f"{self.model.model} GPUs: {rule}"
         )
+        exc.explanation = Explanation(request.name, 1, False, constraints, str(exc))
+        return exc
 
     # ------------------------------------------------------------- persistence
     def to_dict(self) -> dict[str, Any]:

@@ -368,6 +368,12 @@ def status(
     pools = pool_status(state)
     if pools:
         doc["pools"] = pools
+    for j in jobs:  # pool and priority class, when the job has them (gpuplace.policy)
+        spec = state.specs.get(j["name"])
+        if spec is not None and spec.policy is not None:
+            j.update(
+                {k: v for k, v in spec.policy.to_dict().items() if k in ("pool", "priority_class")}
+            )
     if fmt == "json":
         click.echo(json.dumps(doc))
         return
