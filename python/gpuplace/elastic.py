@@ -98,11 +98,17 @@ def _fits(state: ClusterState, job: Job) -> str | None:
 
 
 def place_elastic(
-    state: ClusterState, job: Job, place: Callable[[ClusterState, Job], Placement]
+    state: ClusterState,
+    job: Job,
+    place: Callable[[ClusterState, Job], Placement],
+    *,
+    precheck: bool = True,
 ) -> Placement:
     """Place an elastic job at its best layout and size now (see the module docstring);
-    ``place(state, concrete_job)`` is the solver. Raises Infeasible listing every layout's
-    reason when none fits at any size."""
+    ``place(state, concrete_job)`` is the solver. ``precheck``: rule sizes out with the greedy
+    solver on the GPUs the job's own policy allows before calling ``place`` (turn it off when
+    ``place`` may borrow or preempt, which can fit what the precheck cannot). Raises
+    Infeasible listing every layout's reason when none fits at any size."""
     spec = job.elastic
     assert spec is not None
     layouts: list[tuple[Job, Elastic]] = [(job, spec)]
@@ -115,7 +121,7 @@ def place_elastic(
         first_reason = None
         for size in sizes:
             candidate = _concrete(layout, rng.dim, size)
-            why = _fits(state, candidate)
+            why = _fits(state, candidate) if precheck else None
             if why is None:
                 try:
                     placement = place(state, candidate)

@@ -19,7 +19,7 @@ from gpuplace.admission import place_within
 from gpuplace.elastic import place_elastic
 from gpuplace.errors import InvalidJob
 from gpuplace.hostlist import compress
-from gpuplace.policy import allowed_gpus, fenced_view, has_rules
+from gpuplace.policy import allowed_gpus, can_borrow, fenced_view, has_rules
 
 if TYPE_CHECKING:
     from gpuplace.job import Job
@@ -328,6 +328,7 @@ def place(
             lambda st, concrete: place(
                 st, concrete, solver, seed=seed, time_limit=time_limit, preempt=preempt
             ),
+            precheck=not (preempt or can_borrow(state, job)),
         )
 
     def solve(view: ClusterState) -> Placement:

@@ -31,7 +31,7 @@ import numpy as np
 
 from gpuplace import _core
 from gpuplace._validate import Checker
-from gpuplace.errors import GpuplaceError, InvalidJob, InvalidState
+from gpuplace.errors import InvalidJob, InvalidState
 from gpuplace.hostlist import HostlistError, expand
 
 if TYPE_CHECKING:
@@ -581,14 +581,24 @@ def policy_of(state: ClusterState) -> ClusterPolicy:
     return base.merged(own)
 
 
+_POOL_MASKS: weakref.WeakKeyDictionary[Topology, tuple[Any, dict[str, np.ndarray]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def pool_masks(state: ClusterState) -> dict[str, np.ndarray]:
-    """Pool name -> mask of its GPUs, under the state's effective policy."""
-    policy = policy_of(state)
-    c = Checker(InvalidState, None)
-    return {
-        name: _pool_mask(state.topology, pool, c, f"pools.{name}")
-        for name, pool in policy.pools.items()
-    }
+    """Pool name -> mask of its GPUs, under the state's effective policy (cached per
+    topology while the pools are the same; do not modify the masks)."""
+    pools = policy_of(state).pools
+    cached = _POOL_MASKS.get(state.topology)
+    if cached is None or cached[0] != pools:
+        c = Checker(InvalidState, None)
+        masks = {
+            name: _pool_mask(state.topology, pool, c, f"pools.{name}")
+            for name, pool in pools.items()
+        }
+        cached = _POOL_MASKS[state.topology] = (dict(pools), masks)
+    return cached[1]
 
 
 def job_class(policy: ClusterPolicy, job: Job) -> PriorityClass:
@@ -703,7 +713,3 @@ def has_rules(state: ClusterState, job: Job) -> bool:
     if job.policy is not None and (job.policy.pool is not None or job.policy.rules):
         return True
     return bool(policy_of(state).pools)
-
-
-def describe_error(exc: GpuplaceError) -> str:
-    return " ".join(str(exc).split())
