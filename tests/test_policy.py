@@ -505,3 +505,68 @@ def test_nvidia_smi_query_refuses_bad_input(text, needle, tmp_path):
     path.write_text(text)
     with pytest.raises(InvalidTopology, match=re.escape(needle)):
         read_nvidia_smi_query(path, host="h01")
+
+
+# ------------------------------------------------------------------ malformed state sections
+_LEAF = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 40),
+    st.floats(allow_nan=True),
+    st.sampled_from(["h01", "la", "h[01-99]", "1g.10gb", "3g.40gb", "*", ">=1", "", "s", "x:y"]),
+)
+_VALUE = st.recursive(
+    _LEAF,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "pools",
+                    "domains",
+                    "lend_to",
+                    "priority_classes",
+                    "priority",
+                    "preemptible",
+                    "attributes",
+                    "hosts",
+                    "gpus",
+                    "firmware",
+                    "labels",
+                    "model",
+                    "0",
+                    "3",
+                    "profile",
+                    "start",
+                    "owner",
+                    "distribution",
+                    "a",
+                    "b",
+                ]
+            ),
+            inner,
+            max_size=4,
+        ),
+    ),
+    max_leaves=12,
+)
+
+
+@given(st.sampled_from(["policy", "mig"]), _VALUE)
+def test_garbage_policy_or_mig_sections_are_refused_cleanly(section, value):
+    topo = gpuplace.Topology.from_dict(cluster_dict())
+    snap = gpuplace.ClusterState(topo).snapshot()
+    if section == "mig":
+        value = (
+            {"model": "A100-80GB", "gpus": value}
+            if not isinstance(value, dict) or "gpus" not in value
+            else value
+        )
+    snap[section] = value
+    try:
+        state = gpuplace.ClusterState.restore(topo, snap)
+    except InvalidState:
+        return
+    state.check()
+    if state.mig is not None:
+        state.mig.check()

@@ -50,6 +50,8 @@ def place_within(
 ) -> Placement:
     """Run ``solve`` on the GPUs the job's policy allows; borrow, preempt or explain as the
     module docstring says. ``state`` is never changed."""
+    if job.policy is not None and job.policy.priority_class is not None:
+        job_class(policy_of(state), job)  # an unknown class is an input error, always
     if not preempt and not has_rules(state, job):
         try:
             return solve(state)

@@ -275,11 +275,15 @@ class MigCluster:
         if not distribution:
             distribution = {p: 1.0 for p in self.model.profiles if not p.endswith("+me")}
         total = float(sum(distribution.values()))
-        if total <= 0:
+        if total <= 0 or any(not w > 0 for w in distribution.values()):
             raise InvalidState("distribution: expected positive frequencies")
         self._types: list[tuple[float, list[MigProfile]]] = []
         for kind, weight in distribution.items():
-            self._types.append((weight / total, _kind_request(kind).candidates(self.model)))
+            try:
+                candidates = _kind_request(kind).candidates(self.model)
+            except Infeasible as exc:
+                raise InvalidState(f"distribution: {kind!r}: {exc}") from None
+            self._types.append((weight / total, candidates))
         self._frag_cache: dict[State, float] = {}
 
     def fragmentation(self, state: State) -> float:
@@ -548,10 +552,17 @@ def restore(state: Any, raw: Any, c: Any) -> None:
         if not key.isdigit() or int(key) >= state.topology.num_gpus:
             raise c.fail(f"mig.gpus.{key}", "expected a GPU id of the cluster")
         ids.append(int(key))
+    held = state.job_gpus(MIG_JOB)
+    if sorted(ids) != sorted(int(g) for g in (held if held is not None else [])):
+        raise c.fail(
+            "mig.gpus", f"must name exactly the GPUs the job {MIG_JOB!r} holds (the MIG-mode GPUs)"
+        )
     cluster = MigCluster(model, sorted(ids))
     if "distribution" in doc:
         dist = c.mapping(doc["distribution"], "mig.distribution")
-        cluster.set_distribution({k: c.number(v, f"mig.distribution.{k}") for k, v in dist.items()})
+        cluster.set_distribution(
+            {k: c.number(v, f"mig.distribution.{k}", positive=True) for k, v in dist.items()}
+        )
     for key, entries in gpus.items():
         g = int(key)
         for i, entry in enumerate(c.sequence(entries, f"mig.gpus.{key}")):
