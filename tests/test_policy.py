@@ -554,15 +554,19 @@ _VALUE = st.recursive(
 
 @given(st.sampled_from(["policy", "mig"]), _VALUE)
 def test_garbage_policy_or_mig_sections_are_refused_cleanly(section, value):
-    topo = gpuplace.Topology.from_dict(cluster_dict())
-    snap = gpuplace.ClusterState(topo).snapshot()
+    from gpuplace import mig
+
+    doc = cluster_dict()
+    doc["node_types"]["hgx"]["gpu_model"] = "A100-SXM4-80GB"
+    topo = gpuplace.Topology.from_dict(doc)
+    base = gpuplace.ClusterState(topo)
     if section == "mig":
-        value = (
-            {"model": "A100-80GB", "gpus": value}
-            if not isinstance(value, dict) or "gpus" not in value
-            else value
-        )
-    snap[section] = value
+        mig.enable(base, [0, 1, 2, 3])
+        snap = base.snapshot()
+        snap["mig"]["gpus"]["0"] = value  # the instances of one MIG GPU
+    else:
+        snap = base.snapshot()
+        snap["policy"] = value
     try:
         state = gpuplace.ClusterState.restore(topo, snap)
     except InvalidState:
