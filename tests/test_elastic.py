@@ -90,6 +90,18 @@ def test_an_elastic_job_that_fits_nowhere_lists_every_layout():
     assert "tp 4, dp 2 (8 GPUs)" in str(err.value) and "tp 2 (2 GPUs)" in str(err.value)
 
 
+def test_the_chosen_alternative_keeps_the_jobs_name():
+    import dataclasses
+
+    state = gpuplace.ClusterState(small_cluster())
+    state.allocate(name="busy", gpus=[g for g in range(64) if g % 4 >= 2])  # 2 free per host
+    job = elastic(1, 2, alternatives=[{"parallelism": {"tp": 2, "dp": 4}}])
+    renamed = dataclasses.replace(job, name="renamed")
+    p = gpuplace.place(state, renamed)
+    assert p.details["elastic"]["chosen"] == "tp 2, dp 4"
+    assert p.job.name == "renamed"
+
+
 @given(
     st.lists(st.integers(0, 15), unique=True, max_size=16),
     st.data(),

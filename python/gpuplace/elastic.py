@@ -80,10 +80,12 @@ def throughput(placement: Placement) -> float:
     return len(placement.gpus) / max(placement.cost.comm_seconds, 1e-9)
 
 
-def _concrete(job: Job, dim: str | None, size: int) -> Job:
+def _concrete(job: Job, dim: str | None, size: int, name: str) -> Job:
+    """One layout at one size, named as the elastic job (an alternative keeps the name the
+    job was given, e.g. by ``place --name``)."""
     if dim is None:
-        return dataclasses.replace(job, elastic=None)
-    return dataclasses.replace(job, elastic=None, **{dim: size})
+        return dataclasses.replace(job, name=name, elastic=None)
+    return dataclasses.replace(job, name=name, elastic=None, **{dim: size})
 
 
 def _fits(state: ClusterState, job: Job) -> str | None:
@@ -120,7 +122,7 @@ def place_elastic(
         sizes = rng.sizes() if rng.dim is not None else range(1, 0, -1)
         first_reason = None
         for size in sizes:
-            candidate = _concrete(layout, rng.dim, size)
+            candidate = _concrete(layout, rng.dim, size, job.name)
             why = _fits(state, candidate) if precheck else None
             if why is None:
                 try:
@@ -147,7 +149,7 @@ def place_elastic(
         raise Infeasible(f"elastic job {job.name!r} fits at no size or layout now: {reasons}")
     chosen.sort(key=lambda c: -c[0])
     best_rate, best, best_job = chosen[0]
-    ideal = _ideal_rate(state, layouts, place)
+    ideal = _ideal_rate(state, job.name, layouts, place)
     relative = best_rate / ideal if ideal else 1.0
     for rate, _, candidate in chosen[1:]:
         rejected.append(
@@ -173,6 +175,7 @@ def place_elastic(
 
 def _ideal_rate(
     state: ClusterState,
+    name: str,
     layouts: list[tuple[Job, Elastic]],
     place: Callable[[ClusterState, Job], Placement],
 ) -> float:
@@ -185,7 +188,7 @@ def _ideal_rate(
     best = 0.0
     for layout, rng in layouts:
         for size in rng.sizes() if rng.dim is not None else (0,):
-            candidate = _concrete(layout, rng.dim, size)
+            candidate = _concrete(layout, rng.dim, size, name)
             if _fits(empty, candidate) is None:
                 try:
                     best = max(best, throughput(place(empty, candidate)))
