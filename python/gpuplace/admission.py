@@ -32,6 +32,7 @@ from gpuplace.policy import (
     has_rules,
     job_class,
     policy_of,
+    scratch_copy,
 )
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ def _preemption(state: ClusterState, job: Job, solve: Solve, borrow: bool) -> Pl
         return None
     candidates.sort()
     chosen: list[tuple[str, PriorityClass, int]] = []
-    view = state.copy()
+    view = scratch_copy(state)
     free_allowed = int((view.free_mask() & allowed).sum())
     placement = None
     for _, neg_useful, name, klass, size in candidates:
@@ -153,7 +154,7 @@ def _preemption(state: ClusterState, job: Job, solve: Solve, borrow: bool) -> Pl
     for name, _, _ in sorted(chosen, key=lambda v: -v[2]):
         if len(chosen) == 1:
             break
-        trial = state.copy()
+        trial = scratch_copy(state)
         for other, _, _ in chosen:
             if other != name:
                 trial.release(other)
@@ -162,7 +163,7 @@ def _preemption(state: ClusterState, job: Job, solve: Solve, borrow: bool) -> Pl
         except Infeasible:
             continue
         chosen = [v for v in chosen if v[0] != name]
-    final = state.copy()
+    final = scratch_copy(state)
     for name, _, _ in chosen:
         final.release(name)
     placement = solve(fenced_view(final, allowed))

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from gpuplace import _core
 from gpuplace._validate import Checker
 from gpuplace.errors import Infeasible
-from gpuplace.policy import allowed_gpus, fenced_view
+from gpuplace.policy import allowed_gpus, fenced_view, scratch_copy
 
 if TYPE_CHECKING:
     from gpuplace.job import Job
@@ -180,11 +180,14 @@ def _ideal_rate(
     place: Callable[[ClusterState, Job], Placement],
 ) -> float:
     """The best throughput of any layout at its largest size on the cluster with nothing
-    else running (same hardware health), the reference of the relative figures."""
-    empty = state.copy()
-    for name in list(empty.jobs):
-        empty.release(name)
-    empty.specs.clear()
+    else running (same hardware health, MIG-mode GPUs still out), the reference of the
+    relative figures."""
+    from gpuplace.mig import MIG_JOB
+
+    empty = scratch_copy(state)
+    for held in list(empty.jobs):
+        if held != MIG_JOB:  # MIG-mode GPUs never serve whole-GPU jobs
+            empty.release(held)
     best = 0.0
     for layout, rng in layouts:
         for size in rng.sizes() if rng.dim is not None else (0,):

@@ -20,6 +20,7 @@ solver reads. Solvers therefore honour pools and exclusions without knowing abou
 from __future__ import annotations
 
 import contextlib
+import copy
 import fnmatch
 import re
 import weakref
@@ -703,8 +704,18 @@ def fenced_view(state: ClusterState, allowed: np.ndarray | None) -> ClusterState
     solver is given for a job with a pool or hardware rules. ``state`` is unchanged."""
     if allowed is None or allowed.all():
         return state
-    view = state.copy()
+    view = scratch_copy(state)
     _core.set_fence(view._core, np.flatnonzero(~allowed).astype(np.int64), True)
+    return view
+
+
+def scratch_copy(state: ClusterState) -> ClusterState:
+    """A copy of ``state`` whose allocation and health may change independently (its own
+    core state and job specs); the policy and MIG geometry are shared, not copied, so that
+    a solver's scratch view stays cheap. Change MIG instances only on a ``state.copy()``."""
+    view = copy.copy(state)
+    view._core = state._core.copy()
+    view.specs = dict(state.specs)
     return view
 
 
