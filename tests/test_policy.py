@@ -574,3 +574,15 @@ def test_garbage_policy_or_mig_sections_are_refused_cleanly(section, value):
     state.check()
     if state.mig is not None:
         state.mig.check()
+
+
+def test_explain_counts_borrowing_as_place_does():
+    state = pooled_state()
+    state.allocate(name="full", gpus=list(range(16)))  # pool train is full
+    batch = job("b", tp=4, dp=2, pool="train", priority_class="batch")
+    account = gpuplace.explain(state, batch)
+    assert account.placeable
+    assert account.summary() == "b (8 GPUs) fits now in pool train (borrowing from serve)"
+    assert gpuplace.place(state, batch).details["policy"]["borrowed_gpus"] == 8
+    strict = gpuplace.explain(state, batch, borrow=False)
+    assert not strict.placeable and [c.kind for c in strict.binding][:1] == ["pool"]

@@ -19,7 +19,7 @@ import numpy as np
 
 from gpuplace import _core
 from gpuplace.errors import Infeasible
-from gpuplace.policy import Restriction, fenced_view, restrictions
+from gpuplace.policy import Restriction, can_borrow, fenced_view, restrictions
 
 if TYPE_CHECKING:
     from gpuplace.job import Job
@@ -64,7 +64,8 @@ class Explanation:
 
     def summary(self) -> str:
         if self.placeable:
-            return f"{self.job} ({self.gpus} GPUs) fits now"
+            pools = [c.name for c in self.constraints if c.kind == "pool" and "borrowing" in c.name]
+            return f"{self.job} ({self.gpus} GPUs) fits now" + (f" in {pools[0]}" if pools else "")
         reasons = "; ".join(c.detail for c in self.binding) or (self.solver_message or "")
         return f"{self.job} ({self.gpus} GPUs) does not fit: {reasons}"
 
@@ -97,10 +98,17 @@ def _mask(rules: list[Restriction], n: int, skip: int | None = None) -> np.ndarr
 
 
 def explain(
-    state: ClusterState, job: Job, *, borrow: bool = False, solver_message: str | None = None
+    state: ClusterState,
+    job: Job,
+    *,
+    borrow: bool | None = None,
+    solver_message: str | None = None,
 ) -> Explanation:
     """The account of every constraint on placing ``job`` in ``state`` now (the state is not
-    changed). ``borrow``: count the pools lending to the job's pool as usable."""
+    changed). ``borrow``: count the pools lending to the job's pool as usable (default: when
+    the job may borrow, as :func:`gpuplace.place` would)."""
+    if borrow is None:
+        borrow = can_borrow(state, job)
     topo = state.topology
     n = topo.num_gpus
     needed = job.gpus
