@@ -586,3 +586,26 @@ def test_explain_counts_borrowing_as_place_does():
     assert gpuplace.place(state, batch).details["policy"]["borrowed_gpus"] == 8
     strict = gpuplace.explain(state, batch, borrow=False)
     assert not strict.placeable and [c.kind for c in strict.binding][:1] == ["pool"]
+
+
+@given(policy_cases(), st.integers(0, 7), st.integers(0, 2))
+def test_repair_keeps_every_rule_for_the_moved_ranks(case, victim, max_moves):
+    _topo, state, j = case
+    try:
+        placement = gpuplace.place(state, j)
+    except Infeasible:
+        return
+    state.allocate(placement)
+    allowed = allowed_gpus(state, j)
+    host = _topo.host_of(int(placement.gpus[victim % j.gpus]))
+    state.fail(host=host)
+    before = state.snapshot()
+    try:
+        result = gpuplace.repair(state, j.name, max_moves=max_moves)
+    except Infeasible:
+        assert state.snapshot() == before  # all or nothing
+        return
+    for m in result.moved:
+        assert allowed[m.new_gpu], (m, str(j.policy))
+    assert not gpuplace._core.fence_mask(state._core).any()
+    state.check()
