@@ -609,3 +609,35 @@ def test_repair_keeps_every_rule_for_the_moved_ranks(case, victim, max_moves):
         assert allowed[m.new_gpu], (m, str(j.policy))
     assert not gpuplace._core.fence_mask(state._core).any()
     state.check()
+
+
+def test_cli_bad_policy_file_is_one_line_naming_the_field(tmp_path: Path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "policy.yaml"
+    bad.write_text("pools:\n  training: su999\n")
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuplace.cli",
+            "policy",
+            "set",
+            "--state",
+            str(tmp_path / "s.json"),
+            "-c",
+            "h100-superpod",
+            "--nodes",
+            "64",
+            "-f",
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert "policy.yaml: pools.training.domains: unknown domain 'su999'" in r.stderr
+    assert not (tmp_path / "s.json").exists()  # nothing written
