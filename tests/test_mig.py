@@ -157,11 +157,16 @@ KINDS = ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.1
     ),
     st.sampled_from(mig.POLICIES),
     st.integers(1, 4),
+    st.booleans(),
 )
-def test_packing_never_breaks_a_start_rule(ops, policy, gpus):
+def test_packing_never_breaks_a_start_rule(ops, policy, gpus, configured):
     model = mig.MODELS["A100-80GB"]
     packing = mig.MigCluster(model, gpus, distribution={"3g.40gb": 2, "1g.10gb": 1, "7g.80gb": 1})
+    if configured:  # start from a configured geometry of free instances
+        for g in range(gpus):
+            packing.add_free_instances(g, ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"])
     placed: list[str] = []
+    where: dict[str, tuple[int, int]] = {}
     for i, (op, arg) in enumerate(ops):
         if op == "release":
             if placed:
@@ -181,10 +186,14 @@ def test_packing_never_breaks_a_start_rule(ops, policy, gpus):
             continue
         p = model.profile(inst.profile)
         assert inst.start in p.starts
+        where[request.name] = (gpu, inst.start)
         if op == "sized":
             assert p.memory_gb >= arg[0] and p.compute >= arg[1]
         placed.append(request.name)
     packing.check()  # every instance at an allowed start, no overlap, compute within 7
+    for name in placed:  # a running instance never moves
+        gpu, inst = packing.owners[name]
+        assert (gpu, inst.start) == where[name]
     for gpu in packing.gpus.values():
         used = [0] * model.memory_slices
         for inst in gpu.instances:
@@ -265,3 +274,32 @@ def test_cli_mig_packs_a_request_stream(tmp_path):
     assert "chat-0=3g.40gb@4" in r.stdout
     r = run("mig", "release", "--state", state, "nope")
     assert r.returncode == 2 and "no MIG request named 'nope'" in r.stderr
+
+
+def test_free_instances_are_reused_then_reconfigured_never_busy_ones(tmp_path):
+    topo = gpuplace.Topology.preset("a100-pod", nodes=20)
+    state = gpuplace.ClusterState(topo)
+    balanced = ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]  # needs 3g at slice 4 to coexist
+    packing = mig.enable(state, [0, 1], geometry=balanced)
+    assert sorted((i.profile, i.start) for i in packing.gpus[0].instances) == [
+        ("1g.10gb", 2),
+        ("1g.10gb", 3),
+        ("2g.20gb", 0),
+        ("3g.40gb", 4),
+    ]
+    assert packing.free_share() == 2.0  # free instances are unallocated capacity
+    gpu, inst = packing.place(mig.Request("chat", "3g.40gb"))
+    assert (inst.start, packing.reused, packing.created) == (4, 1, 0)
+    busy = {(g, i.profile, i.start) for g, i in packing.instances() if i.owner}
+    gpu, inst = packing.place(mig.Request("big", "7g.80gb"))  # only by destroying free ones
+    assert gpu != 0 and packing.destroyed == 4
+    assert busy <= {(g, i.profile, i.start) for g, i in packing.instances() if i.owner}
+    packing.release("chat")
+    assert (mig.Instance("3g.40gb", 4, None)) in packing.gpus[0].instances
+    packing.check()
+    state.save(tmp_path / "s.json")
+    again = gpuplace.ClusterState.load(topo, tmp_path / "s.json")
+    assert again.mig.to_dict() == packing.to_dict()
+    with pytest.raises(InvalidState, match="cannot coexist"):
+        mig.enable(state, [2], geometry=["4g.40gb", "4g.40gb"])
+    assert state.job_gpus(mig.MIG_JOB).tolist() == [0, 1]  # the refused enable changed nothing

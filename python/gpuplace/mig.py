@@ -30,8 +30,14 @@ compute) with one of three policies:
 
 A GPU's state is its occupied memory slices, compute slices in use and ``+me`` count, so GPUs
 are grouped by state and each request scores a few dozen states, not every GPU: packing
-10,000 GPUs stays fast in Python. Creating an instance in free slices is a reconfiguration of
-that GPU's free capacity; no running instance ever moves.
+10,000 GPUs stays fast in Python.
+
+**Geometry.** Instances exist busy (serving a request) or free (from a configured geometry,
+:meth:`MigCluster.add_free_instances`, or left by a finished request). A request first reuses
+a free instance of its profile, else gets a new instance in free slices, else free instances
+in the way are destroyed to make room (a reconfiguration); busy instances never move, and
+each tier is scored by the policy. Fragmentation and unallocated share count free instances
+as free capacity.
 """
 
 from __future__ import annotations
@@ -188,9 +194,12 @@ class Request:
 # --------------------------------------------------------------------- GPU state
 @dataclass(frozen=True)
 class Instance:
+    """A GPU instance: its profile, first memory slice and the request it serves (None: it
+    exists but is free, e.g. from the GPU's configured geometry or a finished request)."""
+
     profile: str
     start: int
-    owner: str
+    owner: str | None
 
 
 #: (occupied memory-slice bitmask, compute slices in use, instances per profile (sorted)).
@@ -240,7 +249,19 @@ def _remove(state: State, p: MigProfile, start: int) -> State:
 @dataclass
 class _Gpu:
     instances: list[Instance] = field(default_factory=list)
+    #: Every instance (what occupies slices) and the busy ones only (what is allocated).
     state: State = _EMPTY
+    busy: State = _EMPTY
+    #: The free instances, as sorted (profile, start).
+    free: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def key(self) -> tuple[State, State, tuple[tuple[str, int], ...]]:
+        return (self.state, self.busy, self.free)
+
+
+def _overlaps(a_start: int, a_size: int, b_start: int, b_size: int) -> bool:
+    return a_start < b_start + b_size and b_start < a_start + a_size
 
 
 POLICIES = ("fgd", "best-fit", "first-fit")
@@ -264,9 +285,15 @@ class MigCluster:
         ids = list(range(gpus)) if isinstance(gpus, int) else list(gpus)
         self.gpus: dict[Any, _Gpu] = {g: _Gpu() for g in ids}
         self._order = {g: i for i, g in enumerate(ids)}
-        self._by_state: dict[State, set[Any]] = {_EMPTY: set(ids)}
+        self._by_state: dict[tuple[State, State, tuple[tuple[str, int], ...]], set[Any]] = {
+            (_EMPTY, _EMPTY, ()): set(ids)
+        }
         self.owners: dict[str, tuple[Any, Instance]] = {}
-        self.reconfigurations = 0
+        #: Instances created, free instances reused, and free instances destroyed to make room
+        #: (reconfigurations of free capacity; a busy instance is never touched).
+        self.created = 0
+        self.reused = 0
+        self.destroyed = 0
         self.set_distribution(distribution)
 
     # ------------------------------------------------------------- fragmentation
@@ -304,9 +331,9 @@ class MigCluster:
 
     # ------------------------------------------------------------- queries
     def free_share(self) -> float:
-        """Unallocated compute, in GPUs."""
+        """Unallocated compute (free slices and free instances), in GPUs."""
         c = self.model.compute_slices
-        return sum((c - gpu.state[1]) / c for gpu in self.gpus.values())
+        return sum((c - gpu.busy[1]) / c for gpu in self.gpus.values())
 
     def instances(self) -> list[tuple[Any, Instance]]:
         return [(g, inst) for g, gpu in self.gpus.items() for inst in gpu.instances]
@@ -325,6 +352,9 @@ class MigCluster:
                 state = _add(state, p, inst.start)
             if state != gpu.state:
                 raise InvalidState(f"GPU {g}: recorded state differs from its instances")
+            owned = [i.owner for i in gpu.instances if i.owner is not None]
+            if any(self.owners.get(o, (None, None))[0] != g for o in owned):
+                raise InvalidState(f"GPU {g}: an instance's owner is not recorded on it")
 
     # ------------------------------------------------------------- changes
     def place(self, request: Request, policy: str = "fgd") -> tuple[Any, Instance]:
@@ -335,54 +365,137 @@ class MigCluster:
         if request.name in self.owners:
             raise InvalidState(f"request {request.name!r} is already placed")
         best: tuple[Any, ...] | None = None
-        for state, members in self._by_state.items():
+        c = self.model.compute_slices
+        for (full, busy, free), members in self._by_state.items():
             if not members:
                 continue
-            before = self.fragmentation(state)
+            before = self.fragmentation(busy)
             first = None
             for p in request.candidates(self.model):
-                for start in _placements(self.model, state, p):
-                    after = _add(state, p, start)
+                # (tier, start, free instances destroyed): reuse a free instance, else create
+                # one in free slices, else destroy the free instances in the way.
+                options: list[tuple[int, int, tuple[tuple[str, int], ...]]] = [
+                    (0, start, ()) for name, start in free if name == p.name
+                ]
+                creatable = set(_placements(self.model, full, p))
+                options += [(1, start, ()) for start in sorted(creatable)]
+                if free:
+                    for start in p.starts:
+                        if start in creatable:
+                            continue
+                        gone = tuple(
+                            f
+                            for f in free
+                            if _overlaps(start, p.size, f[1], self.model.profiles[f[0]].size)
+                        )
+                        if not gone:
+                            continue
+                        trimmed = full
+                        for name, fstart in gone:
+                            trimmed = _remove(trimmed, self.model.profiles[name], fstart)
+                        if start in _placements(self.model, trimmed, p):
+                            options.append((2, start, gone))
+                for tier, start, gone in options:
+                    after = _add(busy, p, start)
                     if first is None:
                         first = min(members, key=self._order.__getitem__)
-                    free_after = self.model.compute_slices - after[1]
+                    free_after = c - after[1]
                     if policy == "fgd":
-                        key = (self.fragmentation(after) - before, free_after, self._order[first])
+                        key = (
+                            tier,
+                            self.fragmentation(after) - before,
+                            free_after,
+                            self._order[first],
+                        )
                     elif policy == "best-fit":
-                        key = (free_after, self._order[first], start)
+                        key = (tier, free_after, self._order[first], start)
                     else:
-                        key = (self._order[first], start)
+                        key = (tier, self._order[first], start)
                     if best is None or key < best[0]:
-                        best = (key, first, p, start)
+                        best = (key, first, p, start, tier, gone)
         if best is None:
             raise self._why_not(request)
-        _, gpu_id, p, start = best
+        _, gpu_id, p, start, tier, gone = best
         inst = Instance(p.name, start, request.name)
-        self._attach(gpu_id, inst)
-        self.reconfigurations += 1
+        kept = [
+            i
+            for i in self.gpus[gpu_id].instances
+            if not (i.owner is None and (i.profile, i.start) in gone)
+            and not (tier == 0 and i.owner is None and (i.profile, i.start) == (p.name, start))
+        ]
+        self._set(gpu_id, [*kept, inst])
+        self.owners[request.name] = (gpu_id, inst)
+        self.reused += tier == 0
+        self.created += tier != 0
+        self.destroyed += len(gone)
         return gpu_id, inst
 
     def _attach(self, gpu_id: Any, inst: Instance) -> None:
         self._set(gpu_id, [*self.gpus[gpu_id].instances, inst])
-        self.owners[inst.owner] = (gpu_id, inst)
+        if inst.owner is not None:
+            self.owners[inst.owner] = (gpu_id, inst)
 
-    def release(self, name: str) -> None:
+    def release(self, name: str, *, destroy: bool = False) -> None:
+        """End a request: its instance stays as a free instance (``destroy``: is removed)."""
         entry = self.owners.pop(name, None)
         if entry is None:
             raise InvalidState(f"no MIG request named {name!r} is placed")
         gpu_id, inst = entry
-        self._set(gpu_id, [i for i in self.gpus[gpu_id].instances if i != inst])
+        rest = [i for i in self.gpus[gpu_id].instances if i != inst]
+        if not destroy:
+            rest.append(Instance(inst.profile, inst.start, None))
+        self._set(gpu_id, rest)
 
     def _set(self, gpu_id: Any, instances: list[Instance]) -> None:
         gpu = self.gpus[gpu_id]
-        state = _EMPTY
+        state = busy = _EMPTY
         for inst in instances:
-            state = _add(state, self.model.profile(inst.profile), inst.start)
-        self._by_state[gpu.state].discard(gpu_id)
-        if not self._by_state[gpu.state]:
-            del self._by_state[gpu.state]
-        gpu.instances, gpu.state = instances, state
-        self._by_state.setdefault(state, set()).add(gpu_id)
+            p = self.model.profile(inst.profile)
+            state = _add(state, p, inst.start)
+            if inst.owner is not None:
+                busy = _add(busy, p, inst.start)
+        self._by_state[gpu.key].discard(gpu_id)
+        if not self._by_state[gpu.key]:
+            del self._by_state[gpu.key]
+        gpu.instances, gpu.state, gpu.busy = instances, state, busy
+        gpu.free = tuple(sorted((i.profile, i.start) for i in instances if i.owner is None))
+        self._by_state.setdefault(gpu.key, set()).add(gpu_id)
+
+    def add_free_instances(self, gpu_id: Any, profiles: Iterable[str]) -> None:
+        """Create free instances (a configured geometry) on one GPU, at starts that satisfy
+        every rule for all of them together (searched, largest first); all or nothing
+        (raises InvalidState when the profiles cannot coexist there)."""
+        gpu = self.gpus[gpu_id]
+        try:
+            wanted = sorted(
+                (self.model.profile(n) for n in profiles), key=lambda p: (-p.size, -p.compute)
+            )
+        except Infeasible as exc:
+            raise InvalidState(str(exc)) from None
+
+        def arrange(state: State, rest: list[MigProfile]) -> list[int] | None:
+            if not rest:
+                return []
+            for start in _placements(self.model, state, rest[0]):
+                tail = arrange(_add(state, rest[0], start), rest[1:])
+                if tail is not None:
+                    return [start, *tail]
+            return None
+
+        starts = arrange(gpu.state, wanted)
+        if starts is None:
+            raise InvalidState(
+                f"geometry: {', '.join(p.name for p in wanted)} cannot coexist on a "
+                f"{self.model.model} GPU"
+                + (
+                    f" next to {', '.join(i.profile for i in gpu.instances)}"
+                    if gpu.instances
+                    else ""
+                )
+                + " under its placement rules"
+            )
+        added = [Instance(p.name, s, None) for p, s in zip(wanted, starts, strict=True)]
+        self._set(gpu_id, [*gpu.instances, *added])
 
     def _why_not(self, request: Request) -> Infeasible:
         """The Infeasible for a request no GPU can host, with its explanation: capacity (the
@@ -393,11 +506,12 @@ class MigCluster:
         profiles = request.candidates(self.model)
         names = ", ".join(p.name for p in profiles)
         free_compute = max(
-            (self.model.compute_slices - s[1] for s, m in self._by_state.items() if m), default=0
+            (self.model.compute_slices - k[1][1] for k, m in self._by_state.items() if m),
+            default=0,
         )
         need = min(p.compute for p in profiles)
         roomy = sum(
-            len(m) for s, m in self._by_state.items() if self.model.compute_slices - s[1] >= need
+            len(m) for k, m in self._by_state.items() if self.model.compute_slices - k[1][1] >= need
         )
         binding_capacity = free_compute < need
         constraints = [
@@ -491,10 +605,18 @@ def gpu_model_of(state: Any, gpu: int) -> str | None:
     return topo.node_types[topo.host_types[int(topo.host_of_gpu[gpu])]].gpu_model
 
 
-def enable(state: Any, gpus: Iterable[int], *, model: MigModel | None = None) -> MigCluster:
+def enable(
+    state: Any,
+    gpus: Iterable[int],
+    *,
+    model: MigModel | None = None,
+    geometry: Iterable[str] = (),
+) -> MigCluster:
     """Put free GPUs of ``state`` in MIG mode (all or nothing): they leave whole-GPU placement
-    (held by the job ``mig``) and join ``state.mig``. The rules come from ``model`` or from
-    the GPUs' model name (built-in tables). Returns ``state.mig``."""
+    (held by the job ``mig``) and join ``state.mig``, each configured with the free instances
+    ``geometry`` lists (profile names; none: left unpartitioned, instances are created per
+    request). The rules come from ``model`` or from the GPUs' model name (built-in tables).
+    Returns ``state.mig``."""
     ids = sorted({int(g) for g in gpus})
     if not ids:
         raise InvalidState("name at least one GPU to put in MIG mode")
@@ -510,6 +632,9 @@ def enable(state: Any, gpus: Iterable[int], *, model: MigModel | None = None) ->
                     "the rules (a listing read with gpuplace.io.read_nvidia_smi_mig)"
                 )
             model = model_for(names.pop())  # type: ignore[arg-type]
+    layout = list(geometry)
+    if layout:  # refuse a geometry that breaks the rules before changing anything
+        MigCluster(model, 1).add_free_instances(0, layout)
     if current is not None and current.model != model:
         raise InvalidState(
             f"the state's MIG GPUs are {current.model.model}; cannot add {model.model} GPUs"
@@ -533,6 +658,9 @@ def enable(state: Any, gpus: Iterable[int], *, model: MigModel | None = None) ->
         cluster.set_distribution(current.distribution)
         for g, inst in current.instances():
             cluster._attach(g, inst)
+    for g in new:
+        if layout:
+            cluster.add_free_instances(g, layout)  # checked on an empty GPU above
     state.mig = cluster
     return cluster
 
@@ -570,14 +698,14 @@ def restore(state: Any, raw: Any, c: Any) -> None:
             e = c.mapping(entry, p)
             prof = c.string(e.get("profile"), f"{p}.profile")
             start = c.integer(e.get("start"), f"{p}.start", minimum=0)
-            owner = c.string(e.get("owner"), f"{p}.owner")
+            owner = None if e.get("owner") is None else c.string(e["owner"], f"{p}.owner")
             if prof not in model.profiles:
                 raise c.fail(
                     f"{p}.profile", f"not a {model.model} profile ({', '.join(model.profiles)})"
                 )
             if start not in _placements(model, cluster.gpus[g].state, model.profiles[prof]):
                 raise c.fail(p, f"{prof} at slice {start} breaks the {model.model} placement rules")
-            if owner in cluster.owners:
+            if owner is not None and owner in cluster.owners:
                 raise c.fail(f"{p}.owner", f"request {owner!r} appears twice")
             cluster._attach(g, Instance(prof, start, owner))
     state.mig = cluster

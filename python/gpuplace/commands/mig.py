@@ -44,6 +44,12 @@ def _mig_of(state: ClusterState, path: str) -> mig.MigCluster:
     help="`nvidia-smi mig -lgip` and `-lgipp` output (one file) giving the MIG rules; default: "
     "the built-in rules of the GPUs' model.",
 )
+@click.option(
+    "--geometry",
+    default="",
+    help="Free instances to configure on each GPU, e.g. 3g.40gb,2g.20gb,1g.10gb,1g.10gb "
+    "(default: none; instances are created per request).",
+)
 def enable_cmd(
     state_path: str,
     cluster: str | None,
@@ -52,6 +58,7 @@ def enable_cmd(
     gpus: tuple[str, ...],
     hosts: tuple[str, ...],
     listing: str | None,
+    geometry: str,
 ) -> None:
     """Put free GPUs in MIG mode (they leave whole-GPU placement)."""
     with exclusive_lock(state_path):
@@ -62,7 +69,8 @@ def enable_cmd(
                 raise InvalidState(f"unknown host {h!r} in cluster {state.topology.name!r}")
             ids.extend(int(g) for g in state.topology.host_gpus(h))
         rules = read_nvidia_smi_mig(listing) if listing else None
-        cluster_mig = mig.enable(state, ids, model=rules)
+        layout = [g.strip() for g in geometry.split(",") if g.strip()]
+        cluster_mig = mig.enable(state, ids, model=rules, geometry=layout)
         state.save(state_path)
     _out.print(
         f"{len(cluster_mig.gpus)} {cluster_mig.model.model} GPUs in MIG mode in {state_path}; "
@@ -141,15 +149,23 @@ def place_cmd(
             r.candidates(packing.model) if r.profile is None else packing.model.profile(r.profile)
         rows = []
         for r in requests:
+            counts = (packing.reused, packing.destroyed)
             try:
                 gpu, inst = packing.place(r, policy)
             except Infeasible as exc:
                 rows.append({"request": r.name, "placed": False, "reason": str(exc)})
                 continue
+            if packing.reused > counts[0]:
+                how = "reused a free instance"
+            elif packing.destroyed > counts[1]:
+                how = f"reconfigured ({packing.destroyed - counts[1]} free instances destroyed)"
+            else:
+                how = "created in free slices"
             rows.append(
                 {
                     "request": r.name,
                     "placed": True,
+                    "how": how,
                     "profile": inst.profile,
                     "gpu": f"{state.topology.host_of(gpu)}:{state.topology.local_index(gpu)}",
                     "slices": f"{inst.start}-{inst.start + packing.model.profile(inst.profile).size - 1}",
@@ -162,12 +178,14 @@ def place_cmd(
     if fmt == "json":
         click.echo(json.dumps({"placements": rows, "unallocated_gpus": unallocated}))
         return
-    table = Table("request", "profile", "GPU", "memory slices", title=f"MIG placement ({policy})")
+    table = Table(
+        "request", "profile", "GPU", "memory slices", "instance", title=f"MIG placement ({policy})"
+    )
     for r in rows:
         if r["placed"]:
-            table.add_row(r["request"], r["profile"], r["gpu"], r["slices"])
+            table.add_row(r["request"], r["profile"], r["gpu"], r["slices"], r["how"])
         else:
-            table.add_row(r["request"], "-", "not placed", r["reason"])
+            table.add_row(r["request"], "-", "not placed", "-", r["reason"])
     _out.print(table)
     _out.print(
         f"placed {placed} of {len(rows)} requests; {unallocated:.2f} of {len(packing.gpus)} "
@@ -177,15 +195,17 @@ def place_cmd(
 
 @mig_group.command("release")
 @_state_options
+@click.option("--destroy", is_flag=True, help="Destroy the instances instead of keeping them free.")
 @click.argument("names", nargs=-1, required=True)
 def release_cmd(
     state_path: str,
     cluster: str | None,
     nodes: int | None,
     racks: int | None,
+    destroy: bool,
     names: tuple[str, ...],
 ) -> None:
-    """Release placed requests (their instances are destroyed)."""
+    """Release placed requests (their instances stay, free, unless --destroy)."""
     with exclusive_lock(state_path):
         state = open_state(state_path, cluster, nodes, racks)
         packing = _mig_of(state, state_path)
@@ -193,7 +213,7 @@ def release_cmd(
         if missing:
             raise InvalidState(f"no MIG request named {missing[0]!r} is placed")
         for n in names:
-            packing.release(n)
+            packing.release(n, destroy=destroy)
         state.save(state_path)
     _out.print(f"released {len(names)} requests; saved {state_path}")
 
@@ -214,7 +234,7 @@ def status_cmd(state_path: str, cluster: str | None, nodes: int | None, racks: i
         table.add_row(
             f"{state.topology.host_of(g)}:{state.topology.local_index(g)}",
             "".join(slots),
-            ", ".join(f"{i.owner}={i.profile}@{i.start}" for i in gpu.instances) or "-",
-            f"{model.compute_slices - gpu.state[1]}/{model.compute_slices}",
+            ", ".join(f"{i.owner or '(free)'}={i.profile}@{i.start}" for i in gpu.instances) or "-",
+            f"{model.compute_slices - gpu.busy[1]}/{model.compute_slices}",
         )
     _out.print(table)
