@@ -303,3 +303,82 @@ def test_free_instances_are_reused_then_reconfigured_never_busy_ones(tmp_path):
     with pytest.raises(InvalidState, match="cannot coexist"):
         mig.enable(state, [2], geometry=["4g.40gb", "4g.40gb"])
     assert state.job_gpus(mig.MIG_JOB).tolist() == [0, 1]  # the refused enable changed nothing
+
+
+def test_existing_instances_from_nvidia_smi_lgi():
+    from gpuplace.io import read_nvidia_smi_mig_instances
+
+    a100 = read_nvidia_smi_mig_instances(DATA / "a100-40gb-lgi.txt")
+    assert a100 == {0: [("3g.20gb", 4, 4), ("3g.20gb", 0, 4)]}
+    packing = mig.MigCluster(mig.MODELS["A100-40GB"], 1)
+    packing.add_existing_instances(0, a100[0])
+    assert packing.free_share() == 1.0 and len(packing.gpus[0].instances) == 2
+    with pytest.raises(InvalidState, match=r"3g\.20gb at 2:4 breaks"):
+        mig.MigCluster(mig.MODELS["A100-40GB"], 1).add_existing_instances(0, [("3g.20gb", 2, 4)])
+
+    h100 = read_nvidia_smi_mig_instances(DATA / "h100-80gb-lgi.txt")
+    topo = gpuplace.Topology.preset("h100-superpod", nodes=32)
+    state = gpuplace.ClusterState(topo)
+    host = [int(g) for g in topo.host_gpus("dgx001")]
+    packing = mig.enable(state, host, existing={host[0]: h100[0]})
+    gpu, embed = packing.place(mig.Request("embed", "1g.10gb"))
+    assert (gpu, packing.reused) == (host[0], 1)  # an existing instance, no reconfiguration
+    state.allocate(name="full", gpus=[g for g in range(topo.num_gpus) if g not in host])
+    for g in host[1:]:  # fill the other MIG GPUs so the 3g must reconfigure GPU 0
+        packing.add_free_instances(g, ["7g.80gb"])
+        packing.place(mig.Request(f"whole{g}", "7g.80gb"))
+    gpu, inst = packing.place(mig.Request("chat", "3g.40gb"))
+    assert gpu == host[0] and packing.destroyed == 4  # the free 1g instances in the way
+    assert packing.owners["embed"] == (host[0], embed)  # the busy one stayed
+    assert not (inst.start <= embed.start < inst.start + 4)
+    packing.check()
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("nothing here\n", "no `nvidia-smi mig -lgi` rows"),
+        (
+            "|   0  MIG 1g.10gb   19   7   0:1 |\n|   0  MIG 1g.10gb   19   7   1:1 |\n",
+            "listed twice",
+        ),
+        ("|   0  MIG 1g.10gb   19   7   70:1 |\n", "out of range"),
+    ],
+)
+def test_lgi_reader_refuses_bad_listings(text, needle, tmp_path):
+    from gpuplace.io import read_nvidia_smi_mig_instances
+
+    path = tmp_path / "lgi.txt"
+    path.write_text(text)
+    with pytest.raises(InvalidTopology, match=needle):
+        read_nvidia_smi_mig_instances(path)
+
+
+def test_cli_enable_records_the_instances_a_host_has(tmp_path):
+    state = str(tmp_path / "s.json")
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuplace.cli",
+            "mig",
+            "enable",
+            "--state",
+            state,
+            "-c",
+            "h100-superpod",
+            "--nodes",
+            "32",
+            "--node",
+            "dgx002",
+            "--instances",
+            str(DATA / "h100-80gb-lgi.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(Path(state).read_text())["state"]["mig"]["gpus"]
+    assert len(doc) == 8 and [len(v) for v in doc.values()].count(7) == 1

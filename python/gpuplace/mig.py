@@ -497,6 +497,29 @@ class MigCluster:
         added = [Instance(p.name, s, None) for p, s in zip(wanted, starts, strict=True)]
         self._set(gpu_id, [*gpu.instances, *added])
 
+    def add_existing_instances(self, gpu_id: Any, rows: Iterable[tuple[str, int, int]]) -> None:
+        """Record instances that exist on one GPU (``nvidia-smi mig -lgi``: profile, start,
+        size in memory slices) as free instances; all or nothing (InvalidState naming the
+        instance that breaks the rules)."""
+        gpu = self.gpus[gpu_id]
+        state, added = gpu.state, []
+        for profile, start, size in rows:
+            p = self.model.profiles.get(profile)
+            if p is None:
+                raise InvalidState(
+                    f"instance {profile}: not a {self.model.model} profile "
+                    f"({', '.join(self.model.profiles)})"
+                )
+            if size != p.size or start not in _placements(self.model, state, p):
+                raise InvalidState(
+                    f"instance {profile} at {start}:{size} breaks the {self.model.model} "
+                    f"placement rules (starts {sorted(p.starts)}, size {p.size}) next to "
+                    f"{', '.join(f'{i.profile}@{i.start}' for i in [*gpu.instances, *added]) or 'nothing'}"
+                )
+            added.append(Instance(p.name, start, None))
+            state = _add(state, p, start)
+        self._set(gpu_id, [*gpu.instances, *added])
+
     def _why_not(self, request: Request) -> Infeasible:
         """The Infeasible for a request no GPU can host, with its explanation: capacity (the
         most free compute on any GPU) and the MIG start rule (GPUs with that compute but no
@@ -611,12 +634,14 @@ def enable(
     *,
     model: MigModel | None = None,
     geometry: Iterable[str] = (),
+    existing: Mapping[int, Iterable[tuple[str, int, int]]] | None = None,
 ) -> MigCluster:
     """Put free GPUs of ``state`` in MIG mode (all or nothing): they leave whole-GPU placement
     (held by the job ``mig``) and join ``state.mig``, each configured with the free instances
     ``geometry`` lists (profile names; none: left unpartitioned, instances are created per
-    request). The rules come from ``model`` or from the GPUs' model name (built-in tables).
-    Returns ``state.mig``."""
+    request), or with the instances that already exist on them (``existing``: GPU id ->
+    ``nvidia-smi mig -lgi`` rows, recorded free). The rules come from ``model`` or from the
+    GPUs' model name (built-in tables). Returns ``state.mig``."""
     ids = sorted({int(g) for g in gpus})
     if not ids:
         raise InvalidState("name at least one GPU to put in MIG mode")
@@ -635,6 +660,14 @@ def enable(
     layout = list(geometry)
     if layout:  # refuse a geometry that breaks the rules before changing anything
         MigCluster(model, 1).add_free_instances(0, layout)
+    existing = {int(g): list(rows) for g, rows in (existing or {}).items()}
+    for g, rows in existing.items():
+        if g not in ids:
+            raise InvalidState(f"instances listed for GPU {g}, which is not being enabled")
+        try:
+            MigCluster(model, 1).add_existing_instances(0, rows)
+        except InvalidState as exc:
+            raise InvalidState(f"GPU {g}: {exc}") from None
     if current is not None and current.model != model:
         raise InvalidState(
             f"the state's MIG GPUs are {current.model.model}; cannot add {model.model} GPUs"
@@ -661,6 +694,8 @@ def enable(
     for g in new:
         if layout:
             cluster.add_free_instances(g, layout)  # checked on an empty GPU above
+        if g in existing:
+            cluster.add_existing_instances(g, existing[g])
     state.mig = cluster
     return cluster
 

@@ -14,7 +14,7 @@ from gpuplace import mig
 from gpuplace._validate import Checker, exclusive_lock, read_document
 from gpuplace.commands.health import _state_options, open_state
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
-from gpuplace.io.mig import read_nvidia_smi_mig
+from gpuplace.io.mig import read_nvidia_smi_mig, read_nvidia_smi_mig_instances
 from gpuplace.state import ClusterState
 
 __all__ = ["mig_group", "read_requests"]
@@ -50,6 +50,14 @@ def _mig_of(state: ClusterState, path: str) -> mig.MigCluster:
     help="Free instances to configure on each GPU, e.g. 3g.40gb,2g.20gb,1g.10gb,1g.10gb "
     "(default: none; instances are created per request).",
 )
+@click.option(
+    "--instances",
+    "instances_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="`nvidia-smi mig -lgi` output of the one --node given: its existing instances are "
+    "recorded (free) on that host's GPUs.",
+)
 def enable_cmd(
     state_path: str,
     cluster: str | None,
@@ -59,6 +67,7 @@ def enable_cmd(
     hosts: tuple[str, ...],
     listing: str | None,
     geometry: str,
+    instances_path: str | None,
 ) -> None:
     """Put free GPUs in MIG mode (they leave whole-GPU placement)."""
     with exclusive_lock(state_path):
@@ -70,7 +79,21 @@ def enable_cmd(
             ids.extend(int(g) for g in state.topology.host_gpus(h))
         rules = read_nvidia_smi_mig(listing) if listing else None
         layout = [g.strip() for g in geometry.split(",") if g.strip()]
-        cluster_mig = mig.enable(state, ids, model=rules, geometry=layout)
+        existing: dict[int, list[tuple[str, int, int]]] = {}
+        if instances_path is not None:
+            if len(hosts) != 1 or gpus or layout:
+                raise click.UsageError(
+                    "--instances takes the listing of one --node, without --gpu or --geometry"
+                )
+            local = state.topology.host_gpus(hosts[0])
+            for index, rows in read_nvidia_smi_mig_instances(instances_path).items():
+                if index >= len(local):
+                    raise InvalidState(
+                        f"{instances_path}: GPU {index} does not exist on {hosts[0]} "
+                        f"({len(local)} GPUs)"
+                    )
+                existing[int(local[index])] = rows
+        cluster_mig = mig.enable(state, ids, model=rules, geometry=layout, existing=existing)
         state.save(state_path)
     _out.print(
         f"{len(cluster_mig.gpus)} {cluster_mig.model.model} GPUs in MIG mode in {state_path}; "

@@ -17,7 +17,7 @@ import re
 from gpuplace.io._common import fail, guarded, read_source
 from gpuplace.mig import MigModel, MigProfile
 
-__all__ = ["read_nvidia_smi_mig"]
+__all__ = ["read_nvidia_smi_mig", "read_nvidia_smi_mig_instances"]
 
 _LGIP_ROW = re.compile(
     r"^\|?\s*(\d+)\s+MIG\s+(\d+g\.\d+gb(?:\+me)?)\s+(\d+)\s+(\d+)\s*/\s*(\d+)\s+([\d.]+)\s",
@@ -116,3 +116,33 @@ def read_nvidia_smi_mig(source, placements=None, *, model: str | None = None) ->
     except Exception as exc:  # InvalidTopology without the file name
         raise fail(name, None, str(exc)) from None
     return rules
+
+
+_LGI_ROW = re.compile(
+    r"^\|?\s*(\d+)\s+MIG\s+(\d+g\.\d+gb(?:\+me)?)\s+(\d+)\s+(\d+)\s+(\d+)\s*:\s*(\d+)\s*\|?\s*$",
+    re.IGNORECASE,
+)
+
+
+@guarded
+def read_nvidia_smi_mig_instances(source) -> dict[int, list[tuple[str, int, int]]]:  # type: ignore[no-untyped-def]
+    """The GPU instances ``nvidia-smi mig -lgi`` lists: GPU index -> [(profile, start,
+    size)], in memory slices. Raises InvalidTopology naming the file and line."""
+    name, text = read_source(source)
+    out: dict[int, list[tuple[str, int, int]]] = {}
+    seen: set[tuple[int, int]] = set()
+    for lineno, line in enumerate(text.splitlines(), 1):
+        row = _LGI_ROW.match(line)
+        if not row:
+            continue
+        gpu, profile, instance = int(row.group(1)), row.group(2).lower(), int(row.group(4))
+        start, size = int(row.group(5)), int(row.group(6))
+        if not 1 <= size <= _MAX_SLICES or start + size > _MAX_SLICES:
+            raise fail(name, lineno, f"placement {start}:{size} is out of range")
+        if (gpu, instance) in seen:
+            raise fail(name, lineno, f"GPU {gpu} instance ID {instance} is listed twice")
+        seen.add((gpu, instance))
+        out.setdefault(gpu, []).append((profile, start, size))
+    if not out:
+        raise fail(name, None, "no `nvidia-smi mig -lgi` rows (|   0  MIG 3g.40gb   9   1   4:4 |)")
+    return out
