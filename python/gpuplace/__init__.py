@@ -9,9 +9,11 @@
 """
 
 # The solvers written in Python (gpuplace.placers) register themselves on import.
+from gpuplace import health
 from gpuplace import placers as _placers  # noqa: F401
 from gpuplace._core import __version__
 from gpuplace.admission import apply_preemption
+from gpuplace.enums import CollectiveKind, ComponentKind, Condition, Health, MoveReason, SparePolicy
 from gpuplace.errors import (
     GpuplaceError,
     Infeasible,
@@ -38,10 +40,14 @@ from gpuplace.topology import Level, NodeType, Topology
 
 __all__ = [
     "ClusterState",
+    "CollectiveKind",
     "Communication",
+    "ComponentKind",
+    "Condition",
     "CostReport",
     "Explanation",
     "GpuplaceError",
+    "Health",
     "Infeasible",
     "InvalidJob",
     "InvalidState",
@@ -49,17 +55,20 @@ __all__ = [
     "Job",
     "Level",
     "Mapping",
+    "MoveReason",
     "MovedRank",
     "NodeType",
     "Placement",
     "Repair",
     "SolveResult",
+    "SparePolicy",
     "Topology",
     "TransformerModel",
     "__version__",
     "apply_preemption",
     "evaluate",
     "explain",
+    "health",
     "map_ranks",
     "place",
     "refine",

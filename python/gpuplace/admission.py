@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpuplace import _core
 from gpuplace.errors import GpuplaceError, Infeasible, InvalidJob, InvalidState
 from gpuplace.policy import (
     DEFAULT_CLASS,
@@ -199,7 +200,9 @@ def apply_preemption(state: ClusterState, placement: Placement) -> list[str]:
         if gpus is None:
             raise InvalidState(f"preemption: victim {name!r} is no longer allocated")
         held[gpus] = True
-    usable = state.free_mask() | (held & (state.health() == 0) & ~_spare_mask(state))
+    usable = state.free_mask() | (
+        held & (state.health() == int(_core.Health.Ok)) & ~_spare_mask(state)
+    )
     missing = [int(g) for g in placement.gpus if not usable[int(g)]]
     if missing:
         owner = state.owner_of(missing[0])

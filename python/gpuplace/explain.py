@@ -130,7 +130,7 @@ def explain(
             int(free.sum()),
             bool(free.sum() < needed),
             f"the cluster has {int(free.sum())} free GPUs of {n} ({allocated} allocated, "
-            f"{int((health != 0).sum())} failed or drained, {len(state.spares)} spares held "
+            f"{int((health != int(_core.Health.Ok)).sum())} failed or drained, {len(state.spares)} spares held "
             f"back); the job needs {needed}",
         )
     )

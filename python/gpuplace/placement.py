@@ -17,7 +17,7 @@ import numpy as np
 from gpuplace import _core
 from gpuplace.admission import place_within
 from gpuplace.elastic import place_elastic
-from gpuplace.errors import InvalidJob
+from gpuplace.errors import InvalidJob, InvalidState
 from gpuplace.hostlist import compress
 from gpuplace.policy import allowed_gpus, can_borrow, fenced_view, has_rules
 
@@ -93,17 +93,21 @@ def evaluate(
     spec = job.compile(topology)
     core_state = None if state is None else state._core
     raw = _core.evaluate(topology._core, spec, np.asarray(gpus, dtype=np.int64), core_state)
+    return _cost_report(topology, spec, raw)
+
+
+def _cost_report(topology: Topology, spec: _core.JobSpec, raw: _core.CostReport) -> CostReport:
+    """The core's cost report with level and class names."""
     names = topology.level_names
-    classes = job.class_names()
-    span = raw["span_level"]
+    span = raw.span_level
     return CostReport(
-        comm_seconds=raw["comm_seconds"],
-        class_seconds=dict(zip(classes, raw["class_seconds"], strict=True)),
-        traffic_seconds=raw["traffic_seconds"],
-        bytes_by_level={n: float(b) for n, b in zip(names, raw["bytes_by_level"], strict=True)},
+        comm_seconds=raw.comm_seconds,
+        class_seconds=dict(zip(spec.class_names, raw.class_seconds, strict=True)),
+        traffic_seconds=raw.traffic_seconds,
+        bytes_by_level={n: float(b) for n, b in zip(names, raw.bytes_by_level, strict=True)},
         span_level=None if span is None else names[span],
-        confinement_ok=raw["confinement_ok"],
-        violations=list(raw["violations"]),
+        confinement_ok=raw.confinement_ok,
+        violations=raw.violations,
         nvlink_level=names[topology.nvlink_level],
     )
 
@@ -212,16 +216,24 @@ class SolverInfo:
     name: str
     description: str
     func: Solver
+    #: The solver promises to keep the job's confinement rules; the placement gate refuses a
+    #: placement of it that breaks them.
+    confining: bool = False
+    #: Implemented in Rust: :func:`place` runs it and the gate in one call into the core.
+    rust: bool = False
 
 
 _REGISTRY: dict[str, SolverInfo] = {}
 
 
-def register_solver(name: str, description: str) -> Callable[[Solver], Solver]:
-    """Decorator that adds a solver to :func:`solvers` and :func:`place`."""
+def register_solver(
+    name: str, description: str, *, confining: bool = False
+) -> Callable[[Solver], Solver]:
+    """Decorator that adds a solver to :func:`solvers` and :func:`place`. ``confining``: the
+    solver promises to keep the job's confinement rules (the gate in :func:`place` checks it)."""
 
     def wrap(func: Solver) -> Solver:
-        _REGISTRY[name] = SolverInfo(name, description, func)
+        _REGISTRY[name] = SolverInfo(name, description, func, confining)
         return func
 
     return wrap
@@ -234,28 +246,14 @@ def solvers() -> dict[str, str]:
 
 def _rust_solver(name: str) -> Solver:
     def run(state: ClusterState, job: Job, seed: int, time_limit: float | None) -> SolveResult:
-        gpus = _core.place(state._core, job.compile(state.topology), name, seed, time_limit)
+        gpus, _ = _core.place(state._core, job.compile(state.topology), name, seed, time_limit)
         return SolveResult(gpus=gpus)
 
     return run
 
 
-register_solver(
-    "greedy",
-    "hierarchical best-fit in Rust: tightest domain that holds the job, tp groups inside NVLink "
-    "domains, heaviest traffic on the lowest levels",
-)(_rust_solver("greedy"))
-register_solver(
-    "refine",
-    "greedy, then local search in Rust on the cost model: rank swaps and moves to free GPUs next "
-    "to each rank's partners, within time_limit (default 0.5 s); never worse than greedy",
-)(_rust_solver("refine"))
-register_solver("first-fit", "baseline: the lowest free GPU ids, ranks in order (topology-blind)")(
-    _rust_solver("first-fit")
-)
-register_solver("random", "baseline: random free GPUs in random rank order (seeded)")(
-    _rust_solver("random")
-)
+for _name, _description, _confining in _core.rust_solvers():
+    _REGISTRY[_name] = SolverInfo(_name, _description, _rust_solver(_name), _confining, rust=True)
 
 
 def refine(
@@ -308,6 +306,12 @@ def place(
 ) -> Placement:
     """Place ``job`` on the free GPUs of ``state`` with a registered solver.
 
+    Whatever solver made it, the placement passes one gate in the core before it is returned:
+    one GPU per rank, no GPU twice, only free and healthy GPUs (no reserved spares, none the
+    job's policy fences off), and the job's confinement rules when the solver promises them; it
+    is priced on the state's hardware in the same call. A placement that fails the gate raises
+    :class:`gpuplace.InvalidState` naming the solver and what is wrong.
+
     The state is not changed: call ``state.allocate(placement)`` to take the GPUs. The job's
     pool and hardware rules (``job.policy``) fence off the GPUs it may not use, for every
     solver. With ``preempt=True``, when nothing fits, the placement may propose preempting
@@ -341,14 +345,26 @@ def _solve(
     state: ClusterState, job: Job, info: SolverInfo, seed: int, time_limit: float | None
 ) -> Placement:
     start = time.perf_counter()
-    result = info.func(state, job, seed, time_limit)
+    spec = job.compile(state.topology)
+    if info.rust:
+        gpus, raw = _core.place(state._core, spec, info.name, seed, time_limit)
+        result = SolveResult(gpus=gpus)
+    else:
+        result = info.func(state, job, seed, time_limit)
+        gpus = np.asarray(result.gpus)
+        if gpus.ndim != 1 or not np.issubdtype(gpus.dtype, np.integer):
+            raise InvalidState(
+                f"solver {info.name!r} returned an invalid placement: expected a 1-d array of GPU "
+                f"ids, got {gpus.dtype} with shape {gpus.shape}"
+            )
+        # The gate: length, no GPU twice, free and healthy GPUs, confinement as promised.
+        raw = _core.admit(state._core, spec, gpus.astype(np.int64), info.name, info.confining)
     elapsed = time.perf_counter() - start
-    cost = evaluate(state.topology, job, result.gpus, state=state)
     return Placement(
         job=job,
         topology=state.topology,
-        gpus=np.asarray(result.gpus, dtype=np.int64),
-        cost=cost,
+        gpus=np.asarray(gpus, dtype=np.int64),
+        cost=_cost_report(state.topology, spec, raw),
         solver=result.solver or info.name,
         elapsed_s=elapsed,
         optimal=result.optimal,

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplace.errors import InvalidTopology
+from gpuplace.io.model import NVLINK_GBPS_PER_LINK
 from gpuplace.topology import FORMAT
 
 __all__ = ["PRESETS", "build_preset"]
 
-NVLINK_PER_LINK_GBPS = {"ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
 NDR_GBPS = 50.0
 HDR_GBPS = 25.0
 
@@ -99,7 +99,7 @@ def _check(name: str, value: Any, lo: int, hi: int) -> int:
 
 def dgx_h100() -> dict[str, Any]:
     """One DGX H100: 8 H100 SXM on NVSwitch (18 NVLink 4 links each), 8 NDR NICs."""
-    nvlink = 18 * NVLINK_PER_LINK_GBPS["hopper"]
+    nvlink = 18 * NVLINK_GBPS_PER_LINK["hopper"]
     return {
         "format": FORMAT,
         "name": "dgx-h100",
@@ -116,7 +116,7 @@ def h100_superpod(nodes: int = 256) -> dict[str, Any]:
     SuperPOD H100 reference architecture: 32 DGX H100 per SU), spine groups of 4 SUs, a core
     tier above when there are several spine groups; NDR 400 Gb/s, non-blocking (≈1:1)."""
     nodes = _check("nodes", nodes, 1, 100_000)
-    nvlink = 18 * NVLINK_PER_LINK_GBPS["hopper"]
+    nvlink = 18 * NVLINK_GBPS_PER_LINK["hopper"]
     hosts, fabric = _fabric_nodes(
         "dgx", nodes, "dgx-h100", per_leaf=32, leaves_per_spine=4, width=max(3, len(str(nodes)))
     )
@@ -137,7 +137,7 @@ def gb200_nvl72(racks: int = 8) -> dict[str, Any]:
     fabric through one 400 Gb/s ConnectX-7 per GPU; 8 racks per leaf group (DGX SuperPOD GB200
     reference architecture: scalable unit of 8 racks), spine above."""
     racks = _check("racks", racks, 1, 10_000)
-    nvlink = 18 * NVLINK_PER_LINK_GBPS["blackwell"]
+    nvlink = 18 * NVLINK_GBPS_PER_LINK["blackwell"]
     nodes = []
     per_leaf = 8
     groups = -(-racks // per_leaf)
@@ -175,7 +175,7 @@ def a100_pod(nodes: int = 140) -> dict[str, Any]:
     scalable units of 20 nodes (DGX SuperPOD A100 reference architecture), spine groups of 4
     SUs, core above when needed."""
     nodes = _check("nodes", nodes, 1, 100_000)
-    nvlink = 12 * NVLINK_PER_LINK_GBPS["ampere"]
+    nvlink = 12 * NVLINK_GBPS_PER_LINK["ampere"]
     hosts, fabric = _fabric_nodes(
         "dgxa", nodes, "dgx-a100", per_leaf=20, leaves_per_spine=4, width=max(3, len(str(nodes)))
     )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpuplace import _core
 from gpuplace.errors import InvalidJob, InvalidState
 from gpuplace.job import Job
 from gpuplace.placement import CostReport, Placement, evaluate
@@ -27,8 +28,13 @@ if TYPE_CHECKING:
 
 __all__ = ["MovedRank", "Repair", "repair"]
 
-_REASONS = {0: "lost", 1: "group moved", 2: "improvement"}
-_STATUS = {1: "failed", 2: "drained"}
+_HEALTH = _core.Health.members()
+_POLICY = {
+    None: _core.SparePolicy.Allow,
+    True: _core.SparePolicy.Allow,
+    False: _core.SparePolicy.Forbid,
+    "only": _core.SparePolicy.Only,
+}
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,7 @@ def repair(
         raise InvalidJob(f"max_moves must be an integer >= 0, got {max_moves!r}")
     if time_limit is not None and not time_limit > 0:
         raise InvalidJob(f"time_limit must be > 0 seconds, got {time_limit!r}")
-    policy = {None: "allow", True: "allow", False: "forbid", "only": "only"}.get(spares)  # type: ignore[arg-type]
+    policy = _POLICY.get(spares)  # type: ignore[arg-type]
     if policy is None:
         raise InvalidJob(f"spares must be None, True, False or 'only', got {spares!r}")
     if isinstance(job_name, Job):
@@ -120,26 +126,27 @@ def repair(
         allowed_gpus(state, job, borrow=can_borrow(state, job)) if has_rules(state, job) else None
     )
     with fenced(state, allowed):
-        raw = state._core.repair(job.compile(topology), name, max_moves, policy, 24, time_limit)
+        plan = state._core.repair(job.compile(topology), name, max_moves, policy, 24, time_limit)
     elapsed = time.perf_counter() - start
     state.specs[name] = job
-    gpus = np.asarray(raw["gpus"], dtype=np.int64)
+    gpus = np.asarray(plan.gpus, dtype=np.int64)
     cost_after = evaluate(topology, job, gpus, state=state)
     confined = {d: topology.level_index(lv) for d, lv in job.confine.items() if getattr(job, d) > 1}
     moved = []
-    for rank, old_gpu, new_gpu, code, level in raw["moves"]:
-        where = f"{topology.host_of(old_gpu)}:{topology.local_index(old_gpu)}"
-        if code == 0:
-            reason = f"its GPU {where} is {_STATUS.get(int(health[old_gpu]), 'unusable')}"
-        elif code == 1:
-            dims = [d for d, lv in confined.items() if lv <= level] or ["confined"]
+    for m in plan.moves:
+        where = f"{topology.host_of(m.old_gpu)}:{topology.local_index(m.old_gpu)}"
+        if m.reason == _core.MoveReason.Lost:
+            reason = f"its GPU {where} is {_HEALTH[int(health[m.old_gpu])].label}"
+        elif m.reason == _core.MoveReason.GroupMoved:
+            assert m.level is not None
+            dims = [d for d, lv in confined.items() if lv <= m.level] or ["confined"]
             reason = (
                 f"its {'/'.join(dims)} group could not stay inside one "
-                f"{topology.levels[level].name} next to its lost ranks, so the whole group moved"
+                f"{topology.levels[m.level].name} next to its lost ranks, so the whole group moved"
             )
         else:
             reason = "moved to lower the cost (max_moves)"
-        moved.append(MovedRank(int(rank), int(old_gpu), int(new_gpu), _REASONS[code], reason))
+        moved.append(MovedRank(m.rank, m.old_gpu, m.new_gpu, m.reason.label, reason))
     placement = Placement(
         job=job,
         topology=topology,
@@ -147,7 +154,7 @@ def repair(
         cost=cost_after,
         solver="repair-heuristic",
         elapsed_s=elapsed,
-        details={"evaluations": raw["evaluations"]},
+        details={"evaluations": plan.evaluations},
     )
     return Repair(
         placement=placement,
@@ -155,5 +162,5 @@ def repair(
         cost_before=cost_before,
         cost_after=cost_after,
         elapsed_s=elapsed,
-        details={"evaluations": raw["evaluations"]},
+        details={"evaluations": plan.evaluations},
     )

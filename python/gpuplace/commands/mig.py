@@ -7,11 +7,11 @@ import json
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from gpuplace import mig
 from gpuplace._validate import Checker, exclusive_lock, read_document
+from gpuplace.commands.common import out
 from gpuplace.commands.health import _state_options, open_state
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
 from gpuplace.io.mig import read_nvidia_smi_mig, read_nvidia_smi_mig_instances
@@ -19,7 +19,7 @@ from gpuplace.state import ClusterState
 
 __all__ = ["mig_group", "read_requests"]
 
-_out = Console(highlight=False, soft_wrap=True)
+_out = out
 
 
 @click.group("mig")

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from gpuplace._validate import Checker, exclusive_lock, read_document
+from gpuplace.commands.common import out
 from gpuplace.commands.health import _state_options, open_state
 from gpuplace.errors import InvalidState
 from gpuplace.explain import explain
@@ -22,7 +22,7 @@ from gpuplace.state import ClusterState
 
 __all__ = ["explain_cmd", "policy", "pool_status"]
 
-_out = Console(highlight=False, soft_wrap=True)
+_out = out
 
 
 @click.group("policy")

@@ -103,6 +103,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -112,7 +113,6 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from gpuplace.errors import GpuplaceError, Infeasible
-from gpuplace.job import KINDS
 from gpuplace.placement import SolveResult, evaluate, place, register_solver
 
 if TYPE_CHECKING:
@@ -256,20 +256,14 @@ def _collective_price(
     """Seconds per step of ``count`` calls of one collective of ``n`` ranks at each span level,
     from the core's cost formulas (``cost::collective_seconds_by_level``): the model prices
     exactly what the evaluator charges."""
-    per_call = topo._core.collective_seconds_by_level(KINDS[kind], n, float(size_bytes))
+    per_call = topo._core.collective_seconds_by_level(kind, n, float(size_bytes))
     return [count * t for t in per_call]
 
 
-def _coordinates(job: Job) -> dict[str, np.ndarray]:
-    """Coordinate of every rank along every dimension (rank order: first dimension fastest)."""
-    ranks = np.arange(job.gpus, dtype=np.int64)
-    out: dict[str, np.ndarray] = {}
-    stride = 1
-    for d in job.rank_order:
-        size = getattr(job, d)
-        out[d] = (ranks // stride) % size
-        stride *= size
-    return out
+def _coordinates(job: Job, topo: Topology) -> dict[str, np.ndarray]:
+    """Coordinate of every rank along every dimension, from the core's rank layout."""
+    coords = job.compile(topo).coordinates()
+    return {d: coords[:, i] for i, d in enumerate(job.rank_order)}
 
 
 def _matrix_hosts(topology: Topology) -> np.ndarray:
@@ -340,7 +334,7 @@ def analyse(state: ClusterState, job: Job) -> Instance:
         dims = [d for d in job.rank_order if getattr(job, d) > 1]
         internal = [d for d in dims if confine.get(d, nl) == 0]
         outer = [d for d in dims if d not in internal]
-        coords = _coordinates(job)
+        coords = _coordinates(job, topo)
         rank_block = np.zeros(n, dtype=np.int64)
         rank_slot = np.zeros(n, dtype=np.int64)
         for d in reversed(outer):
@@ -447,7 +441,8 @@ def analyse(state: ClusterState, job: Job) -> Instance:
         if c is None:
             continue
         if c.kind == _KIND_P2P:
-            pairs = np.stack([groups[:, :-1], groups[:, 1:]], axis=-1).reshape(-1, 2)
+            spec = job.compile(topo)
+            pairs = spec.class_groups(spec.class_names.index(f"{d} {c.kind}"))
             block_groups = sorted({tuple(int(b) for b in rank_block[p]) for p in pairs})
         price = _collective_price(
             topo, c.kind, 2 if c.kind == _KIND_P2P else getattr(job, d), c.bytes, c.count
@@ -950,6 +945,33 @@ def _hint_sites(inst: Instance, gpus: np.ndarray) -> np.ndarray | None:
     return block_site
 
 
+def _solve_stoppable(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
+    """``solver.solve(model)`` on a worker thread, so Ctrl-C reaches Python while CP-SAT
+    searches: the search is stopped and KeyboardInterrupt raised (CP-SAT's own SIGINT
+    handler would end the search quietly and return its incumbent as if nothing happened)."""
+    solver.parameters.catch_sigint_signal = False
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["status"] = solver.solve(model)
+        except BaseException as exc:  # re-raised on the caller's thread
+            out["error"] = exc
+
+    worker = threading.Thread(target=run, name="gpuplace-cpsat", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.05)
+    except KeyboardInterrupt:
+        solver.stop_search()
+        worker.join()
+        raise
+    if "error" in out:
+        raise out["error"]
+    return out["status"]
+
+
 # --------------------------------------------------------------------------- solve
 def solve(
     state: ClusterState,
@@ -1002,7 +1024,7 @@ def solve(
     solver.parameters.max_time_in_seconds = max(0.01, limit - build_s)
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed
-    status = solver.solve(model)
+    status = _solve_stoppable(solver, model)
     status_name = solver.status_name(status)
     q = builder.quantum
     rounding = 0.5 * q * builder.priced_terms
@@ -1089,6 +1111,7 @@ def solve(
     "cpsat",
     "exact (OR-Tools CP-SAT) over the tree cost model, greedy as hint; proves optimality on "
     "small instances; time-limited",
+    confining=True,
 )
 def _cpsat(state: ClusterState, job: Job, seed: int, time_limit: float | None) -> SolveResult:
     return solve(state, job, time_limit=time_limit, seed=seed)

@@ -84,32 +84,7 @@ pub fn span_of(topo: &Topology, gpus: &[u32]) -> Option<usize> {
     Some(span)
 }
 
-/// Check that a placement names `num_ranks` distinct, existing GPUs.
-pub fn check_placement(topo: &Topology, num_ranks: usize, gpus: &[u32]) -> Result<()> {
-    if gpus.len() != num_ranks {
-        return Err(CoreError::InvalidState(format!(
-            "the placement gives {} GPUs for a job of {num_ranks} ranks",
-            gpus.len()
-        )));
-    }
-    let mut sorted = gpus.to_vec();
-    sorted.sort_unstable();
-    if let Some(&last) = sorted.last() {
-        if last as usize >= topo.num_gpus() {
-            return Err(CoreError::InvalidState(format!(
-                "GPU {last} does not exist (the cluster has {})",
-                topo.num_gpus()
-            )));
-        }
-    }
-    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-        return Err(CoreError::InvalidState(format!(
-            "GPU {} is given to two ranks",
-            w[0]
-        )));
-    }
-    Ok(())
-}
+use crate::topology::check_placement;
 
 /// Bandwidth factor of a path with packet loss rate `loss` (a fraction, 0.01 = 1 %), per the
 /// model in the module docs; never below [`MIN_FACTOR`] so costs stay finite.
@@ -306,6 +281,17 @@ pub fn evaluate_with(
     gpus: &[u32],
 ) -> Result<CostReport> {
     check_placement(topo, job.num_ranks, gpus)?;
+    evaluate_checked(topo, factors, job, gpus)
+}
+
+/// [`evaluate_with`] for a placement already known to name `job.num_ranks` distinct, existing
+/// GPUs (the placement gate checks that first).
+pub(crate) fn evaluate_checked(
+    topo: &Topology,
+    factors: Option<&[f32]>,
+    job: &JobSpec,
+    gpus: &[u32],
+) -> Result<CostReport> {
     if factors.is_some_and(|f| f.len() != topo.num_gpus() * topo.num_levels()) {
         return Err(CoreError::InvalidState(
             "side factors do not match the topology".into(),

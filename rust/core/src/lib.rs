@@ -7,7 +7,9 @@
 
 pub mod cost;
 pub mod error;
+pub mod gate;
 pub mod greedy;
+pub mod interrupt;
 pub mod job;
 pub mod qap;
 pub mod refine;

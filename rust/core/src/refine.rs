@@ -20,10 +20,11 @@ use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::cost::{check_placement, collective_cost, span_of, traffic_cost, Health};
+use crate::cost::{collective_cost, span_of, traffic_cost, Health};
 use crate::error::Result;
 use crate::job::JobSpec;
 use crate::state::ClusterState;
+use crate::topology::check_placement;
 use crate::topology::{Csr, Topology};
 
 #[derive(Debug, Clone)]
@@ -433,7 +434,7 @@ pub fn refine(
         while iterations < opts.max_iterations {
             if iterations % 256 == 0 {
                 let elapsed = began.elapsed().as_secs_f64();
-                if elapsed >= limit {
+                if elapsed >= limit || crate::interrupt::interrupted() {
                     break;
                 }
                 progress = (iterations as f64 / opts.max_iterations as f64).max(elapsed / limit);

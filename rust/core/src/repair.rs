@@ -496,7 +496,7 @@ impl<'a> Ctx<'a> {
 }
 
 fn check_time(start: Instant, limit: Option<Duration>) -> bool {
-    limit.is_none_or(|t| start.elapsed() < t)
+    !crate::interrupt::interrupted() && limit.is_none_or(|t| start.elapsed() < t)
 }
 
 /// Plan the repair of job `name` without changing `state`.
@@ -539,7 +539,7 @@ pub fn plan(
         .collect();
     levels.sort_unstable();
     levels.dedup();
-    let strides = job.dim_strides();
+    let layout = job.layout();
     let mut unit_of = Vec::with_capacity(levels.len());
     let mut units = Vec::with_capacity(levels.len());
     for &c in &levels {
@@ -553,7 +553,7 @@ pub fn plan(
                 if dim.confine.is_some_and(|x| x <= c) {
                     continue;
                 }
-                key = key * dim.size as u64 + ((r / strides[d]) % dim.size) as u64;
+                key = key * dim.size as u64 + layout.coordinate(r, d) as u64;
             }
             let next = ids.len() as u32;
             let id = *ids.entry(key).or_insert(next);

@@ -8,8 +8,41 @@ use crate::error::{CoreError, Result};
 use crate::job::JobSpec;
 use crate::state::ClusterState;
 
-/// Solvers implemented in Rust, by name.
-pub const SOLVERS: &[&str] = &["greedy", "refine", "first-fit", "random"];
+/// Solvers implemented in Rust: name and one-line description.
+pub const SOLVERS: &[(&str, &str)] = &[
+    (
+        "greedy",
+        "hierarchical best-fit in Rust: tightest domain that holds the job, tp groups inside \
+         NVLink domains, heaviest traffic on the lowest levels",
+    ),
+    (
+        "refine",
+        "greedy, then local search in Rust on the cost model: rank swaps and moves to free GPUs \
+         next to each rank's partners, within time_limit (default 0.5 s); never worse than greedy",
+    ),
+    (
+        "first-fit",
+        "baseline: the lowest free GPU ids, ranks in order (topology-blind)",
+    ),
+    (
+        "random",
+        "baseline: random free GPUs in random rank order (seeded)",
+    ),
+];
+
+/// The Rust solvers that keep a job's confinement rules (the others are topology-blind
+/// baselines whose reports say when confinement breaks).
+pub const CONFINING: &[&str] = &["greedy", "refine"];
+
+/// Whether a Rust solver promises to keep the job's confinement rules.
+pub fn confining(name: &str) -> bool {
+    CONFINING.contains(&name)
+}
+
+/// Whether a Rust solver searches until a time limit (and so may run long).
+pub fn searches(name: &str) -> bool {
+    name == "refine"
+}
 
 /// Options every solver accepts.
 #[derive(Debug, Clone, Default)]
@@ -51,7 +84,11 @@ pub fn solve(
         "random" => random(state, job, opts.seed),
         other => Err(CoreError::InvalidJob(format!(
             "unknown solver {other:?}; the Rust solvers are {}",
-            SOLVERS.join(", ")
+            SOLVERS
+                .iter()
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>()
+                .join(", ")
         ))),
     }
 }

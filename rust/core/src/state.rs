@@ -364,7 +364,7 @@ impl ClusterState {
         if self.job_index.contains_key(name) {
             return Err(invalid(format!("job {name:?} is already allocated")));
         }
-        crate::cost::check_placement(&self.topo, gpus.len(), gpus)?;
+        crate::topology::check_placement(&self.topo, gpus.len(), gpus)?;
         for &g in gpus {
             self.check_takeable(g as usize, None, false)?;
         }
@@ -420,7 +420,7 @@ impl ClusterState {
             .as_ref()
             .map(|a| a.gpus.clone())
             .unwrap_or_default();
-        crate::cost::check_placement(&self.topo, old.len(), gpus)?;
+        crate::topology::check_placement(&self.topo, old.len(), gpus)?;
         for &g in gpus {
             self.check_takeable(g as usize, Some(slot), true)?;
         }

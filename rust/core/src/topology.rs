@@ -445,6 +445,33 @@ impl Topology {
     }
 }
 
+/// Check that a placement names `num_ranks` distinct, existing GPUs.
+pub fn check_placement(topo: &Topology, num_ranks: usize, gpus: &[u32]) -> Result<()> {
+    if gpus.len() != num_ranks {
+        return Err(CoreError::InvalidState(format!(
+            "the placement gives {} GPUs for a job of {num_ranks} ranks",
+            gpus.len()
+        )));
+    }
+    let mut sorted = gpus.to_vec();
+    sorted.sort_unstable();
+    if let Some(&last) = sorted.last() {
+        if last as usize >= topo.num_gpus() {
+            return Err(CoreError::InvalidState(format!(
+                "GPU {last} does not exist (the cluster has {})",
+                topo.num_gpus()
+            )));
+        }
+    }
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(CoreError::InvalidState(format!(
+            "GPU {} is given to two ranks",
+            w[0]
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

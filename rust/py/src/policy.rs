@@ -4,9 +4,12 @@
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 
-use crate::{gpus_from, IntoPy, PyClusterState};
+use crate::convert::gpus_from;
+use crate::errors::{enter, Stop};
+use crate::state::PyClusterState;
 
-/// Fence GPUs off (`fenced=True`) or lift the fence; all or nothing.
+/// Fence GPUs off (`fenced=True`) or lift the fence; all or nothing (an unknown GPU is an
+/// InvalidState and changes nothing).
 #[pyfunction]
 fn set_fence(
     py: Python<'_>,
@@ -14,8 +17,9 @@ fn set_fence(
     gpus: PyReadonlyArray1<'_, i64>,
     fenced: bool,
 ) -> PyResult<()> {
-    let gpus = gpus_from(py, &gpus)?;
-    state.inner.set_fence(&gpus, fenced).py_ok(py)
+    let gpus = gpus_from(&gpus)?;
+    let inner = &mut state.inner;
+    enter(py, Stop::Never, || inner.set_fence(&gpus, fenced))
 }
 
 /// The fence mask: GPUs no solver may give the job being placed.
