@@ -12,6 +12,7 @@
 from gpuplace import health
 from gpuplace import placers as _placers  # noqa: F401
 from gpuplace._core import __version__
+from gpuplace.admission import apply_preemption
 from gpuplace.enums import CollectiveKind, ComponentKind, Condition, Health, MoveReason, SparePolicy
 from gpuplace.errors import (
     GpuplaceError,
@@ -20,6 +21,7 @@ from gpuplace.errors import (
     InvalidState,
     InvalidTopology,
 )
+from gpuplace.explain import Explanation, explain
 from gpuplace.job import Communication, Job, TransformerModel
 from gpuplace.mapping import Mapping, map_ranks
 from gpuplace.placement import (
@@ -43,6 +45,7 @@ __all__ = [
     "ComponentKind",
     "Condition",
     "CostReport",
+    "Explanation",
     "GpuplaceError",
     "Health",
     "Infeasible",
@@ -62,7 +65,9 @@ __all__ = [
     "Topology",
     "TransformerModel",
     "__version__",
+    "apply_preemption",
     "evaluate",
+    "explain",
     "health",
     "map_ranks",
     "place",

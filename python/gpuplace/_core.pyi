@@ -31,6 +31,7 @@ __all__ = [
     "contention",
     "evaluate",
     "fabric_load",
+    "fence_mask",
     "hottest_uplinks",
     "io_seconds",
     "job_load",
@@ -41,6 +42,7 @@ __all__ = [
     "rank_groups",
     "refine",
     "rust_solvers",
+    "set_fence",
     "uplinks",
     "with_uplink_gbps",
 ]
@@ -272,6 +274,7 @@ def evaluate(
     gpus: npt.NDArray[np.int64],
     state: ClusterState | None = None,
 ) -> CostReport: ...
+def fence_mask(state: ClusterState) -> npt.NDArray[np.bool_]: ...
 def loss_factor(loss: float) -> float: ...
 def map_ranks(
     distance: npt.NDArray[np.float64],
@@ -356,3 +359,4 @@ def io_seconds(
     read_bytes: float,
     write_bytes: float,
 ) -> float: ...
+def set_fence(state: ClusterState, gpus: npt.NDArray[np.int64], fenced: bool) -> None: ...

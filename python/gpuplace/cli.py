@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from gpuplace.commands import health, health_ingest, k8s, slurm
+from gpuplace.commands import health, health_ingest, k8s, mig, policy, slurm
 from gpuplace.commands.bench import bench
 from gpuplace.commands.catalog import presets_cmd, solvers_cmd
 from gpuplace.commands.common import load_cluster
@@ -68,6 +68,9 @@ cli.add_command(health.drain)
 cli.add_command(health.repair_cmd)
 cli.add_command(health.status)
 cli.add_command(health_ingest.health)
+cli.add_command(policy.policy)
+cli.add_command(policy.explain_cmd)
+cli.add_command(mig.mig_group)
 cli.add_command(k8s.k8s)
 cli.add_command(slurm.slurm)
 cli.add_command(simulate_cmd)

@@ -41,5 +41,8 @@ class Infeasible(GpuplaceError, ValueError):
     """The request cannot be satisfied on this cluster in its current state.
 
     The message says why in the user's terms, e.g. "needs 16 GPUs inside one nvlink domain;
-    the largest free one has 8".
+    the largest free one has 8". ``explanation`` (a :class:`gpuplace.explain.Explanation`,
+    set by :func:`gpuplace.place`) gives the binding constraint at each level.
     """
+
+    explanation: object | None = None

@@ -38,7 +38,9 @@ import numpy as np
 
 from gpuplace import _core
 from gpuplace._validate import Checker, read_document
+from gpuplace.elastic import Elastic, parse_degree
 from gpuplace.errors import InvalidJob
+from gpuplace.policy import JobPolicy
 from gpuplace.power import JobPower, parse_job_power
 from gpuplace.storage import DataAccess, parse_data
 
@@ -143,6 +145,10 @@ class Job:
     power: JobPower | None = None
     #: Dataset reads and checkpoint writes (``gpuplace.storage``).
     data: DataAccess | None = None
+    #: Pool, priority class and hardware rules (``gpuplace.policy``); None: no restriction.
+    policy: JobPolicy | None = None
+    #: A degree range and layout alternatives (``gpuplace.elastic``); None: a fixed layout.
+    elastic: Elastic | None = None
 
     def __post_init__(self) -> None:
         c = Checker(InvalidJob, None)
@@ -239,13 +245,24 @@ class Job:
                 "power",
                 "data",
                 "checkpoint",
+                "policy",
+                "alternatives",
             },
         )
         name = c.string(doc.get("name"), "name")
         par = c.mapping(doc.get("parallelism", {}), "parallelism")
         c.keys(par, "parallelism", set(DIMENSIONS))
+        ranges = {
+            d: r
+            for d in DIMENSIONS
+            if (r := parse_degree(c, par.get(d), f"parallelism.{d}", MAX_RANKS)) is not None
+        }
+        if len(ranges) > 1:
+            raise c.fail("parallelism", "at most one dimension may be a {min, max} range")
         degrees = {
-            d: c.integer(par.get(d, 1), f"parallelism.{d}", minimum=1, maximum=MAX_RANKS)
+            d: ranges[d][1]
+            if d in ranges
+            else c.integer(par.get(d, 1), f"parallelism.{d}", minimum=1, maximum=MAX_RANKS)
             for d in DIMENSIONS
         }
         kwargs: dict[str, Any] = dict(degrees)
@@ -342,6 +359,20 @@ class Job:
         access = parse_data(c, doc.get("data"), doc.get("checkpoint"))
         if access is not None:
             kwargs["data"] = access
+        if "policy" in doc:
+            kwargs["policy"] = JobPolicy.from_dict(doc["policy"], c)
+        alternatives = []
+        for i, raw in enumerate(c.sequence(doc.get("alternatives", []), "alternatives")):
+            p = f"alternatives[{i}]"
+            alt = c.mapping(raw, p)
+            c.keys(alt, p, {"parallelism", "rank_order", "model", "communication", "constraints"})
+            base = {k: v for k, v in doc.items() if k not in ("alternatives", *alt)}
+            where = f"{source}: {p}" if source else p
+            alternatives.append(Job.from_dict({**base, **alt}, source=where))
+        if ranges or alternatives:
+            dim = next(iter(ranges), None)
+            low, high = ranges[dim] if dim else (1, 1)
+            kwargs["elastic"] = Elastic(dim, low, high, tuple(alternatives))
         try:
             return cls(name=name, **kwargs)
         except InvalidJob as exc:
@@ -378,6 +409,19 @@ class Job:
             out["power"] = self.power.to_dict()
         if self.data is not None:
             out.update(self.data.to_dict())
+        if self.policy is not None and self.policy.to_dict():
+            out["policy"] = self.policy.to_dict()
+        if self.elastic is not None:
+            if self.elastic.dim is not None:
+                out["parallelism"][self.elastic.dim] = {
+                    "min": self.elastic.low,
+                    "max": self.elastic.high,
+                }
+            if self.elastic.alternatives:
+                out["alternatives"] = [
+                    {k: v for k, v in alt.to_dict().items() if k not in ("name", "policy")}
+                    for alt in self.elastic.alternatives
+                ]
         return out
 
     # ----------------------------------------------------------------- compilation

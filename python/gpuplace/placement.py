@@ -15,8 +15,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuplace import _core
+from gpuplace.admission import place_within
+from gpuplace.elastic import place_elastic
 from gpuplace.errors import InvalidJob, InvalidState
 from gpuplace.hostlist import compress
+from gpuplace.policy import allowed_gpus, can_borrow, fenced_view, has_rules
 
 if TYPE_CHECKING:
     from gpuplace.job import Job
@@ -320,8 +323,11 @@ def refine(
     if placement.topology is not state.topology:
         raise InvalidJob("the placement was made for another topology than the state's")
     start = time.perf_counter()
+    view = fenced_view(
+        state, allowed_gpus(state, placement.job) if has_rules(state, placement.job) else None
+    )
     gpus, _, _, iterations, accepted = _core.refine(
-        state._core,
+        view._core,
         placement.job.compile(state.topology),
         np.asarray(placement.gpus, dtype=np.int64),
         float(time_limit),
@@ -348,6 +354,7 @@ def place(
     seed: int = 0,
     time_limit: float | None = None,
     neighbours: bool = True,
+    preempt: bool = False,
 ) -> Placement:
     """Place ``job`` on the free GPUs of ``state`` with a registered solver.
 
@@ -357,19 +364,58 @@ def place(
     also tried next to its data.
 
     Whatever solver made it, the placement passes one gate in the core before it is returned:
-    one GPU per rank, no GPU twice, only free and healthy GPUs (no reserved spares), and the
-    job's confinement rules when the solver promises them; it is priced on the state's
-    hardware, among its running jobs, in the same call. A placement that fails the gate raises
-    :class:`gpuplace.InvalidState` naming the solver and what is wrong. The state is not
-    changed: call ``state.allocate(placement)`` to take the GPUs. Raises
-    :class:`gpuplace.Infeasible` (saying why) when the job cannot be placed.
+    one GPU per rank, no GPU twice, only free and healthy GPUs (no reserved spares, none the
+    job's policy fences off), and the job's confinement rules when the solver promises them; it
+    is priced on the state's hardware, among its running jobs, in the same call. A placement
+    that fails the gate raises :class:`gpuplace.InvalidState` naming the solver and what is
+    wrong.
+
+    The state is not changed: call ``state.allocate(placement)`` to take the GPUs. The job's
+    pool and hardware rules (``job.policy``) fence off the GPUs it may not use, for every
+    solver. With ``preempt=True``, when nothing fits, the placement may propose preempting
+    lower-priority preemptible jobs (``details["preemption"]``; apply it with
+    :func:`gpuplace.apply_preemption`). Raises :class:`gpuplace.Infeasible` (saying why, with
+    the full account as ``explanation``) when the job cannot be placed.
     """
     info = _REGISTRY.get(solver)
     if info is None:
         raise InvalidJob(f"unknown solver {solver!r}; the solvers are {', '.join(_REGISTRY)}")
     if time_limit is not None and not time_limit > 0:
         raise InvalidJob(f"time_limit must be > 0 seconds, got {time_limit!r}")
+
+    if job.elastic is not None:
+        return place_elastic(
+            state,
+            job,
+            lambda st, concrete: place(
+                st,
+                concrete,
+                solver,
+                seed=seed,
+                time_limit=time_limit,
+                neighbours=neighbours,
+                preempt=preempt,
+            ),
+            precheck=not (preempt or can_borrow(state, job)),
+        )
+
+    def solve(view: ClusterState) -> Placement:
+        return _solve(view, job, info, seed, time_limit, neighbours)
+
+    return place_within(state, job, solve, preempt=preempt)
+
+
+def _solve(
+    state: ClusterState,
+    job: Job,
+    info: SolverInfo,
+    seed: int,
+    time_limit: float | None,
+    neighbours: bool,
+) -> Placement:
+    """One solver run on ``state`` (the job's fenced view), through the gate and priced."""
     start = time.perf_counter()
+    solver = info.name
     spec = job.compile(state.topology)
     has_data = getattr(job, "data", None) is not None and bool(state.topology.stores)
     if info.rust and not state.topology.power_domains and not has_data:

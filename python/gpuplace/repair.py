@@ -21,6 +21,7 @@ from gpuplace import _core
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
 from gpuplace.job import Job
 from gpuplace.placement import CostReport, Placement, evaluate
+from gpuplace.policy import allowed_gpus, can_borrow, fenced, has_rules
 
 if TYPE_CHECKING:
     from gpuplace.state import ClusterState
@@ -122,7 +123,11 @@ def repair(
     cost_before = evaluate(topology, job, old, state=state)
     start = time.perf_counter()
     before = state._core.copy() if topology.power_domains else None
-    plan = state._core.repair(job.compile(topology), name, max_moves, policy, 24, time_limit)
+    allowed = (
+        allowed_gpus(state, job, borrow=can_borrow(state, job)) if has_rules(state, job) else None
+    )
+    with fenced(state, allowed):
+        plan = state._core.repair(job.compile(topology), name, max_moves, policy, 24, time_limit)
     elapsed = time.perf_counter() - start
     if before is not None:
         # All or nothing: a repair that would exceed a power budget changes nothing.

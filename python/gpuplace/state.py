@@ -21,6 +21,7 @@ the state file), so the CLI need not be told ``--cluster`` again.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ import numpy as np
 
 from gpuplace import _core, state_file
 from gpuplace.errors import InvalidState
+from gpuplace.policy import ClusterPolicy
 from gpuplace.state_file import STATE_FORMAT
 from gpuplace.topology import Nics, nics_of
 
@@ -58,6 +60,10 @@ class ClusterState:
         self.specs: dict[str, Job] = {}
         #: Job name -> the power phase slot of a staggered synchronised job (``gpuplace.power``).
         self.phase_slots: dict[str, int] = {}
+        #: Pools, priority classes and attributes kept in the state file (``gpuplace.policy``).
+        self.policy = ClusterPolicy()
+        #: MIG-mode GPUs and their instances (``gpuplace.mig``), if any.
+        self.mig: Any = None
 
     def copy(self) -> ClusterState:
         out = ClusterState.__new__(ClusterState)
@@ -65,6 +71,8 @@ class ClusterState:
         out._core = self._core.copy()
         out.specs = dict(self.specs)
         out.phase_slots = dict(self.phase_slots)
+        out.policy = self.policy
+        out.mig = None if self.mig is None else copy.deepcopy(self.mig)
         return out
 
     # ----------------------------------------------------------------- queries

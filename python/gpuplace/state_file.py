@@ -1,5 +1,6 @@
 """The state file: a checksummed JSON snapshot of a :class:`gpuplace.ClusterState` (jobs and
-their specs, unhealthy hardware, spares, and the cluster it belongs to), written atomically;
+their specs, unhealthy hardware, spares, the policy and MIG geometry, and the cluster it
+belongs to), written atomically;
 a truncated, corrupted or foreign file is refused with InvalidState naming the field."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 from gpuplace import _core
 from gpuplace._validate import Checker, write_atomically
 from gpuplace.errors import InvalidJob, InvalidState
+from gpuplace.policy import ClusterPolicy
 
 if TYPE_CHECKING:
     from gpuplace.state import ClusterState
@@ -66,6 +68,10 @@ def snapshot(state: ClusterState) -> dict[str, Any]:
     origin = getattr(state.topology, "origin", None)
     if origin is not None:
         out["cluster"] = dict(origin)
+    if state.policy:
+        out["policy"] = state.policy.to_dict()
+    if state.mig is not None:
+        out["mig"] = state.mig.to_dict()
     return out
 
 
@@ -90,6 +96,9 @@ def restore(state: ClusterState, snapshot: Any, *, source: str | None = None) ->
             f"the state belongs to topology {topo.get('name')!r} with {topo.get('gpus')} GPUs, "
             f"not to {topology.name!r} with {topology.num_gpus} GPUs (fingerprints differ)",
         )
+    if "policy" in snap:
+        state.policy = ClusterPolicy.from_dict(c.mapping(snap["policy"], "policy"), c, "policy.")
+        state.policy.check(topology, c, "policy.")
     # Jobs first: a job may still hold GPUs that failed under it, waiting for a repair.
     for i, job in enumerate(c.sequence(snap.get("jobs", []), "jobs")):
         entry = c.mapping(job, f"jobs[{i}]")
@@ -164,6 +173,10 @@ def restore(state: ClusterState, snapshot: Any, *, source: str | None = None) ->
                 state._event(condition, {kind: target}, reason=str(reason))
         except InvalidState as exc:
             raise c.fail(p, str(exc)) from None
+    if "mig" in snap:
+        from gpuplace import mig
+
+        mig.restore(state, snap["mig"], c)
     spares = [
         c.integer(g, f"spares[{i}]", minimum=0)
         for i, g in enumerate(c.sequence(snap.get("spares", []), "spares"))

@@ -22,6 +22,7 @@ from gpuplace import _core
 from gpuplace._validate import dump_document, read_document, write_atomically
 from gpuplace.errors import InvalidState, InvalidTopology
 from gpuplace.hostlist import compress, expand
+from gpuplace.policy import ClusterPolicy
 
 __all__ = ["FORMAT", "Level", "Nics", "NodeType", "Topology", "nics_of"]
 
@@ -131,6 +132,8 @@ class Topology:
         self.power_phases = int(power_phases)
         #: Dataset and checkpoint stores by name (``gpuplace.storage``).
         self.stores: dict[str, Any] = dict(stores or {})
+        #: Hardware attributes, pools and priority classes from the file (``gpuplace.policy``).
+        self.policy = ClusterPolicy()
         self._core = self._compile()
 
     # ----------------------------------------------------------------- compilation
@@ -415,6 +418,7 @@ class Topology:
             out["stores"] = {name: s.to_dict() for name, s in self.stores.items()}
         if self.provenance:
             out["provenance"] = json.loads(json.dumps(self.provenance))
+        out.update(self.policy.to_dict())
         return out
 
     @cached_property
@@ -422,7 +426,9 @@ class Topology:
         """SHA-256 of the canonical native form without ``provenance``: state files name the
         topology they belong to."""
         doc = self.to_dict()
-        doc.pop("provenance", None)
+        # Neither import notes nor policy (attributes, pools, classes) change the hardware.
+        for key in ("provenance", *ClusterPolicy.SECTIONS):
+            doc.pop(key, None)
         canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from gpuplace._validate import Checker
 from gpuplace.errors import InvalidTopology
 from gpuplace.hostlist import HostlistError, expand
+from gpuplace.policy import ClusterPolicy
 from gpuplace.topology import FORMAT, Level, NodeType
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
             "power_domains",
             "power_phases",
             "stores",
+            *ClusterPolicy.SECTIONS,
         },
     )
     if doc.get("format") != FORMAT:
@@ -149,7 +151,7 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
         for k, v in c.mapping(doc.get("uplink_gbps", {}), "uplink_gbps").items()
     }
     try:
-        return cls(
+        topology = cls(
             name=name,
             levels=levels,
             node_level=node_level,
@@ -166,6 +168,11 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
         )
     except InvalidTopology as exc:
         raise c.fail("", _domain_message(str(exc), levels, host_domains, hosts)) from None
+    # Hardware attributes, pools and priority classes (gpuplace.policy), checked against the
+    # hosts and GPUs just built.
+    topology.policy = ClusterPolicy.from_dict(doc, c)
+    topology.policy.check(topology, c)
+    return topology
 
 
 def _domain_name(c: Checker, value: Any, path: str) -> str:

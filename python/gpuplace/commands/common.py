@@ -17,7 +17,15 @@ from gpuplace.placement import Placement
 from gpuplace.presets import PRESETS
 from gpuplace.topology import Topology
 
-__all__ = ["cluster_options", "fmt_bytes", "load_cluster", "out", "print_placement", "with_cluster"]
+__all__ = [
+    "cluster_options",
+    "describe_policy",
+    "fmt_bytes",
+    "load_cluster",
+    "out",
+    "print_placement",
+    "with_cluster",
+]
 
 out = Console(highlight=False, soft_wrap=True)
 
@@ -66,7 +74,32 @@ def print_placement(p: Placement) -> None:
     if p.bound is not None:
         table.add_row("bound / gap", f"{p.bound * 1e3:.3f} ms / {100 * (p.gap or 0):.2f} %")
     table.add_row("solve time", f"{p.elapsed_s * 1e3:.2f} ms")
+    for key, value in describe_policy(p.details).items():
+        table.add_row(key, value)
     out.print(table)
+
+
+def describe_policy(details: dict[str, Any]) -> dict[str, str]:
+    """Rows for what the policy layer did: pool, borrowing, rules, preemption."""
+    rows: dict[str, str] = {}
+    info = details.get("policy", {})
+    if "pool" in info:
+        rows["pool"] = info["pool"] + (
+            f" (borrowed {info['borrowed_gpus']} GPUs from {', '.join(info['borrowed_from'])})"
+            if info.get("borrowed_gpus")
+            else ""
+        )
+    if info.get("rules"):
+        rows["hardware rules"] = "; ".join(info["rules"])
+    if details.get("elastic"):
+        rows["elastic"] = details["elastic"]["summary"]
+    pre = details.get("preemption")
+    if pre:
+        victims = ", ".join(
+            f"{v['job']} ({v['gpus']} GPUs, {v['priority_class']})" for v in pre["victims"]
+        )
+        rows["preempts"] = f"{victims}; {pre['cost']['gpus']} GPUs in total"
+    return rows
 
 
 cluster_options: list[Callable[[Any], Any]] = [

@@ -364,6 +364,17 @@ def status(
         **fabric_doc(state),
         "power": state.power_headroom(),
     }
+    from gpuplace.commands.policy import pool_status, print_pools
+
+    pools = pool_status(state)
+    if pools:
+        doc["pools"] = pools
+    for j in jobs:  # pool and priority class, when the job has them (gpuplace.policy)
+        spec = state.specs.get(j["name"])
+        if spec is not None and spec.policy is not None:
+            j.update(
+                {k: v for k, v in spec.policy.to_dict().items() if k in ("pool", "priority_class")}
+            )
     if fmt == "json":
         click.echo(json.dumps(doc))
         return
@@ -411,3 +422,5 @@ def status(
     _out.print(table)
     print_fabric(state, _out)
     print_power(doc["power"], _out)
+    if pools:
+        print_pools(pools)

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from gpuplace._validate import exclusive_lock, write_atomically
+from gpuplace.admission import apply_preemption
 from gpuplace.commands.common import load_cluster, out, print_placement, with_cluster
 from gpuplace.commands.fabric_report import print_fabric
 from gpuplace.io import writers
@@ -57,6 +58,12 @@ __all__ = ["EMITTERS", "place_cmd"]
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--time-limit", type=float, default=None, help="Seconds, for solvers that search.")
 @click.option(
+    "--preempt",
+    is_flag=True,
+    help="When nothing fits, preempt lower-priority preemptible jobs (with --state, applied "
+    "together with the allocation, all or nothing).",
+)
+@click.option(
     "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
 def place_cmd(
@@ -70,6 +77,7 @@ def place_cmd(
     emits: tuple[str, ...],
     seed: int,
     time_limit: float | None,
+    preempt: bool,
     fmt: str,
 ) -> None:
     """Place a job on a cluster."""
@@ -84,12 +92,12 @@ def place_cmd(
             state = ClusterState.load(topology, state_path)
         else:
             state = ClusterState(topology)
-        placement = place(state, job, solver, seed=seed, time_limit=time_limit)
+        placement = place(state, job, solver, seed=seed, time_limit=time_limit, preempt=preempt)
         # Render every output before changing anything, so an output that cannot be written
         # for this placement (torchrun with interleaved hosts) leaves the state file as it was.
         rendered = [(path, EMITTERS[kind](placement)) for kind, path in targets]
         if state_path is not None:
-            state.allocate(placement)
+            apply_preemption(state, placement)
             state.save(state_path)
     for path, text in rendered:
         write_atomically(path, text if text.endswith("\n") else text + "\n")

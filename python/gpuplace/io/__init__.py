@@ -7,7 +7,9 @@ only :class:`gpuplace.errors.InvalidTopology` on bad input.
 """
 
 from gpuplace.io.cloud import read_ec2_topology, read_k8s_nodes
+from gpuplace.io.gpu_query import read_nvidia_smi_query
 from gpuplace.io.ibnetdiscover import read_ibnetdiscover
+from gpuplace.io.mig import read_nvidia_smi_mig, read_nvidia_smi_mig_instances
 from gpuplace.io.model import Fabric, Host, Link, NodeType, Switch, to_topology_dict
 from gpuplace.io.nvidia_smi import read_nvidia_smi_topo
 from gpuplace.io.qaplib import read_qaplib, read_qaplib_solution
@@ -37,6 +39,9 @@ __all__ = [
     "read_ec2_topology",
     "read_ibnetdiscover",
     "read_k8s_nodes",
+    "read_nvidia_smi_mig",
+    "read_nvidia_smi_mig_instances",
+    "read_nvidia_smi_query",
     "read_nvidia_smi_topo",
     "read_qaplib",
     "read_qaplib_solution",

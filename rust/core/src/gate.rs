@@ -39,6 +39,9 @@ pub fn admit(
             format!("is allocated to job '{owner}'")
         } else if !state.health()[g].usable() {
             format!("is {:?}", state.health()[g]).to_lowercase()
+        } else if state.fenced()[g] {
+            "is fenced off for this job (outside its pool or excluded by a hardware rule)"
+                .to_string()
         } else {
             "is a reserved spare".to_string()
         };
@@ -123,5 +126,7 @@ mod tests {
         let far = (topo.num_gpus() - 1) as u32;
         assert!(admit(&state, &job, &[0, far], "t", false).is_ok());
         assert!(err(&[0, far], &state, true).contains("promises confinement"));
+        state.set_fence(&[9], true).unwrap();
+        assert!(err(&[8, 9], &state, false).contains("GPU 9, which is fenced off"));
     }
 }

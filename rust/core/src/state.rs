@@ -16,6 +16,10 @@
 //! Spare GPUs (`set_spare`) are held back for repairs: they are never counted free, so normal
 //! placement never sees them; a repair may take them, and a spare given to a job stops being a
 //! spare.
+//!
+//! Fenced GPUs (`set_fence`) are out of bounds for the job being placed or repaired (outside
+//! its pool, or excluded by a hardware rule): they count neither free nor spare, so every
+//! solver and the repair honour the fence without knowing why it is there.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -137,6 +141,8 @@ pub struct ClusterState {
     gpu_nic: Vec<u32>,
     nic_gpus: Csr,
     spare: Vec<bool>,
+    /// GPUs out of bounds for the job being placed (see [`ClusterState::set_fence`]).
+    fenced: Vec<bool>,
     /// Components that are not ok.
     components: HashMap<Component, ComponentHealth>,
     degraded_components: usize,
@@ -207,6 +213,7 @@ impl ClusterState {
             gpu_nic,
             nic_gpus,
             spare: vec![false; n],
+            fenced: vec![false; n],
             components: HashMap::new(),
             degraded_components: 0,
             factors: Vec::new(),
@@ -221,16 +228,24 @@ impl ClusterState {
         &self.topo
     }
 
-    /// Unallocated, healthy and not a reserved spare: what normal placement may use.
+    /// Unallocated, healthy, not fenced and not a reserved spare: what normal placement may
+    /// use.
     #[inline]
     pub fn is_free(&self, gpu: usize) -> bool {
-        self.owner[gpu] == NO_JOB && self.health[gpu].usable() && !self.spare[gpu]
+        self.owner[gpu] == NO_JOB
+            && self.health[gpu].usable()
+            && !self.spare[gpu]
+            && !self.fenced[gpu]
     }
 
-    /// A reserved spare that is unallocated and healthy: what only a repair may use.
+    /// A reserved spare that is unallocated, healthy and not fenced: what only a repair may
+    /// use.
     #[inline]
     pub fn is_spare_free(&self, gpu: usize) -> bool {
-        self.owner[gpu] == NO_JOB && self.health[gpu].usable() && self.spare[gpu]
+        self.owner[gpu] == NO_JOB
+            && self.health[gpu].usable()
+            && self.spare[gpu]
+            && !self.fenced[gpu]
     }
 
     /// Effective status of every GPU.
@@ -650,6 +665,31 @@ impl ClusterState {
         Ok(())
     }
 
+    /// Fence GPUs off (`true`) or lift the fence: fenced GPUs are neither free nor spare, so no
+    /// solver and no repair takes them. The caller fences what one job may not use (outside
+    /// its pool, excluded by a hardware rule) before solving for it. A job keeps the fenced
+    /// GPUs it already holds. All or nothing: an unknown GPU changes nothing.
+    pub fn set_fence(&mut self, gpus: &[u32], fenced: bool) -> Result<()> {
+        if let Some(&g) = gpus.iter().find(|&&g| g as usize >= self.topo.num_gpus()) {
+            return Err(invalid(format!(
+                "GPU {g} does not exist (the cluster has {})",
+                self.topo.num_gpus()
+            )));
+        }
+        for &g in gpus {
+            let g = g as usize;
+            let before = self.flags(g);
+            self.fenced[g] = fenced;
+            self.settle(g, before);
+        }
+        Ok(())
+    }
+
+    /// The fence mask (see [`ClusterState::set_fence`]).
+    pub fn fenced(&self) -> &[bool] {
+        &self.fenced
+    }
+
     /// Set the health of GPUs; returns the jobs holding any of them, with the ranks affected.
     /// All or nothing: an unknown GPU changes nothing.
     pub fn set_health(
@@ -980,7 +1020,7 @@ impl ClusterState {
             .jobs()
             .map(|a| a.gpus.len() * 4 + a.name.len() + 48)
             .sum();
-        self.health.len() * 3
+        self.health.len() * 4
             + self.owner.len() * 4
             + self.gpu_nic.len() * 4
             + self.factors.len() * 4
@@ -1081,6 +1121,26 @@ mod tests {
         s.replace_allocation("a", &[0, 4]).unwrap();
         assert!(!s.spares()[4]);
         assert_eq!(s.total_spare_free(), 3);
+        s.check().unwrap();
+    }
+
+    #[test]
+    fn fenced_gpus_are_neither_free_nor_spare_and_jobs_keep_theirs() {
+        let mut s = ClusterState::new(Arc::new(tree(2, 4, 1)));
+        s.set_spare(&[6, 7], true).unwrap();
+        s.allocate("a", &[0, 1]).unwrap();
+        let free_before = s.total_free();
+        s.set_fence(&[1, 2, 3, 7], true).unwrap();
+        assert_eq!(s.total_free(), free_before - 2);
+        assert_eq!(s.total_spare_free(), 1);
+        assert!(!s.is_free(2) && !s.is_spare_free(7));
+        assert_eq!(s.job("a").unwrap().gpus, vec![0, 1]);
+        s.check().unwrap();
+        assert!(s.set_fence(&[4, 1_000_000], true).is_err());
+        assert!(!s.fenced()[4], "a refused fence changes nothing");
+        s.set_fence(&[1, 2, 3, 7], false).unwrap();
+        assert_eq!(s.total_free(), free_before);
+        assert_eq!(s.total_spare_free(), 2);
         s.check().unwrap();
     }
 }

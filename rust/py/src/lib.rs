@@ -11,6 +11,8 @@
 //!   rank mapping;
 //! - [`fabric`]: uplink capacities, the running jobs' load on them, contention reports and
 //!   storage traffic.
+//! - [`policy`]: the fence confining one job's placement or repair to the GPUs its pool and
+//!   hardware rules allow.
 //!
 //! New bindings go in a new file with a small registration call below.
 
@@ -19,6 +21,7 @@ mod enums;
 mod errors;
 mod fabric;
 mod job;
+mod policy;
 mod solve;
 mod state;
 mod topology;
@@ -44,6 +47,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(job::rank_groups, m)?)?;
     m.add_function(wrap_pyfunction!(job::class_names, m)?)?;
     fabric::register(m)?;
+    policy::register(m)?;
     m.add("MIN_FACTOR", gpuplace_core::cost::MIN_FACTOR)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
