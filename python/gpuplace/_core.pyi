@@ -12,10 +12,13 @@ __all__ = [
     "JobSpec",
     "Topology",
     "__version__",
+    "collective_terms",
     "evaluate",
     "loss_factor",
     "map_ranks",
+    "pair_bandwidth_matrix",
     "place",
+    "pricing_view",
     "refine",
     "rust_solvers",
 ]
@@ -172,3 +175,12 @@ def refine(
     max_iterations: int = 200000,
 ) -> tuple[npt.NDArray[np.int64], float, float, int, int]: ...
 def rust_solvers() -> list[str]: ...
+
+# Pricing view (rust/py/src/pricing.rs)
+def pricing_view(
+    state: ClusterState,
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.float32]]: ...
+def pair_bandwidth_matrix(
+    state: ClusterState, gpus: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]: ...
+def collective_terms(kind: int, n: int, bytes: float) -> tuple[float, float]: ...

@@ -284,7 +284,7 @@ def refine(
         job=placement.job,
         topology=state.topology,
         gpus=np.asarray(gpus, dtype=np.int64),
-        cost=evaluate(state.topology, placement.job, gpus),
+        cost=evaluate(state.topology, placement.job, gpus, state=state),
         solver=f"{placement.solver}+refine",
         elapsed_s=placement.elapsed_s + elapsed,
         details={"refine_iterations": iterations, "refine_accepted": accepted},

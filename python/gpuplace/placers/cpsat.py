@@ -114,9 +114,11 @@ from ortools.sat.python import cp_model
 from gpuplace.errors import GpuplaceError, Infeasible
 from gpuplace.job import KINDS
 from gpuplace.placement import SolveResult, evaluate, place, register_solver
+from gpuplace.placers import cpsat_gpus
 
 if TYPE_CHECKING:
     from gpuplace.job import Job
+    from gpuplace.pricing import PricingView
     from gpuplace.state import ClusterState
     from gpuplace.topology import Topology
 
@@ -126,6 +128,7 @@ __all__ = [
     "WORKERS_ENV",
     "Instance",
     "analyse",
+    "candidate_gpus",
     "default_num_workers",
     "model_variables",
     "solve",
@@ -968,7 +971,6 @@ def solve(
     start = time.perf_counter()
     limit = DEFAULT_TIME_LIMIT_S if time_limit is None else float(time_limit)
     workers = default_num_workers() if num_workers is None else int(num_workers)
-    topo = state.topology
 
     greedy_gpus: np.ndarray | None = None
     greedy_error: str | None = None
@@ -980,7 +982,37 @@ def solve(
     inst = analyse(state, job)
     if inst.infeasible is not None:
         raise Infeasible(f"{job.name}: {greedy_error or inst.infeasible}")
+    view = state.pricing_view()
+    candidates = candidate_gpus(inst)
+    if view.any_degraded(candidates):
+        return _solve_degraded(
+            state, job, inst, view, candidates, greedy_gpus, greedy_error, limit, workers, seed
+        )
+    return _solve_blocks(state, job, inst, greedy_gpus, greedy_error, limit, workers, seed, start)
 
+
+def candidate_gpus(inst: Instance) -> np.ndarray:
+    """Every GPU a placement of the instance can use: the free GPUs of the sites that hold a
+    block, inside the domains of the job's max_span level that hold the job."""
+    if not inst.site_gpus:
+        return np.zeros(0, dtype=np.int64)
+    return np.sort(np.concatenate(inst.site_gpus)).astype(np.int64)
+
+
+def _solve_blocks(
+    state: ClusterState,
+    job: Job,
+    inst: Instance,
+    greedy_gpus: np.ndarray | None,
+    greedy_error: str | None,
+    limit: float,
+    workers: int,
+    seed: int,
+    start: float,
+) -> SolveResult:
+    """The block (count or assignment) model, priced at the healthy level bandwidths: exact
+    when no candidate GPU is degraded, else a relaxation (every price a lower bound)."""
+    topo = state.topology
     hint_blocks = None if greedy_gpus is None else _hint_sites(inst, greedy_gpus)
     builder = _Builder(inst)
     builder.set_quantum()
@@ -1066,10 +1098,11 @@ def solve(
         gpus = _gpus_from_blocks(inst, block_site)
     chosen = "cpsat"
     if greedy_gpus is not None:
-        greedy_cost = evaluate(topo, job, greedy_gpus)
+        greedy_cost = evaluate(topo, job, greedy_gpus, state=state)
         if greedy_cost.confinement_ok:
             details["greedy_cost_s"] = greedy_cost.comm_seconds
-            if gpus is None or evaluate(topo, job, gpus).comm_seconds > greedy_cost.comm_seconds:
+            cost = None if gpus is None else evaluate(topo, job, gpus, state=state).comm_seconds
+            if cost is None or cost > greedy_cost.comm_seconds:
                 gpus, chosen = greedy_gpus, "greedy"
     if gpus is None:
         raise GpuplaceError(
@@ -1080,9 +1113,112 @@ def solve(
     details["wall_s"] = time.perf_counter() - start
     optimal = status == cp_model.OPTIMAL
     if bound is not None:
-        cost = evaluate(topo, job, gpus).comm_seconds
+        cost = evaluate(topo, job, gpus, state=state).comm_seconds
         details["gap"] = 0.0 if cost <= 0 else float(max(0.0, (cost - bound) / cost))
     return SolveResult(gpus=gpus, optimal=optimal, bound=bound, solver="cpsat", details=details)
+
+
+def _solve_degraded(
+    state: ClusterState,
+    job: Job,
+    inst: Instance,
+    view: PricingView,
+    candidates: np.ndarray,
+    greedy_gpus: np.ndarray | None,
+    greedy_error: str | None,
+    limit: float,
+    workers: int,
+    seed: int,
+) -> SolveResult:
+    """Some candidate GPU is degraded, so GPUs of one site are no longer interchangeable.
+
+    Small instances get the exact GPU-level model (:mod:`gpuplace.placers.cpsat_gpus`), whose
+    ``optimal`` is a proof on the real prices. Larger ones get three candidates, the cheapest
+    on the real prices winning: the block model on the GPUs no degradation touches (exact
+    there), the block model on every candidate priced healthy (a relaxation: every price is a
+    lower bound, so its bound is valid for the real prices), and ``refine``. ``optimal`` is
+    then claimed only when the winner's real cost meets that bound."""
+    start = time.perf_counter()
+    topo = state.topology
+
+    def real_cost(gpus: np.ndarray) -> float:
+        report = evaluate(topo, job, gpus, state=state)
+        return report.comm_seconds if report.confinement_ok else math.inf
+
+    options: list[tuple[float, np.ndarray, str]] = []
+    if greedy_gpus is not None:
+        options.append((real_cost(greedy_gpus), greedy_gpus, "greedy"))
+    details: dict[str, Any] = {"degraded_candidates": int(view.degraded[candidates].sum())}
+    if cpsat_gpus.fits(job.gpus, len(candidates)):
+        exact = cpsat_gpus.solve_gpus(
+            view,
+            job,
+            topo,
+            candidates,
+            max_span=inst.max_span,
+            time_limit=limit,
+            num_workers=workers,
+            seed=seed,
+            hint=greedy_gpus,
+        )
+        details.update(exact.details)
+        if exact.status == "INFEASIBLE":
+            if greedy_gpus is not None:
+                raise GpuplaceError(
+                    f"cpsat: the GPU model of {job.name} is infeasible although greedy placed "
+                    "it (a bug in gpuplace's model)"
+                )
+            raise Infeasible(
+                greedy_error
+                or f"{job.name}: no placement satisfies the confinement rules "
+                f"({dict(job.confine)}, max_span={job.max_span}) on the free GPUs"
+            )
+        if exact.gpus is not None:
+            options.append((real_cost(exact.gpus), exact.gpus, "cpsat"))
+        bound, proven = exact.bound, exact.optimal
+    else:
+        details["formulation"] = inst.formulation + " (relaxed: degraded hardware priced healthy)"
+        share = limit / 2
+        relaxed = _solve_blocks(
+            state, job, inst, greedy_gpus, greedy_error, share, workers, seed, start
+        )
+        options.append((real_cost(relaxed.gpus), relaxed.gpus, "cpsat-relaxed"))
+        bound, proven = relaxed.bound, False
+        details["relaxed_status"] = relaxed.details.get("status")
+        details["rounding_bound_s"] = relaxed.details.get("rounding_bound_s", 0.0)
+        healthy_state = state.copy()
+        unusable = candidates[view.degraded[candidates]]
+        healthy_state.drain_gpus(unusable)
+        try:
+            healthy_inst = analyse(healthy_state, job)
+            if healthy_inst.infeasible is None:
+                healthy = _solve_blocks(
+                    healthy_state, job, healthy_inst, None, None, share, workers, seed, start
+                )
+                options.append((real_cost(healthy.gpus), healthy.gpus, "cpsat-healthy"))
+        except GpuplaceError as exc:
+            details["healthy_model"] = str(exc)
+        refined = place(state, job, "refine", seed=seed)
+        options.append((real_cost(refined.gpus), refined.gpus, "refine"))
+    if not options:
+        raise GpuplaceError(
+            f"cpsat found no placement of {job.name} within {limit:g} s; raise time_limit or "
+            "use solver='greedy'"
+        )
+    cost, gpus, chosen = min(options, key=lambda o: o[0])
+    rounding = float(details.get("rounding_bound_s", 0.0))
+    optimal = bool(proven) or (bound is not None and cost <= bound + 2 * rounding + 1e-15)
+    details["placement_from"] = chosen
+    details["wall_s"] = time.perf_counter() - start
+    if bound is not None and math.isfinite(cost):
+        details["gap"] = 0.0 if cost <= 0 else float(max(0.0, (cost - bound) / cost))
+    return SolveResult(
+        gpus=np.asarray(gpus, dtype=np.int64),
+        optimal=optimal,
+        bound=bound,
+        solver="cpsat",
+        details=details,
+    )
 
 
 @register_solver(

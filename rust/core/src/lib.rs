@@ -9,6 +9,7 @@ pub mod cost;
 pub mod error;
 pub mod greedy;
 pub mod job;
+pub mod pricing;
 pub mod qap;
 pub mod refine;
 pub mod repair;

@@ -21,6 +21,8 @@ use gpuplace_core::state::{Component, ComponentHealth, Condition, GpuStatus};
 use gpuplace_core::topology::{Level, NodeType};
 use gpuplace_core::{ClusterState, CoreError, JobSpec, Topology};
 
+mod pricing;
+
 /// Map a core error onto the matching `gpuplace.errors` class.
 fn to_pyerr(py: Python<'_>, err: CoreError) -> PyErr {
     let class = match &err {
@@ -1137,6 +1139,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(map_ranks, m)?)?;
     m.add_function(wrap_pyfunction!(rust_solvers, m)?)?;
     m.add_function(wrap_pyfunction!(loss_factor, m)?)?;
+    pricing::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
