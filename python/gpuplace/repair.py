@@ -20,13 +20,14 @@ import numpy as np
 from gpuplace.errors import InvalidJob, InvalidState
 from gpuplace.job import Job
 from gpuplace.placement import CostReport, Placement, evaluate
+from gpuplace.state import _KIND_NAMES
 
 if TYPE_CHECKING:
     from gpuplace.state import ClusterState
 
 __all__ = ["MovedRank", "Repair", "repair"]
 
-_REASONS = {0: "lost", 1: "group moved", 2: "improvement"}
+_REASONS = {0: "lost", 1: "group moved", 2: "improvement", 3: "evacuated"}
 _STATUS = {1: "failed", 2: "drained"}
 
 
@@ -38,7 +39,9 @@ class MovedRank:
     old_gpu: int
     new_gpu: int
     #: ``lost`` (its GPU failed or was drained), ``group moved`` (its confined group had no
-    #: room left in its domain) or ``improvement`` (moved under ``max_moves`` to lower cost).
+    #: room left in its domain), ``evacuated`` (moved under ``max_moves`` off degraded
+    #: hardware, whole with its confined group, because that lowered the cost) or
+    #: ``improvement`` (moved under ``max_moves`` to lower cost).
     kind: str
     reason: str
 
@@ -121,6 +124,8 @@ def repair(
     gpus = np.asarray(raw["gpus"], dtype=np.int64)
     cost_after = evaluate(topology, job, gpus, state=state)
     confined = {d: topology.level_index(lv) for d, lv in job.confine.items() if getattr(job, d) > 1}
+    unhealthy = {(c["kind"], c["name"]): c for c in state.unhealthy()}
+    left = {int(rank): (kind, a, b) for rank, kind, a, b in raw.get("evacuated", [])}
     moved = []
     for rank, old_gpu, new_gpu, code, level in raw["moves"]:
         where = f"{topology.host_of(old_gpu)}:{topology.local_index(old_gpu)}"
@@ -131,6 +136,17 @@ def repair(
             reason = (
                 f"its {'/'.join(dims)} group could not stay inside one "
                 f"{topology.levels[level].name} next to its lost ranks, so the whole group moved"
+            )
+        elif code == 3:
+            kind, a, b = left[int(rank)]
+            what = state.component_name(kind, a, b)
+            kind_name = _KIND_NAMES[kind]
+            why = unhealthy.get((kind_name, what), {}).get("reason", "degraded")
+            dims = [d for d, lv in confined.items() if lv == min(confined.values())]
+            group = f"with its {'/'.join(dims)} group " if dims else ""
+            reason = (
+                f"evacuated {group}off degraded {kind_name} {what} ({why}) to "
+                f"{topology.host_of(new_gpu)}, which lowered the cost (max_moves)"
             )
         else:
             reason = "moved to lower the cost (max_moves)"

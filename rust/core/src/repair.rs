@@ -1,4 +1,4 @@
-//! Repair of a running job after hardware under it failed or was drained.
+//! Repair of a running job after hardware under it failed, was drained or degraded.
 //!
 //! Every surviving rank keeps its GPU; the lost ranks (on GPUs that are no longer usable) get
 //! free healthy GPUs, chosen in three steps:
@@ -17,10 +17,16 @@
 //! 3. **Local improvement.** Each moved piece is tried in the best alternative domain at every
 //!    level up to its constraint (and the best healthy one), priced with the one cost model
 //!    ([`crate::cost::evaluate_in`]), and kept where it is cheapest. With `max_moves = k`, up
-//!    to k surviving ranks may then move too (whole lowest-level units at a time, never
-//!    breaking confinement) when that lowers the cost: the units that talk to the repaired
-//!    ranks or sit on degraded hardware are tried next to the repaired ranks and on healthy
-//!    hardware near themselves.
+//!    to k surviving ranks may then move too (whole lowest-level units at a time, a unit
+//!    counted as its size, never breaking confinement) when that lowers the cost: the units
+//!    that talk to the repaired ranks or sit on degraded hardware are tried next to the
+//!    repaired ranks, in the nearest other domain and in the nearest healthy one.
+//!
+//! The same improvement runs when nothing was lost: a job slowed by a degraded NIC, host or
+//! switch under one of its units is *evacuated* (the whole unit, e.g. a tp group, moves to
+//! healthy hardware) when `max_moves` covers the unit and the cost goes down. Each move says
+//! why: lost, its unit had to move, evacuated from a degraded component (the one that slowed
+//! it most), or improvement.
 //!
 //! Candidates are GPUs that are unallocated and usable, plus reserved spares when allowed. A
 //! repair that cannot be completed changes nothing and says what was missing.
@@ -31,7 +37,7 @@ use std::time::{Duration, Instant};
 use crate::cost::evaluate_in;
 use crate::error::{CoreError, Result};
 use crate::job::JobSpec;
-use crate::state::ClusterState;
+use crate::state::{ClusterState, Component};
 use crate::topology::Topology;
 
 /// Whether a repair may draw from the reserved spare GPUs.
@@ -75,6 +81,9 @@ pub enum MoveReason {
     UnitMoved { level: usize },
     /// Moved under `max_moves` because the cost went down.
     Improvement,
+    /// Moved under `max_moves` off degraded hardware (the component that slowed it most),
+    /// because the cost went down.
+    Evacuated { component: Component },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -592,7 +601,8 @@ pub fn plan(
         job_domain,
         pieces: Vec::new(),
     };
-    if ctx.moving.iter().all(Option::is_none) {
+    let nothing_lost = ctx.moving.iter().all(Option::is_none);
+    if nothing_lost && opts.max_moves == 0 {
         let cost = evaluate_in(state, job, &old)?.comm_seconds;
         return Ok(RepairPlan {
             gpus: old,
@@ -608,8 +618,12 @@ pub fn plan(
         )));
     }
 
-    // Steps 1 and 2: place the moving ranks, moving whole units when they must.
+    // Steps 1 and 2: place the moving ranks, moving whole units when they must (nothing to
+    // place when nothing was lost: then only max_moves may move ranks).
     loop {
+        if nothing_lost {
+            break;
+        }
         ctx.rollback(0, 0);
         for (slot, (&g, m)) in ctx.new.iter_mut().zip(old.iter().zip(&ctx.moving)) {
             *slot = if m.is_some() { NONE } else { g };
@@ -646,7 +660,11 @@ pub fn plan(
             }
         }
     }
-    let mut gpus = ctx.new.clone();
+    let mut gpus = if nothing_lost {
+        old.clone()
+    } else {
+        ctx.new.clone()
+    };
     let mut best = ctx.cost(&gpus, &mut evaluations);
 
     // Step 3: local improvement of each moved piece.
@@ -742,16 +760,23 @@ pub fn plan(
             .into_iter()
             .flatten()
             {
-                if let Some(&x) = ctx
-                    .domains_near(level, unit.len() as u32, Some(anchor), constraint, 2)
-                    .iter()
-                    .find(|&&x| {
-                        x as usize != topo.domain_of(gpus[unit[0] as usize] as usize, level)
-                    })
-                {
-                    targets.push((level, x));
-                }
+                // The nearest domain, and the nearest healthy one: evacuating degraded
+                // hardware may have to go further than its degraded neighbours.
+                let here = topo.domain_of(gpus[unit[0] as usize] as usize, level);
+                let need = unit.len() as u32;
+                let near = ctx.domains_near(level, need, Some(anchor), constraint, 2);
+                let nearest = near.iter().find(|&&x| x as usize != here);
+                let is_healthy =
+                    |x: u32| x as usize != here && ctx.healthy_avail(level, x as usize) >= need;
+                let healthy = near.iter().copied().find(|&x| is_healthy(x)).or_else(|| {
+                    ctx.domains_near(level, need, Some(anchor), constraint, usize::MAX)
+                        .into_iter()
+                        .find(|&x| is_healthy(x))
+                });
+                targets.extend(nearest.map(|&x| (level, x)));
+                targets.extend(healthy.map(|x| (level, x)));
             }
+            targets.sort_unstable();
             targets.dedup();
             for (l, x) in targets {
                 let mark = ctx.taken_list.len();
@@ -775,11 +800,18 @@ pub fn plan(
         let Some((c, unit, placed)) = best_move else {
             break;
         };
+        // A unit with a rank on degraded hardware is evacuated from its slowest component.
+        let reason = unit
+            .iter()
+            .find_map(|&r| state.slowest_component(gpus[r as usize] as usize))
+            .map_or(MoveReason::Improvement, |(component, _)| {
+                MoveReason::Evacuated { component }
+            });
         for (&r, &g) in unit.iter().zip(&placed) {
             ctx.take(g);
             gpus[r as usize] = g;
             ctx.new[r as usize] = g;
-            ctx.moving[r as usize] = Some(MoveReason::Improvement);
+            ctx.moving[r as usize] = Some(reason);
         }
         best = c;
         moves_left -= unit.len();
@@ -866,6 +898,58 @@ mod tests {
     use crate::state::GpuStatus;
     use crate::topology::tests::tree;
     use std::sync::Arc;
+
+    #[test]
+    fn max_moves_evacuates_a_whole_group_off_a_degraded_nic_host_or_switch() {
+        use crate::state::{ComponentHealth, Condition};
+        let topo = Arc::new(tree(4, 8, 2));
+        let job = tp_dp_job(&topo, 8, 2);
+        // tp groups on node 0 (leaf 0) and node 2 (leaf 1); nodes 1 and 3 free.
+        let gpus: Vec<u32> = (0..8).chain(16..24).collect();
+        let slow = |factor: f64| ComponentHealth {
+            condition: Condition::Degraded,
+            factor,
+            reason: "loss".into(),
+        };
+        for component in [
+            Component::Nic(3),
+            Component::Node(0),
+            Component::Switch {
+                level: 1,
+                domain: 0,
+            },
+        ] {
+            let mut s = ClusterState::with_nics(topo.clone(), (0..32).collect()).unwrap();
+            s.allocate("a", &gpus).unwrap();
+            let healthy = evaluate_in(&s, &job, &gpus).unwrap().comm_seconds;
+            s.set_condition(&[component], Some(slow(0.5))).unwrap();
+            let degraded = evaluate_in(&s, &job, &gpus).unwrap().comm_seconds;
+            assert!(degraded > healthy * 1.5, "{component:?}");
+            // A tp group is 8 ranks: 7 moves cannot move it, and nothing else may move.
+            let opts = |max_moves| RepairOptions {
+                max_moves,
+                ..RepairOptions::default()
+            };
+            let plan = super::plan(&s, &job, "a", &opts(7)).unwrap();
+            assert!(plan.moves.is_empty(), "{component:?}");
+            assert_eq!(plan.cost_after, degraded);
+            let plan = repair(&mut s, &job, "a", &opts(8)).unwrap();
+            assert_eq!(plan.moves.len(), 8, "{component:?}");
+            assert!(plan.moves.iter().all(|m| m.old_gpu < 8 && m.new_gpu >= 8));
+            assert!(plan
+                .moves
+                .iter()
+                .all(|m| m.reason == MoveReason::Evacuated { component }));
+            assert_eq!(plan.cost_before, degraded);
+            assert!(plan.cost_after <= healthy * (1.0 + 1e-12), "{component:?}");
+            assert!(
+                crate::cost::evaluate(&topo, &job, &plan.gpus)
+                    .unwrap()
+                    .confinement_ok
+            );
+            s.check().unwrap();
+        }
+    }
 
     #[test]
     fn lost_rank_stays_in_its_tp_node_when_there_is_room() {

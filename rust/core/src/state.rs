@@ -310,6 +310,37 @@ impl ClusterState {
         self.degraded[gpu]
     }
 
+    /// The degraded component that slows GPU `gpu`'s paths the most (the smallest factor
+    /// among the GPU, its host, its NIC and the switches above its host), with its factor;
+    /// None when nothing on its path is degraded.
+    pub fn slowest_component(&self, gpu: usize) -> Option<(Component, f64)> {
+        if !self.degraded[gpu] {
+            return None;
+        }
+        let topo = &self.topo;
+        let mut path = vec![
+            Component::Gpu(gpu as u32),
+            Component::Node(topo.node_of(gpu) as u32),
+        ];
+        if self.gpu_nic[gpu] != NO_NIC {
+            path.push(Component::Nic(self.gpu_nic[gpu]));
+        }
+        path.extend(
+            (topo.node_level() + 1..topo.num_levels()).map(|l| Component::Switch {
+                level: l as u32,
+                domain: topo.domain_of(gpu, l) as u32,
+            }),
+        );
+        path.into_iter()
+            .filter_map(|c| {
+                self.components
+                    .get(&c)
+                    .filter(|h| h.condition == Condition::Degraded)
+                    .map(|h| (c, h.factor))
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
     #[inline]
     fn flags(&self, g: usize) -> Flags {
         let free = self.is_free(g);

@@ -516,6 +516,16 @@ fn affected_list<'py>(
     Ok(out)
 }
 
+/// (kind, a, b) of a component: 0 GPU a, 1 host a, 2 NIC a, 3 switch (level a, domain b).
+fn component_code(c: Component) -> (u8, u32, u32) {
+    match c {
+        Component::Gpu(g) => (0, g, 0),
+        Component::Node(n) => (1, n, 0),
+        Component::Nic(n) => (2, n, 0),
+        Component::Switch { level, domain } => (3, level, domain),
+    }
+}
+
 fn i64s(a: &PyReadonlyArray1<'_, i64>) -> Vec<i64> {
     a.as_array().iter().copied().collect()
 }
@@ -613,12 +623,7 @@ impl PyClusterState {
             .components()
             .into_iter()
             .map(|(c, h)| {
-                let (kind, a, b) = match c {
-                    Component::Gpu(g) => (0, g, 0),
-                    Component::Node(n) => (1, n, 0),
-                    Component::Nic(n) => (2, n, 0),
-                    Component::Switch { level, domain } => (3, level, domain),
-                };
+                let (kind, a, b) = component_code(c);
                 (kind, a, b, h.condition as u8, h.factor, h.reason)
             })
             .collect()
@@ -673,8 +678,9 @@ impl PyClusterState {
     }
 
     /// Repair job `name` in place (all or nothing); returns a dict with the new GPUs, the
-    /// moves (rank, old GPU, new GPU, reason code 0 lost / 1 unit moved / 2 improvement,
-    /// level of the unit or -1) and the costs before and after (s).
+    /// moves (rank, old GPU, new GPU, reason code 0 lost / 1 unit moved / 2 improvement /
+    /// 3 evacuated, level of the unit or -1), the component each evacuated rank left
+    /// (`evacuated`: rank, kind, a, b as in `components`) and the costs before and after (s).
     #[pyo3(signature = (job, name, max_moves=0, spares="allow", max_evaluations=24, time_limit=None))]
     #[allow(clippy::too_many_arguments)]
     fn repair<'py>(
@@ -736,11 +742,25 @@ impl PyClusterState {
                     MoveReason::Lost => (0, -1),
                     MoveReason::UnitMoved { level } => (1, level as i64),
                     MoveReason::Improvement => (2, -1),
+                    MoveReason::Evacuated { .. } => (3, -1),
                 };
                 (m.rank, m.old_gpu, m.new_gpu, code, level)
             })
             .collect();
         out.set_item("moves", moves)?;
+        // Per evacuated rank, the component it left: (rank, kind, a, b) as in `components`.
+        let evacuated: Vec<(u32, u8, u32, u32)> = plan
+            .moves
+            .iter()
+            .filter_map(|m| match m.reason {
+                MoveReason::Evacuated { component } => {
+                    let (kind, a, b) = component_code(component);
+                    Some((m.rank, kind, a, b))
+                }
+                _ => None,
+            })
+            .collect();
+        out.set_item("evacuated", evacuated)?;
         out.set_item("cost_before", plan.cost_before)?;
         out.set_item("cost_after", plan.cost_after)?;
         out.set_item("evaluations", plan.evaluations)?;
