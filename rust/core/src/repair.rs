@@ -492,6 +492,99 @@ impl<'a> Ctx<'a> {
         d
     }
 
+    /// The ranks that move with rank `r`: its unit at confinement index `lowest`, or itself.
+    fn unit_at(&self, lowest: Option<usize>, r: usize) -> Vec<u32> {
+        match lowest {
+            Some(i) => self.units[i][self.unit_of[i][r] as usize].clone(),
+            None => vec![r as u32],
+        }
+    }
+
+    /// The domain a surviving unit (at confinement index `lowest`) must stay inside.
+    fn unit_constraint(&self, gpus: &[u32], lowest: Option<usize>, unit: &[u32]) -> (usize, usize) {
+        match lowest {
+            Some(i) if i + 1 < self.levels.len() => {
+                let l = self.levels[i + 1];
+                (l, self.topo.domain_of(gpus[unit[0] as usize] as usize, l))
+            }
+            _ => self.job_domain,
+        }
+    }
+
+    /// Every unit slowed most by the same degraded component, moved at once to the nearest
+    /// healthy domains: one unit alone cannot lower the cost when its class is as slow as its
+    /// slowest member and other units sit on the same switch. Returns the cheapest such move
+    /// (cost, units, new GPUs in unit order) that lowers the cost below `best` within
+    /// `moves_left` ranks.
+    fn evacuate_together(
+        &mut self,
+        gpus: &[u32],
+        lowest: Option<usize>,
+        moves_left: usize,
+        best: f64,
+        evaluations: &mut usize,
+    ) -> Option<(f64, Vec<Vec<u32>>, Vec<u32>)> {
+        let mut by_component: std::collections::BTreeMap<Component, Vec<Vec<u32>>> =
+            Default::default();
+        let mut seen = std::collections::HashSet::new();
+        for (r, &g) in gpus.iter().enumerate() {
+            if self.moving[r].is_some() {
+                continue;
+            }
+            let Some((component, _)) = self.state.slowest_component(g as usize) else {
+                continue;
+            };
+            let unit = self.unit_at(lowest, r);
+            if unit.iter().any(|&x| self.moving[x as usize].is_some()) || !seen.insert(unit[0]) {
+                continue;
+            }
+            by_component.entry(component).or_default().push(unit);
+        }
+        let level = lowest.map(|i| self.levels[i]).unwrap_or(0);
+        let mut out: Option<(f64, Vec<Vec<u32>>, Vec<u32>)> = None;
+        for units in by_component.into_values() {
+            let size: usize = units.iter().map(Vec::len).sum();
+            if units.len() < 2 || size > moves_left {
+                continue;
+            }
+            let mark = self.taken_list.len();
+            let mut trial = gpus.to_vec();
+            let mut placed = Vec::with_capacity(size);
+            let mut anchor = gpus[units[0][0] as usize] as usize;
+            let mut complete = true;
+            for unit in &units {
+                let need = unit.len() as u32;
+                let constraint = self.unit_constraint(gpus, lowest, unit);
+                let target = self
+                    .domains_near(level, need, Some(anchor), constraint, usize::MAX)
+                    .into_iter()
+                    .find(|&x| self.healthy_avail(level, x as usize) >= need);
+                let moved =
+                    target.is_some_and(|x| self.try_inside(unit, lowest, (level, x as usize)));
+                if !moved {
+                    complete = false;
+                    break;
+                }
+                for &r in unit {
+                    trial[r as usize] = self.new[r as usize];
+                    placed.push(self.new[r as usize]);
+                }
+                anchor = self.new[unit[0] as usize] as usize;
+            }
+            if complete {
+                let c = self.cost(&trial, evaluations);
+                if c < best * (1.0 - 1e-9) && out.as_ref().is_none_or(|o| c < o.0) {
+                    out = Some((c, units.clone(), placed));
+                }
+            }
+            self.rollback(mark, self.pieces.len());
+            for &r in units.iter().flatten() {
+                self.new[r as usize] = gpus[r as usize];
+            }
+        }
+        out
+    }
+
     /// Place `ranks` inside level-`level` domain `x` (nested units respected), as a trial.
     fn try_inside(&mut self, ranks: &[u32], unit_level: Option<usize>, x: (usize, usize)) -> bool {
         // A unit at confinement index i is placed as in step 2: its sub-units inside x; single
@@ -715,10 +808,7 @@ pub fn plan(
             if ctx.moving[r].is_some() || !(talks[r] || state.is_degraded(gpus[r] as usize)) {
                 continue;
             }
-            let unit: Vec<u32> = match lowest {
-                Some(i) => ctx.units[i][ctx.unit_of[i][r] as usize].clone(),
-                None => vec![r as u32],
-            };
+            let unit = ctx.unit_at(lowest, r);
             if unit.len() > moves_left
                 || unit.iter().any(|&x| ctx.moving[x as usize].is_some())
                 || !seen.insert(unit[0])
@@ -734,19 +824,14 @@ pub fn plan(
             .filter(|&r| ctx.moving[r].is_some())
             .map(|r| gpus[r] as usize)
             .collect();
-        let mut best_move: Option<(f64, Vec<u32>, Vec<u32>)> = None;
+        // (cost, units moved, their new GPUs rank by rank in the order of the units)
+        let mut best_move: Option<(f64, Vec<Vec<u32>>, Vec<u32>)> = None;
         for unit in candidates {
             if evaluations >= opts.max_evaluations {
                 break;
             }
             let level = lowest.map(|i| ctx.levels[i]).unwrap_or(0);
-            let constraint = match lowest {
-                Some(i) if i + 1 < ctx.levels.len() => {
-                    let l = ctx.levels[i + 1];
-                    (l, topo.domain_of(gpus[unit[0] as usize] as usize, l))
-                }
-                _ => ctx.job_domain,
-            };
+            let constraint = ctx.unit_constraint(&gpus, lowest, &unit);
             let piece = Piece {
                 ranks: unit.clone(),
                 unit_level: lowest,
@@ -788,7 +873,7 @@ pub fn plan(
                     }
                     let c = ctx.cost(&trial, &mut evaluations);
                     if c < best * (1.0 - 1e-9) && best_move.as_ref().is_none_or(|b| c < b.0) {
-                        best_move = Some((c, unit.clone(), placed));
+                        best_move = Some((c, vec![unit.clone()], placed));
                     }
                 }
                 ctx.rollback(mark, ctx.pieces.len());
@@ -797,24 +882,30 @@ pub fn plan(
                 }
             }
         }
-        let Some((c, unit, placed)) = best_move else {
+        if best_move.is_none() && evaluations < opts.max_evaluations {
+            best_move = ctx.evacuate_together(&gpus, lowest, moves_left, best, &mut evaluations);
+        }
+        let Some((c, units, placed)) = best_move else {
             break;
         };
-        // A unit with a rank on degraded hardware is evacuated from its slowest component.
-        let reason = unit
-            .iter()
-            .find_map(|&r| state.slowest_component(gpus[r as usize] as usize))
-            .map_or(MoveReason::Improvement, |(component, _)| {
-                MoveReason::Evacuated { component }
-            });
-        for (&r, &g) in unit.iter().zip(&placed) {
-            ctx.take(g);
-            gpus[r as usize] = g;
-            ctx.new[r as usize] = g;
-            ctx.moving[r as usize] = Some(reason);
+        let mut placed = placed.into_iter();
+        for unit in &units {
+            // A unit with a rank on degraded hardware is evacuated from its slowest component.
+            let reason = unit
+                .iter()
+                .find_map(|&r| state.slowest_component(gpus[r as usize] as usize))
+                .map_or(MoveReason::Improvement, |(component, _)| {
+                    MoveReason::Evacuated { component }
+                });
+            for (&r, g) in unit.iter().zip(placed.by_ref()) {
+                ctx.take(g);
+                gpus[r as usize] = g;
+                ctx.new[r as usize] = g;
+                ctx.moving[r as usize] = Some(reason);
+            }
+            moves_left -= unit.len();
         }
         best = c;
-        moves_left -= unit.len();
     }
 
     let cost_before = evaluate_in(state, job, &old)?.comm_seconds;
@@ -949,6 +1040,48 @@ mod tests {
             );
             s.check().unwrap();
         }
+    }
+
+    #[test]
+    fn groups_sharing_a_degraded_leaf_leave_it_together() {
+        use crate::state::{ComponentHealth, Condition};
+        let topo = Arc::new(tree(4, 8, 2));
+        let job = tp_dp_job(&topo, 8, 2);
+        // Both tp groups under leaf 0 (nodes 0 and 1); leaf 1 (nodes 2 and 3) is free.
+        let gpus: Vec<u32> = (0..16).collect();
+        let mut s = ClusterState::new(topo.clone());
+        s.allocate("a", &gpus).unwrap();
+        let healthy = evaluate_in(&s, &job, &gpus).unwrap().comm_seconds;
+        let leaf = Component::Switch {
+            level: 1,
+            domain: 0,
+        };
+        s.set_condition(
+            &[leaf],
+            Some(ComponentHealth {
+                condition: Condition::Degraded,
+                factor: 0.5,
+                reason: "loss".into(),
+            }),
+        )
+        .unwrap();
+        let opts = |max_moves| RepairOptions {
+            max_moves,
+            ..RepairOptions::default()
+        };
+        // One group alone would only put the dp ring over the spine: nothing moves.
+        assert!(super::plan(&s, &job, "a", &opts(8))
+            .unwrap()
+            .moves
+            .is_empty());
+        let plan = repair(&mut s, &job, "a", &opts(16)).unwrap();
+        assert_eq!(plan.moves.len(), 16);
+        assert!(plan
+            .moves
+            .iter()
+            .all(|m| m.new_gpu >= 16 && m.reason == MoveReason::Evacuated { component: leaf }));
+        assert!((plan.cost_after - healthy).abs() < 1e-12);
+        s.check().unwrap();
     }
 
     #[test]
