@@ -114,7 +114,9 @@ pub fn repair(
     opts: &RepairOptions,
 ) -> Result<RepairPlan> {
     let plan = plan(state, job, name, opts)?;
-    state.replace_allocation(name, &plan.gpus)?;
+    if !plan.moves.is_empty() {
+        state.replace_allocation(name, &plan.gpus)?;
+    }
     Ok(plan)
 }
 
@@ -909,7 +911,11 @@ pub fn plan(
     }
 
     let cost_before = evaluate_in(state, job, &old)?.comm_seconds;
-    let cost_after = evaluate_in(state, job, &gpus)?.comm_seconds;
+    let cost_after = if gpus == old {
+        cost_before
+    } else {
+        evaluate_in(state, job, &gpus)?.comm_seconds
+    };
     let moves = (0..n)
         .filter(|&r| gpus[r] != old[r])
         .map(|r| RankMove {
