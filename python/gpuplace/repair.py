@@ -1,4 +1,4 @@
-"""Repairing a running job after hardware under it failed or was drained.
+"""Repairing a running job after hardware under it failed, was drained or degraded.
 
 :func:`repair` keeps every surviving rank where it is and gives the lost ranks free healthy
 GPUs at minimum cost (the Rust repair solver, ``rust/core/src/repair.rs``: confinement first,
@@ -88,7 +88,9 @@ def repair(
     ``job_name`` names an allocated job; its spec is the one it was allocated with (a job
     allocated from bare GPU ids is repaired as one without communication or confinement), or
     pass the :class:`Job` itself. ``max_moves=k`` lets k surviving ranks move too when that
-    lowers the cost. ``spares``: None or True lets the repair take reserved spares as well as
+    lowers the cost, a confined group (a tp group) moving whole and counting as its size; it
+    also works when nothing failed: groups on a degraded NIC, host or switch are evacuated to
+    healthy hardware when that lowers the cost, and each such move names the component. ``spares``: None or True lets the repair take reserved spares as well as
     free GPUs (whichever costs less), False forbids them, ``"only"`` takes spares only.
     ``solver``: ``auto`` and ``heuristic`` run the Rust repair heuristic. ``time_limit``
     bounds its improvement steps (s).

@@ -85,6 +85,16 @@ cost of any placement), and ``optimal=True`` means CP-SAT proved optimality for 
 objective: the cost is then within ``K * q`` of the true optimum (a relative ``K * 1e-8``).
 The placement's reported cost is always recomputed by the Rust evaluator.
 
+Degraded hardware
+-----------------
+Everything above assumes GPUs of one site are interchangeable, which degraded hardware breaks
+(the state's pricing view, :mod:`gpuplace.pricing`, says which GPUs are slowed). When some
+candidate GPU is degraded, :func:`solve` uses the GPU-level model of
+:mod:`gpuplace.placers.cpsat_gpus` (exact on the real prices) when it fits, and otherwise the
+cheapest on the real prices of: this model on the GPUs no degradation touches, this model on
+every candidate priced healthy (every price a lower bound, so its bound stays valid) and
+``refine``; ``optimal`` is then claimed only when that cost meets the bound.
+
 Limits
 ------
 Hosts with a GPU-GPU bandwidth matrix (``bandwidth_gbps`` in the node type) are not modelled:
