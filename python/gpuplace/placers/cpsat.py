@@ -1128,6 +1128,27 @@ def _solve_blocks(
     return SolveResult(gpus=gpus, optimal=optimal, bound=bound, solver="cpsat", details=details)
 
 
+def _interchangeable_ranks(job: Job) -> list[list[list[int]]]:
+    """The job's symmetries for the GPU-level model: every dimension but pipelines (p2p) can
+    have its index permuted without changing any cost (see
+    :meth:`_Builder.order_interchangeable`); per such dimension, per index value, the ranks
+    whose earlier such coordinates are 0 and whose own is that value."""
+    if job.traffic is not None:
+        return []
+    comm = job.resolved_communication()
+    dims = [
+        d
+        for d in job.rank_order
+        if getattr(job, d) > 1 and (d not in comm or comm[d].kind != _KIND_P2P)
+    ]
+    if not dims:
+        return []
+    coords = _coordinates(job)
+    rank_coords = np.stack([coords[d] for d in dims], axis=1)
+    columns = list(range(len(dims)))
+    return [_value_blocks(rank_coords, columns, j) for j in columns]
+
+
 def _solve_degraded(
     state: ClusterState,
     job: Job,
@@ -1170,6 +1191,7 @@ def _solve_degraded(
             num_workers=workers,
             seed=seed,
             hint=greedy_gpus,
+            interchangeable=_interchangeable_ranks(job),
         )
         details.update(exact.details)
         if exact.status == "INFEASIBLE":
@@ -1190,7 +1212,7 @@ def _solve_degraded(
         details["formulation"] = inst.formulation + " (relaxed: degraded hardware priced healthy)"
         share = limit / 2
         relaxed = _solve_blocks(
-            state, job, inst, greedy_gpus, greedy_error, share, workers, seed, start
+            state, job, inst, greedy_gpus, greedy_error, share, workers, seed, time.perf_counter()
         )
         options.append((real_cost(relaxed.gpus), relaxed.gpus, "cpsat-relaxed"))
         bound, proven = relaxed.bound, False
@@ -1203,7 +1225,15 @@ def _solve_degraded(
             healthy_inst = analyse(healthy_state, job)
             if healthy_inst.infeasible is None:
                 healthy = _solve_blocks(
-                    healthy_state, job, healthy_inst, None, None, share, workers, seed, start
+                    healthy_state,
+                    job,
+                    healthy_inst,
+                    None,
+                    None,
+                    share,
+                    workers,
+                    seed,
+                    time.perf_counter(),
                 )
                 options.append((real_cost(healthy.gpus), healthy.gpus, "cpsat-healthy"))
         except GpuplaceError as exc:

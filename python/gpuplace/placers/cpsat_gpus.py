@@ -24,8 +24,11 @@ model decides the GPU of every rank and prices every group exactly as the cost m
 
 So the model's optimum is the cost model's optimum (up to rounding to quanta), and
 ``optimal=True`` is a proof on the state's real prices. The model has ``ranks x candidates``
-assignment variables and ``candidates**2`` hop constraints per group, so it is used only up
-to :data:`MAX_CANDIDATES` GPUs and :data:`MAX_ASSIGNMENTS` assignment variables.
+assignment variables and ``candidates**2`` hop constraints per group (each a few terms: the
+count of used GPUs before each candidate is a running sum), so it is used only up to
+:data:`MAX_CANDIDATES` GPUs and :data:`MAX_ASSIGNMENTS` assignment variables. The job's
+symmetries are broken as in the block model (every dimension but pipelines can have its index
+permuted without changing any cost).
 """
 
 from __future__ import annotations
@@ -47,9 +50,13 @@ if TYPE_CHECKING:
 __all__ = ["MAX_ASSIGNMENTS", "MAX_CANDIDATES", "GpuModelResult", "fits", "solve_gpus"]
 
 #: Most candidate GPUs the GPU-level model takes.
-MAX_CANDIDATES = 40
-#: Most assignment variables (ranks x candidate GPUs) the GPU-level model takes.
-MAX_ASSIGNMENTS = 640
+MAX_CANDIDATES = 24
+#: Most assignment variables (ranks x candidate GPUs) the GPU-level model takes. Measured on
+#: h100-superpod with 2-4 hosts partly busy, degraded GPUs and a degraded host, 2 workers:
+#: up to 128 assignments (16 GPUs x 8 ranks) every shape tried (tp2 dp2, dp4, tp2 pp2, dp6,
+#: tp2 dp4, dp8) was proven within 1.6 s, the hardest being tp2 dp4; at 168 (21 x 8) tp2 dp4
+#: took 5 s, and without the symmetry order 10 s and no proof.
+MAX_ASSIGNMENTS = 128
 #: The objective's scale, as in the block models.
 _OBJECTIVE_RANGE = 10**8
 
@@ -119,8 +126,15 @@ def solve_gpus(
     num_workers: int,
     seed: int,
     hint: np.ndarray | None,
+    interchangeable: list[list[list[int]]] | None = None,
 ) -> GpuModelResult:
-    """Solve the GPU-level model over ``candidates`` (GPU ids allowed for the job)."""
+    """Solve the GPU-level model over ``candidates`` (GPU ids allowed for the job).
+
+    ``interchangeable``: the job's symmetries, as in the block model's
+    ``order_interchangeable``: for the ``j``-th dimension whose index can be permuted without
+    changing any cost (every one but pipelines), per index value the ranks whose earlier such
+    coordinates are all 0 and whose ``j``-th is that value. The lowest candidate position
+    among each value's ranks is required non-decreasing in the value."""
     cands = np.sort(np.asarray(candidates, dtype=np.int64))
     nc, n = len(cands), job.gpus
     path = topology.path[cands]
@@ -215,9 +229,22 @@ def solve_gpus(
             latency_expr = lat[0] + sum(
                 (lat[lv] - lat[lv - 1]) * (1 - span_terms[lv - 1]) for lv in range(1, top + 1)
             )
-            y = [sum(x[r][i] for r in g.ranks) for i in range(nc)]
+            size = len(g.ranks)
+            y = []
+            for i in range(nc):
+                used = m.new_bool_var(f"y[{ci},{gi},{i}]")
+                m.add(used == sum(x[r][i] for r in g.ranks))
+                y.append(used)
             wvar = m.new_int_var(0, 2 * _OBJECTIVE_RANGE, f"W[{ci},{gi}]")
-            ring = g.kind not in ("all-to-all", "p2p") and len(g.ranks) > 2
+            ring = g.kind not in ("all-to-all", "p2p") and size > 2
+            if ring:
+                # before[k]: GPUs of the group among candidates 0..k-1, so that "no member
+                # between i and j" is one difference, not a sum over the candidates.
+                before: list[Any] = [0]
+                for i in range(nc):
+                    running = m.new_int_var(0, size, f"P[{ci},{gi},{i + 1}]")
+                    m.add(running == before[-1] + y[i])
+                    before.append(running)
             for i, j in itertools.combinations(range(nc), 2):
                 price = round(g.per_rank_bytes * inv_bw[i, j] / q)
                 if price == 0:
@@ -225,8 +252,8 @@ def solve_gpus(
                 if not ring:
                     m.add(wvar >= price * (y[i] + y[j] - 1))
                     continue
-                between = sum(y[k] for k in range(i + 1, j))
-                outside = sum(y[k] for k in itertools.chain(range(i), range(j + 1, nc)))
+                between = before[j] - before[i + 1]
+                outside = before[i] + size - before[j + 1]
                 m.add(wvar >= price * (y[i] + y[j] - 1 - between))
                 m.add(wvar >= price * (y[i] + y[j] - 1 - outside))
             m.add(cost >= latency_expr + wvar)
@@ -241,8 +268,21 @@ def solve_gpus(
                         m.add(tv >= price * (x[a][i] + x[b][j] - 1))
     m.minimize(sum(objective))
 
+    position = [sum(i * x[r][i] for i in range(1, nc)) for r in range(n)]
+    pos = {int(g): i for i, g in enumerate(cands)}
+    for j, values in enumerate(interchangeable or []):
+        keys = []
+        for v, ranks in enumerate(values):
+            if len(ranks) == 1:
+                keys.append(position[ranks[0]])
+                continue
+            key = m.new_int_var(0, nc - 1, f"first[{j},{v}]")
+            m.add_min_equality(key, [position[r] for r in ranks])
+            keys.append(key)
+        for a, b in itertools.pairwise(keys):
+            m.add(a <= b)
     if hint is not None:
-        pos = {int(g): i for i, g in enumerate(cands)}
+        # A hint out of that order is not a solution; CP-SAT then only starts near it.
         if all(int(g) in pos for g in hint):
             for r, g in enumerate(hint):
                 for i in range(nc):
