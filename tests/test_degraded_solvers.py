@@ -158,22 +158,26 @@ def test_cpsat_equals_exhaustive_enumeration_and_beats_every_solver(
             assert best.cost.comm_seconds <= other.cost.comm_seconds * (1 + REL_TOL), name
 
 
+def tp_dp_job(tp: int, dp: int, tp_bytes: float, dp_bytes: float) -> Job:
+    """tp all-reduces of ``tp_bytes`` and dp all-reduces of ``dp_bytes`` per step."""
+    return Job(
+        "j",
+        tp=tp,
+        dp=dp,
+        communication={
+            "tp": Communication("all-reduce", tp_bytes),
+            "dp": Communication("all-reduce", dp_bytes),
+        },
+    )
+
+
 def issue_scenario() -> tuple[gpuplace.ClusterState, Job]:
     """h100-superpod with 2 nodes; GPUs 0, 1 and 8-13 busy; GPUs 2-5 degraded to 5 %."""
     topology = Topology.preset("h100-superpod", nodes=2)
     state = gpuplace.ClusterState(topology)
     state.allocate(name="bg", gpus=[0, 1, 8, 9, 10, 11, 12, 13])
     state.degrade(gpu=[2, 3, 4, 5], factor=0.05)
-    job = Job(
-        "j",
-        tp=2,
-        dp=2,
-        communication={
-            "tp": Communication("all-reduce", 4e9),
-            "dp": Communication("all-reduce", 1e9),
-        },
-    )
-    return state, job
+    return state, tp_dp_job(2, 2, 4e9, 1e9)
 
 
 @pytest.mark.parametrize("solver", ["cpsat", "auto", "greedy", "refine"])
@@ -203,15 +207,7 @@ def test_large_degraded_instances_claim_optimal_only_when_the_bound_meets_the_co
     state = gpuplace.ClusterState(topology)
     state.degrade(nic=f"{topology.hosts[0]}:mlx5_0", loss="1%")
     state.degrade(gpu=list(range(8, 16)), factor=0.2)
-    job = Job(
-        "j",
-        tp=8,
-        dp=4,
-        communication={
-            "tp": Communication("all-reduce", 1e9),
-            "dp": Communication("all-reduce", 4e9),
-        },
-    )
+    job = tp_dp_job(8, 4, 1e9, 4e9)
     placement = gpuplace.place(state, job, "cpsat", time_limit=5)
     assert "relaxed" in placement.details["formulation"]
     refined = gpuplace.place(state, job, "refine")

@@ -732,16 +732,8 @@ class _Builder:
         ns = self.num_sites
         site_of = [sum(s * x[b][s] for s in range(1, ns)) for b in range(len(x))]
         for j in range(len(inst.interchangeable)):
-            keys = []
-            for v, blocks in enumerate(_value_blocks(inst.block_coords, inst.interchangeable, j)):
-                if len(blocks) == 1:
-                    keys.append(site_of[blocks[0]])
-                    continue
-                key = m.new_int_var(0, ns - 1, f"first_site[{j},{v}]")
-                m.add_min_equality(key, [site_of[b] for b in blocks])
-                keys.append(key)
-            for a, b in itertools.pairwise(keys):
-                m.add(a <= b)
+            values = _value_blocks(inst.block_coords, inst.interchangeable, j)
+            cpsat_gpus.order_by_first_position(m, site_of, values, ns - 1, f"first_site[{j}]")
 
     def symmetry_sites(self, load: list[Any]) -> None:
         """Order the loads of interchangeable sibling sites and sibling domains."""

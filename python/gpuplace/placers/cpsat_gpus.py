@@ -47,7 +47,14 @@ if TYPE_CHECKING:
     from gpuplace.pricing import PricingView
     from gpuplace.topology import Topology
 
-__all__ = ["MAX_ASSIGNMENTS", "MAX_CANDIDATES", "GpuModelResult", "fits", "solve_gpus"]
+__all__ = [
+    "MAX_ASSIGNMENTS",
+    "MAX_CANDIDATES",
+    "GpuModelResult",
+    "fits",
+    "order_by_first_position",
+    "solve_gpus",
+]
 
 #: Most candidate GPUs the GPU-level model takes.
 MAX_CANDIDATES = 24
@@ -59,6 +66,24 @@ MAX_CANDIDATES = 24
 MAX_ASSIGNMENTS = 128
 #: The objective's scale, as in the block models.
 _OBJECTIVE_RANGE = 10**8
+
+
+def order_by_first_position(
+    model: cp_model.CpModel, position: list[Any], values: list[list[int]], upper: int, name: str
+) -> None:
+    """Symmetry order of one interchangeable dimension: ``values[v]`` lists the units (ranks or
+    blocks) with index value ``v``; the lowest ``position`` (an expression in ``0..upper``)
+    among each value's units is required non-decreasing in ``v``."""
+    keys = []
+    for v, units in enumerate(values):
+        if len(units) == 1:
+            keys.append(position[units[0]])
+            continue
+        key = model.new_int_var(0, upper, f"{name}[{v}]")
+        model.add_min_equality(key, [position[u] for u in units])
+        keys.append(key)
+    for a, b in itertools.pairwise(keys):
+        model.add(a <= b)
 
 
 def fits(num_ranks: int, num_candidates: int) -> bool:
@@ -271,16 +296,7 @@ def solve_gpus(
     position = [sum(i * x[r][i] for i in range(1, nc)) for r in range(n)]
     pos = {int(g): i for i, g in enumerate(cands)}
     for j, values in enumerate(interchangeable or []):
-        keys = []
-        for v, ranks in enumerate(values):
-            if len(ranks) == 1:
-                keys.append(position[ranks[0]])
-                continue
-            key = m.new_int_var(0, nc - 1, f"first[{j},{v}]")
-            m.add_min_equality(key, [position[r] for r in ranks])
-            keys.append(key)
-        for a, b in itertools.pairwise(keys):
-            m.add(a <= b)
+        order_by_first_position(m, position, values, nc - 1, f"first[{j}]")
     if hint is not None:
         # A hint out of that order is not a solution; CP-SAT then only starts near it.
         if all(int(g) in pos for g in hint):
