@@ -1203,13 +1203,28 @@ def _solve_degraded(
     else:
         details["formulation"] = inst.formulation + " (relaxed: degraded hardware priced healthy)"
         share = limit / 2
-        relaxed = _solve_blocks(
-            state, job, inst, greedy_gpus, greedy_error, share, workers, seed, time.perf_counter()
-        )
-        options.append((real_cost(relaxed.gpus), relaxed.gpus, "cpsat-relaxed"))
-        bound, proven = relaxed.bound, False
-        details["relaxed_status"] = relaxed.details.get("status")
-        details["rounding_bound_s"] = relaxed.details.get("rounding_bound_s", 0.0)
+        bound, proven = None, False
+        try:
+            relaxed = _solve_blocks(
+                state,
+                job,
+                inst,
+                greedy_gpus,
+                greedy_error,
+                share,
+                workers,
+                seed,
+                time.perf_counter(),
+            )
+        except Infeasible:
+            raise  # the relaxation has the same rules on the same GPUs: nothing fits
+        except GpuplaceError as exc:
+            details["relaxed_model"] = str(exc)
+        else:
+            options.append((real_cost(relaxed.gpus), relaxed.gpus, "cpsat-relaxed"))
+            bound = relaxed.bound
+            details["relaxed_status"] = relaxed.details.get("status")
+            details["rounding_bound_s"] = relaxed.details.get("rounding_bound_s", 0.0)
         healthy_state = state.copy()
         unusable = candidates[view.degraded[candidates]]
         healthy_state.drain_gpus(unusable)
@@ -1232,6 +1247,7 @@ def _solve_degraded(
             details["healthy_model"] = str(exc)
         refined = place(state, job, "refine", seed=seed)
         options.append((real_cost(refined.gpus), refined.gpus, "refine"))
+    options = [o for o in options if math.isfinite(o[0])]
     if not options:
         raise GpuplaceError(
             f"cpsat found no placement of {job.name} within {limit:g} s; raise time_limit or "

@@ -446,11 +446,9 @@ impl<'a> Ctx<'a> {
     /// ranked after any placement that keeps it.
     fn cost(&self, gpus: &[u32], evaluations: &mut usize) -> f64 {
         *evaluations += 1;
-        match evaluate_in(self.state, self.job, gpus) {
-            Ok(r) if r.confinement_ok => r.comm_seconds,
-            Ok(r) => r.comm_seconds * 1e6 + 1.0,
-            Err(_) => f64::INFINITY,
-        }
+        evaluate_in(self.state, self.job, gpus)
+            .as_ref()
+            .map_or(f64::INFINITY, ranked)
     }
 
     /// Where a piece could go instead: per level up to its constraint, the best domain away
@@ -596,6 +594,15 @@ impl<'a> Ctx<'a> {
         let ok = self.place_set(ranks, index, x).is_ok();
         self.pieces.truncate(pieces);
         ok
+    }
+}
+
+/// The cost model's time, with broken confinement ranked after any placement that keeps it.
+fn ranked(report: &crate::cost::CostReport) -> f64 {
+    if report.confinement_ok {
+        report.comm_seconds
+    } else {
+        report.comm_seconds * 1e6 + 1.0
     }
 }
 
@@ -755,12 +762,19 @@ pub fn plan(
             }
         }
     }
+    // The old placement, priced as if the lost hardware still worked.
+    let before = evaluate_in(state, job, &old)?;
     let mut gpus = if nothing_lost {
         old.clone()
     } else {
         ctx.new.clone()
     };
-    let mut best = ctx.cost(&gpus, &mut evaluations);
+    let mut best = if nothing_lost {
+        evaluations += 1;
+        ranked(&before)
+    } else {
+        ctx.cost(&gpus, &mut evaluations)
+    };
 
     // Step 3: local improvement of each moved piece.
     let pieces = ctx.pieces.clone();
@@ -910,7 +924,7 @@ pub fn plan(
         best = c;
     }
 
-    let cost_before = evaluate_in(state, job, &old)?.comm_seconds;
+    let cost_before = before.comm_seconds;
     let cost_after = if gpus == old {
         cost_before
     } else {
