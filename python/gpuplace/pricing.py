@@ -17,7 +17,7 @@ how fast each path is here, and never restates a health rule:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,14 +31,14 @@ if TYPE_CHECKING:
 __all__ = ["PricingView", "collective_terms", "pricing_view"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PricingView:
-    """A snapshot of one state's usable GPUs and path prices (see the module docstring)."""
+    """One state's usable GPUs and path prices (see the module docstring)."""
 
     usable: np.ndarray
     degraded: np.ndarray
     side_factors: np.ndarray
-    _state: Any
+    _state: Any = field(repr=False)
 
     def bandwidth_matrix(self, gpus: Any) -> np.ndarray:
         """Bandwidth (GB/s) between every two of ``gpus`` (``k x k``; infinite diagonal)."""
