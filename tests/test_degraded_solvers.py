@@ -83,6 +83,20 @@ def degraded_instances(draw: st.DrawFn) -> tuple[gpuplace.ClusterState, Job]:
             "switch": f"l{1 + index % 2}",
         }[kind]
         state.degrade(factor=factor, **{kind: target})
+    if draw(st.integers(0, 5)) == 0:
+        # An explicit traffic matrix (quadratic-assignment form) over 3 or 4 ranks.
+        n = draw(st.integers(3, 4))
+        rows = draw(
+            st.lists(
+                st.tuples(
+                    st.integers(0, n - 1), st.integers(0, n - 1), st.sampled_from([1e6, 1e9])
+                ),
+                min_size=1,
+                max_size=6,
+            )
+        )
+        max_span = draw(st.sampled_from([None, "leaf"]))
+        return state, Job.from_traffic("t", np.array(rows, dtype=float), ranks=n, max_span=max_span)
     shape = draw(
         st.sampled_from(
             [{"dp": 3}, {"dp": 4}, {"tp": 2, "dp": 2}, {"dp": 2, "pp": 2}, {"ep": 2, "dp": 2}]
