@@ -442,13 +442,15 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The cost a trial is compared by: the cost model's time, with broken confinement
-    /// ranked after any placement that keeps it.
-    fn cost(&self, gpus: &[u32], evaluations: &mut usize) -> f64 {
+    /// A trial's (rank, seconds): the cost it is compared by (the cost model's time, broken
+    /// confinement ranked after any placement that keeps it) and the time itself.
+    fn cost(&self, gpus: &[u32], evaluations: &mut usize) -> (f64, f64) {
         *evaluations += 1;
         evaluate_in(self.state, self.job, gpus)
             .as_ref()
-            .map_or(f64::INFINITY, ranked)
+            .map_or((f64::INFINITY, f64::INFINITY), |r| {
+                (ranked(r), r.comm_seconds)
+            })
     }
 
     /// Where a piece could go instead: per level up to its constraint, the best domain away
@@ -523,7 +525,7 @@ impl<'a> Ctx<'a> {
         moves_left: usize,
         best: f64,
         evaluations: &mut usize,
-    ) -> Option<(f64, Vec<Vec<u32>>, Vec<u32>)> {
+    ) -> Option<Move> {
         let mut by_component: std::collections::BTreeMap<Component, Vec<Vec<u32>>> =
             Default::default();
         let mut seen = std::collections::HashSet::new();
@@ -541,7 +543,7 @@ impl<'a> Ctx<'a> {
             by_component.entry(component).or_default().push(unit);
         }
         let level = lowest.map(|i| self.levels[i]).unwrap_or(0);
-        let mut out: Option<(f64, Vec<Vec<u32>>, Vec<u32>)> = None;
+        let mut out: Option<Move> = None;
         for units in by_component.into_values() {
             let size: usize = units.iter().map(Vec::len).sum();
             if units.len() < 2 || size > moves_left {
@@ -572,9 +574,9 @@ impl<'a> Ctx<'a> {
                 anchor = self.new[unit[0] as usize] as usize;
             }
             if complete {
-                let c = self.cost(&trial, evaluations);
+                let (c, seconds) = self.cost(&trial, evaluations);
                 if c < best * (1.0 - 1e-9) && out.as_ref().is_none_or(|o| c < o.0) {
-                    out = Some((c, units.clone(), placed));
+                    out = Some((c, seconds, units.clone(), placed));
                 }
             }
             self.rollback(mark, self.pieces.len());
@@ -596,6 +598,10 @@ impl<'a> Ctx<'a> {
         ok
     }
 }
+
+/// A move under `max_moves`: (rank cost, seconds, the units moved, their new GPUs rank by
+/// rank in the order of the units).
+type Move = (f64, f64, Vec<Vec<u32>>, Vec<u32>);
 
 /// The cost model's time, with broken confinement ranked after any placement that keeps it.
 fn ranked(report: &crate::cost::CostReport) -> f64 {
@@ -769,9 +775,10 @@ pub fn plan(
     } else {
         ctx.new.clone()
     };
-    let mut best = if nothing_lost {
+    // The cost the search compares by, and the time of the current placement.
+    let (mut best, mut seconds) = if nothing_lost {
         evaluations += 1;
-        ranked(&before)
+        (ranked(&before), before.comm_seconds)
     } else {
         ctx.cost(&gpus, &mut evaluations)
     };
@@ -797,9 +804,9 @@ pub fn plan(
                 for &r in &piece.ranks {
                     trial[r as usize] = ctx.new[r as usize];
                 }
-                let c = ctx.cost(&trial, &mut evaluations);
+                let (c, s) = ctx.cost(&trial, &mut evaluations);
                 if c < best * (1.0 - 1e-9) {
-                    best = c;
+                    (best, seconds) = (c, s);
                     gpus = trial;
                     continue;
                 }
@@ -840,8 +847,7 @@ pub fn plan(
             .filter(|&r| ctx.moving[r].is_some())
             .map(|r| gpus[r] as usize)
             .collect();
-        // (cost, units moved, their new GPUs rank by rank in the order of the units)
-        let mut best_move: Option<(f64, Vec<Vec<u32>>, Vec<u32>)> = None;
+        let mut best_move: Option<Move> = None;
         for unit in candidates {
             if evaluations >= opts.max_evaluations {
                 break;
@@ -887,9 +893,9 @@ pub fn plan(
                     for (&r, &g) in unit.iter().zip(&placed) {
                         trial[r as usize] = g;
                     }
-                    let c = ctx.cost(&trial, &mut evaluations);
+                    let (c, s) = ctx.cost(&trial, &mut evaluations);
                     if c < best * (1.0 - 1e-9) && best_move.as_ref().is_none_or(|b| c < b.0) {
-                        best_move = Some((c, vec![unit.clone()], placed));
+                        best_move = Some((c, s, vec![unit.clone()], placed));
                     }
                 }
                 ctx.rollback(mark, ctx.pieces.len());
@@ -901,7 +907,7 @@ pub fn plan(
         if best_move.is_none() && evaluations < opts.max_evaluations {
             best_move = ctx.evacuate_together(&gpus, lowest, moves_left, best, &mut evaluations);
         }
-        let Some((c, units, placed)) = best_move else {
+        let Some((c, s, units, placed)) = best_move else {
             break;
         };
         let mut placed = placed.into_iter();
@@ -921,13 +927,14 @@ pub fn plan(
             }
             moves_left -= unit.len();
         }
-        best = c;
+        (best, seconds) = (c, s);
     }
 
     let cost_before = before.comm_seconds;
-    let cost_after = if gpus == old {
-        cost_before
+    let cost_after = if seconds.is_finite() {
+        seconds
     } else {
+        // Only an invalid placement prices as infinite: let the evaluator say what is wrong.
         evaluate_in(state, job, &gpus)?.comm_seconds
     };
     let moves = (0..n)
