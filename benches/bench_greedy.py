@@ -6,7 +6,9 @@
 For each cluster and occupancy (0 %, 50 %, 90 %; occupancy made by placing and releasing jobs
 drawn from the Philly running-job size mix, so the free GPUs are fragmented), it times greedy
 placement of 8-, 64-, 1,024- and 4,096-GPU training jobs (median of several runs, the state
-unchanged between runs) next to first-fit timed in the same run, and compares the
+unchanged between runs) next to first-fit timed in the same run, and the end-to-end
+``gpuplace.place(state, job, "greedy")`` a user calls (the solver, the placement gate and the
+cost report; on a build before the gate: the solver call, then evaluate), and compares the
 communication time per step and the bytes crossing the fabric of greedy, first-fit and random
 placements of the same jobs on the same states. Timing is never asserted anywhere; this script
 only measures and prints.
@@ -54,6 +56,7 @@ def main() -> int:
         "greedy ms",
         "first-fit ms",
         "greedy/first-fit",
+        "place() ms",
     ):
         latency.add_column(col, justify="right")
     quality = Table(title="placement quality on the same states (comm s/step; fabric GB/step)")
@@ -106,6 +109,7 @@ def main() -> int:
                         "infeasible",
                         "",
                         "",
+                        "",
                     )
                     continue
                 g_ms, f_ms = (
@@ -117,6 +121,9 @@ def main() -> int:
                     )
                     for solver in ("greedy", "first-fit")
                 )
+                p_ms = median_ms(
+                    lambda st=state, jb=job: gpuplace.place(st, jb, "greedy"), args.repeats
+                )
                 latency.add_row(
                     str(topo.num_gpus),
                     f"{occ:.0%}",
@@ -125,6 +132,7 @@ def main() -> int:
                     f"{g_ms:.3f}",
                     f"{f_ms:.3f}",
                     f"{g_ms / f_ms:.2f}",
+                    f"{p_ms:.3f}",
                 )
                 comm = {k: (v.cost.comm_seconds if v else float("nan")) for k, v in results.items()}
                 fab = {

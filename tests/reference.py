@@ -249,3 +249,170 @@ def reference_evaluate(topology: Any, job: Any, gpus: Any) -> ReferenceReport:
 def confinement_holds(topology: Any, job: Any, gpus: Any) -> bool:
     """Whether a placement keeps every confined group and the job inside their levels."""
     return reference_evaluate(topology, job, gpus).confinement_ok
+
+
+# --------------------------------------------------------------------------- contention
+#
+# Jobs sharing the fabric (``rust/core/src/fabric.rs`` module docs), in words:
+#
+# * every domain from the NVLink domain up to below the top level has an uplink; its capacity
+#   (GB/s, each direction) is its GPUs times the smallest level bandwidth up to the level above,
+#   divided by its level's ``oversubscription``, unless ``topology.uplink_gbps`` names it;
+# * a collective's flows: a ring sends from every member to the next (GPU-id order) at the
+#   collective's healthy bottleneck bandwidth, an all-to-all from every member to every other at
+#   ``1/(n-1)`` of it, a point-to-point one flow; a flow between GPUs meeting at level ``L``
+#   leaves through the sender's uplinks below ``L`` (up) and enters through the receiver's (down);
+# * a job's load on an uplink direction is its heaviest class's sum of flows there;
+# * a collective priced among neighbours gets, on every uplink direction its flows cross,
+#   ``min(1, capacity / (neighbours' load + its own flows there))``; its bandwidth is scaled by
+#   the smallest such share. On an oversubscribed fabric (some uplink below its non-blocking
+#   capacity) "its own flows" are its class's flows there (at least its own): the concurrent
+#   collectives of a class share the uplinks too.
+
+
+def _open_capacity(ref: ReferenceTopology) -> dict[tuple[int, Any], float]:
+    """Non-blocking capacity of every uplink."""
+    top = len(ref.levels) - 1
+    sizes: dict[tuple[int, Any], int] = {}
+    for g in range(ref.num_gpus):
+        for level in range(ref.topology.nvlink_level, top):
+            key = (level, ref.domain(g, level))
+            sizes[key] = sizes.get(key, 0) + 1
+    return {
+        (level, dom): size * min(lv.bandwidth_gbps for lv in ref.levels[: level + 2])
+        for (level, dom), size in sizes.items()
+    }
+
+
+def _uplink_capacity(ref: ReferenceTopology) -> dict[tuple[int, Any], float]:
+    topology = ref.topology
+    top = len(ref.levels) - 1
+    sizes: dict[tuple[int, Any], int] = {}
+    for g in range(ref.num_gpus):
+        for level in range(topology.nvlink_level, top):
+            key = (level, ref.domain(g, level))
+            sizes[key] = sizes.get(key, 0) + 1
+    capacity = {}
+    for (level, dom), size in sizes.items():
+        above = min(lv.bandwidth_gbps for lv in ref.levels[: level + 2])
+        capacity[(level, dom)] = size * above / ref.levels[level].oversubscription
+    for name, gbps in topology.uplink_gbps.items():
+        wanted, _, short = name.rpartition(":")
+        for level in range(topology.nvlink_level, top):
+            if wanted and ref.level_names[level] != wanted:
+                continue
+            for key in capacity:
+                dom = key[1]
+                label = topology.hosts[dom[1]] if dom[0] == "host" else dom[-1]
+                if key[0] == level and label == short:
+                    capacity[key] = float(gbps)
+    return capacity
+
+
+def _flows(ref: ReferenceTopology, kind: str, members: list[int]) -> list[tuple[int, int, float]]:
+    """(from, to, GB/s) of one collective."""
+    n = len(members)
+    if n < 2:
+        return []
+    if kind == "p2p":
+        pairs = [(members[0], members[1], 1.0)]
+    elif kind == "all-to-all":
+        ring = sorted(members)
+        pairs = [(a, b, 1.0 / (n - 1)) for a in ring for b in ring if a != b]
+    else:
+        ring = sorted(members)
+        pairs = [(ring[i], ring[(i + 1) % n], 1.0) for i in range(n)]
+    rate = min(ref.bandwidth(a, b) for a, b, _ in pairs)
+    return [(a, b, rate * f) for a, b, f in pairs]
+
+
+def _crossed(ref: ReferenceTopology, a: int, b: int) -> list[tuple[str, int, Any]]:
+    out = []
+    for level in range(ref.topology.nvlink_level, ref.lca(a, b)):
+        out.append(("up", level, ref.domain(a, level)))
+        out.append(("down", level, ref.domain(b, level)))
+    return out
+
+
+def _collectives(job: Any, gpus: list[int]) -> list[tuple[str, str, list[int], Any]]:
+    """(class key, kind, member GPUs, comm) of every collective of a job."""
+    out = []
+    for dim, comm in sorted(job.resolved_communication().items()):
+        groups = [list(row) for row in job.rank_groups(dim)]
+        if comm.kind == "p2p":
+            groups = [[g[i], g[i + 1]] for g in groups for i in range(len(g) - 1)]
+        for group in groups:
+            out.append((f"{dim} {comm.kind}", comm.kind, [gpus[int(r)] for r in group], comm))
+    return out
+
+
+def reference_load(topology: Any, job: Any, gpus: Any) -> dict[tuple[str, int, Any], float]:
+    """A placed job's load (GB/s) per uplink direction: its heaviest class's flows."""
+    ref = ReferenceTopology(topology)
+    gpus = [int(g) for g in gpus]
+    per_class: dict[str, dict[tuple[str, int, Any], float]] = {}
+    for key, kind, members, comm in _collectives(job, gpus):
+        if comm.bytes <= 0 or comm.count <= 0:
+            continue
+        load = per_class.setdefault(key, {})
+        for a, b, rate in _flows(ref, kind, members):
+            for link in _crossed(ref, a, b):
+                load[link] = load.get(link, 0.0) + rate
+    peak: dict[tuple[str, int, Any], float] = {}
+    for load in per_class.values():
+        for link, v in load.items():
+            peak[link] = max(peak.get(link, 0.0), v)
+    return peak
+
+
+def reference_contended(
+    topology: Any, job: Any, gpus: Any, neighbours: list[tuple[Any, Any]]
+) -> float:
+    """Communication seconds per step of ``job`` on ``gpus`` among ``neighbours`` ((job,
+    gpus) pairs already running), explicit traffic excluded."""
+    ref = ReferenceTopology(topology)
+    capacity = _uplink_capacity(ref)
+    background: dict[tuple[str, int, Any], float] = {}
+    for other, other_gpus in neighbours:
+        for link, v in reference_load(topology, other, other_gpus).items():
+            background[link] = background.get(link, 0.0) + v
+    gpus = [int(g) for g in gpus]
+    # On an oversubscribed fabric a collective's class shares the uplinks with it.
+    open_capacity = _open_capacity(ref)
+    oversubscribed = any(cap < open_capacity[key] * (1 - 1e-12) for key, cap in capacity.items())
+    class_load: dict[str, dict[tuple[str, int, Any], float]] = {}
+    for key, kind, members, comm in _collectives(job, gpus):
+        if comm.bytes <= 0 or comm.count <= 0:
+            continue
+        load = class_load.setdefault(key, {})
+        for a, b, rate in _flows(ref, kind, members):
+            for link in _crossed(ref, a, b):
+                load[link] = load.get(link, 0.0) + rate
+    class_seconds: dict[str, float] = {}
+    for key, kind, members, comm in _collectives(job, gpus):
+        own: dict[tuple[str, int, Any], float] = {}
+        for a, b, rate in _flows(ref, kind, members):
+            for link in _crossed(ref, a, b):
+                own[link] = own.get(link, 0.0) + rate
+        share = 1.0
+        for link, v in own.items():
+            mine = max(v, class_load.get(key, {}).get(link, 0.0)) if oversubscribed else v
+            demand = background.get(link, 0.0) + mine
+            cap = capacity[(link[1], link[2])]
+            if demand > cap * (1 + 1e-9):
+                share = min(share, cap / demand)
+        seconds = _one_call_scaled(ref, kind, comm.bytes, members, share)
+        class_seconds[key] = max(class_seconds.get(key, 0.0), comm.count * seconds)
+    return sum(class_seconds.values())
+
+
+def _one_call_scaled(
+    ref: ReferenceTopology, kind: str, size: float, members: list[int], share: float
+) -> float:
+    """:func:`_one_call` with the bandwidth scaled by a fair share."""
+    n = len(members)
+    if n < 2:
+        return 0.0
+    latency = _one_call(ref, kind, 0.0, members, lambda *_: None)
+    bandwidth_part = _one_call(ref, kind, size, members, lambda *_: None) - latency
+    return latency + bandwidth_part / share

@@ -51,9 +51,30 @@ class LoopbackSlurm:
     in leaf order), under ``spines`` spine switches (consecutive leaves share one) and, with
     more than one spine, a core switch. Use as a context manager."""
 
-    def __init__(self, workdir: Path, leaves: int, per_leaf: int, spines: int = 1, cpus: int = 8):
+    def __init__(
+        self,
+        workdir: Path,
+        leaves: int,
+        per_leaf: int,
+        spines: int = 1,
+        cpus: int = 8,
+        *,
+        gpus: int = 0,
+        gpu_type: str | None = None,
+        node_order: list[str] | None = None,
+        extra_conf: tuple[str, ...] = (),
+    ):
+        """``gpus`` > 0 gives each node ``Gres=gpu[:gpu_type]:gpus`` backed by empty files;
+        ``node_order`` lists the nodes in slurm.conf in another order than the leaves';
+        ``extra_conf`` lines are appended to slurm.conf."""
         self.dir = workdir
         self.nodes = [f"n{i + 1:02d}" for i in range(leaves * per_leaf)]
+        self.gpus = gpus
+        self.gpu_type = gpu_type
+        self.node_order = list(node_order) if node_order is not None else list(self.nodes)
+        if sorted(self.node_order) != sorted(self.nodes):
+            raise ValueError("node_order must list every node once")
+        self.extra_conf = tuple(extra_conf)
         self.leaves = leaves
         self.per_leaf = per_leaf
         self.spines = spines
@@ -114,11 +135,29 @@ class LoopbackSlurm:
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
         ]
-        for name, port in zip(self.nodes, node_ports, strict=True):
+        gres = ""
+        if self.gpus:
+            lines.append("GresTypes=gpu")
+            kind = f"gpu:{self.gpu_type}" if self.gpu_type else "gpu"
+            gres = f" Gres={kind}:{self.gpus}"
+            gres_conf = []
+            for name in self.nodes:
+                # Empty files stand in for /dev/nvidiaN: slurmd only needs them to exist.
+                dev = d / "dev" / name
+                dev.mkdir(parents=True, exist_ok=True)
+                for i in range(self.gpus):
+                    (dev / f"nvidia{i}").touch()
+                type_field = f" Type={self.gpu_type}" if self.gpu_type else ""
+                gres_conf.append(
+                    f"NodeName={name} Name=gpu{type_field} File={dev}/nvidia[0-{self.gpus - 1}]"
+                )
+            (d / "gres.conf").write_text("\n".join(gres_conf) + "\n")
+        for name, port in zip(self.node_order, node_ports, strict=True):
             lines.append(
                 f"NodeName={name} NodeAddr=127.0.0.1 Port={port} CPUs={self.cpus} "
-                "RealMemory=1000 State=UNKNOWN"
+                f"RealMemory=1000{gres} State=UNKNOWN"
             )
+        lines.extend(self.extra_conf)
         lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
         (d / "slurm.conf").write_text("\n".join(lines) + "\n")
         topo = []

@@ -533,3 +533,27 @@ def test_bandwidth_matrix_hosts_are_refused_not_mispriced() -> None:
     with pytest.raises(gpuplace.GpuplaceError, match="bandwidth matrix"):
         gpuplace.place(state, job, "cpsat")
     assert gpuplace.place(state, job, "auto").solver == auto.FALLBACK
+
+
+def test_ctrl_c_stops_cpsat_and_raises():
+    """Ctrl-C during a CP-SAT search that would run a minute stops it promptly and raises
+    KeyboardInterrupt, instead of CP-SAT ending quietly with its incumbent."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from gpuplace.sim.workload import DEFAULT_MODEL, fragment
+
+    state = gpuplace.ClusterState(gpuplace.Topology.preset("pcie-cluster", nodes=32))
+    fragment(state, 0.5, seed=1)
+    job = gpuplace.Job(name="k", pp=4, dp=8, model=DEFAULT_MODEL)  # not proven within 8 s
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))  # into the search
+    began = time.perf_counter()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            gpuplace.place(state, job, "cpsat", time_limit=60.0)
+    finally:
+        timer.cancel()
+    assert time.perf_counter() - began < 10.0

@@ -245,7 +245,7 @@ def test_pricing_view_matches_the_evaluator() -> None:
     assert view.side_factors.shape == (16, 3)
     assert view.side_factors[2].tolist() == pytest.approx([0.05] * 3)
     matrix = view.bandwidth_matrix([2, 3, 6])
-    healthy = state.topology._core.pair_bandwidth(2, 3)
+    healthy = state.topology.bandwidth_matrix([2, 3])[0, 1]
     assert matrix[0, 1] == pytest.approx(0.05 * healthy)
     assert matrix[1, 2] == pytest.approx(0.05 * healthy)
     assert np.isinf(matrix[0, 0])

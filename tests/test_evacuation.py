@@ -136,3 +136,25 @@ def test_cli_repair_max_moves_evacuates(tmp_path) -> None:
     assert document["cost_after"]["comm_seconds"] < document["cost_before"]["comm_seconds"]
     saved = gpuplace.ClusterState.load(topology, tmp_path / "state.json")
     assert not saved.pricing_view().any_degraded(saved.jobs["llama"])
+
+
+def test_evacuation_reason_is_a_typed_move_reason_naming_the_component() -> None:
+    topology = gpuplace.Topology.preset("h100-superpod", nodes=8)
+    state = gpuplace.ClusterState(topology)
+    job = training_job("llama", 32, pp=2)
+    state.allocate(gpuplace.place(state, job))
+    gpu = int(state.jobs["llama"][9])
+    nic = f"{topology.host_of(gpu)}:mlx5_{topology.local_index(gpu)}"
+    state.degrade(nic=nic, loss="1%")
+    plan = state._core.repair(
+        job.compile(topology), "llama", 8, gpuplace.SparePolicy.Allow, 24, None
+    )
+    assert len(plan.moves) == 8
+    assert {m.reason for m in plan.moves} == {gpuplace.MoveReason.Evacuated}
+    assert gpuplace.MoveReason.Evacuated.label == "evacuated"
+    assert {m.component[0] for m in plan.moves} == {gpuplace.ComponentKind.Nic}
+    assert {state.component_name(*m.component) for m in plan.moves} == {nic}
+    assert all(m.level is None for m in plan.moves)
+    # The repair's own report is what the state charges for the repaired placement.
+    again = gpuplace.evaluate(topology, job, plan.gpus, state=state)
+    assert plan.report_after.comm_seconds == again.comm_seconds == plan.cost_after

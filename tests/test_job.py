@@ -27,6 +27,36 @@ def test_custom_rank_order():
     assert job.rank_groups("dp").tolist() == [[0, 4], [1, 5], [2, 6], [3, 7]]
 
 
+def test_the_compiled_job_is_read_from_the_core():
+    """Groups, pipeline pairs, class names and coordinates come from the core's compilation
+    of the declaration, and agree with the rank layout the job reports."""
+    topo = gpuplace.Topology.preset("h100-superpod", nodes=4)
+    job = Job(
+        name="j",
+        tp=2,
+        dp=2,
+        pp=4,
+        communication={
+            "tp": Communication("all-reduce", 1e6),
+            "pp": Communication("p2p", 1e5, 2),
+        },
+    )
+    spec = job.compile(topo)
+    assert spec.class_names == job.class_names() == ["pp p2p", "tp all-reduce"]
+    pipelines = job.rank_groups("pp")
+    pairs = spec.class_groups(0)
+    expected = np.stack([pipelines[:, :-1], pipelines[:, 1:]], axis=-1).reshape(-1, 2)
+    assert pairs.tolist() == expected.tolist()
+    assert spec.class_groups(1).tolist() == job.rank_groups("tp").tolist()
+    coords = spec.coordinates()
+    for i, dim in enumerate(job.rank_order):
+        for group in job.rank_groups(dim):
+            assert len(set(coords[group, i].tolist())) == len(group)
+    assert [k.label for k in gpuplace._core.CollectiveKind.members()] == list(gpuplace.job.KINDS)
+    with pytest.raises(gpuplace.Infeasible, match="needs 64 GPUs but the cluster has only 32"):
+        Job(name="big", dp=64).compile(topo)
+
+
 @given(st.data())
 def test_rank_groups_partition_the_ranks(data):
     topology = data.draw(topologies)

@@ -184,6 +184,8 @@ def test_a_registered_python_solver_is_priced_by_the_one_cost_model():
     @gpuplace.register_solver("test-reverse", "test only: the highest free GPU ids")
     def reverse(state, job, seed, time_limit):
         free = np.flatnonzero(state.free_mask())[::-1][: job.gpus]
+        if len(free) < job.gpus:
+            raise gpuplace.Infeasible(f"needs {job.gpus} GPUs, {len(free)} are free")
         return gpuplace.SolveResult(gpus=free, optimal=False, bound=0.0)
 
     topo = Topology.preset("dgx-h100")
@@ -192,6 +194,51 @@ def test_a_registered_python_solver_is_priced_by_the_one_cost_model():
     assert placement.gpus.tolist() == [7, 6]
     assert placement.cost == gpuplace.evaluate(topo, job, [7, 6])
     assert placement.gap == pytest.approx(1.0)
+
+
+def test_the_gate_refuses_every_kind_of_broken_placement_from_a_python_solver():
+    """Whatever a registered solver returns, place() hands back only a valid placement: the
+    gate in the core refuses a short list, a GPU twice, a GPU that is taken, failed or a spare,
+    and a broken confinement from a solver that promises it, and changes nothing."""
+    topo = Topology.preset("dgx-h100")
+    state = ClusterState(topo)
+    state.allocate(name="bg", gpus=[0])
+    state.fail_gpus([1])
+    state.reserve_spares(gpus=[2])
+    job = Job(name="j", tp=2, communication={"tp": gpuplace.Communication("all-reduce", 1e9)})
+    answers = {
+        "short": ([3], "gives 1 GPUs for a job of 2 ranks"),
+        "twice": ([3, 3], "GPU 3 is given to two ranks"),
+        "taken": ([0, 3], "rank 0 is on GPU 0, which is allocated to job 'bg'"),
+        "failed": ([3, 1], "rank 1 is on GPU 1, which is failed"),
+        "spare": ([2, 3], "GPU 2, which is a reserved spare"),
+        "missing": ([3, 99], "GPU 99 does not exist"),
+        "negative": ([3, -1], "-1 is not a valid id"),
+        "floats": (np.array([3.0, 4.0]), "expected a 1-d array of GPU ids"),
+    }
+    for name, (gpus, _) in answers.items():
+        gpuplace.register_solver(f"broken-{name}", "test only")(
+            lambda state, job, seed, limit, gpus=gpus: gpuplace.SolveResult(gpus=np.asarray(gpus))
+        )
+    free_before = state.free_mask().copy()
+    for name, (_, message) in answers.items():
+        with pytest.raises(gpuplace.InvalidState) as info:
+            gpuplace.place(state, job, f"broken-{name}")
+        assert f"solver 'broken-{name}' returned an invalid placement" in str(info.value)
+        assert message in str(info.value), str(info.value)
+    assert (state.free_mask() == free_before).all() and list(state.jobs) == ["bg"]
+
+    # Confinement: refused from a solver that promises it, reported from one that does not.
+    def split(state, job, seed, limit):
+        return gpuplace.SolveResult(gpus=np.array([3, 8]))
+
+    big = ClusterState(Topology.preset("h100-superpod", nodes=2))
+    gpuplace.register_solver("test-split-confining", "test only", confining=True)(split)
+    gpuplace.register_solver("test-split", "test only")(split)
+    with pytest.raises(gpuplace.InvalidState, match="promises confinement but breaks it"):
+        gpuplace.place(big, job, "test-split-confining")
+    placement = gpuplace.place(big, job, "test-split")
+    assert not placement.cost.confinement_ok and placement.cost.violations
 
 
 # --------------------------------------------------------------------------- Infeasible says why
@@ -240,3 +287,29 @@ def test_infeasible_nvl72_domain():
         gpuplace.Infeasible, match=r"tp group \(144 GPUs\) must stay inside one nvlink-domain"
     ):
         gpuplace.place(ClusterState(topo), Job(name="j", tp=144))
+
+
+# --------------------------------------------------------------------------- Ctrl-C
+def test_ctrl_c_stops_a_long_refine_promptly(superpod):
+    """A refine given a minute stops within a second of Ctrl-C (the core polls an interrupt
+    flag the bindings set when Python sees the signal) and raises KeyboardInterrupt; the
+    next call runs normally."""
+    import os
+    import signal
+    import threading
+    import time
+
+    state = ClusterState(superpod)
+    job = Job(name="j", tp=8, pp=4, dp=4)
+    start = gpuplace.place(state, job, "first-fit")
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))  # a real Ctrl-C
+    began = time.perf_counter()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            gpuplace.refine(state, start, time_limit=60.0, max_iterations=10**15)
+    finally:
+        timer.cancel()
+    assert time.perf_counter() - began < 1.5
+    again = gpuplace.refine(state, start, time_limit=0.05, max_iterations=10**15)
+    assert again.cost.comm_seconds <= start.cost.comm_seconds

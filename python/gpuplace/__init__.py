@@ -9,8 +9,10 @@
 """
 
 # The solvers written in Python (gpuplace.placers) register themselves on import.
+from gpuplace import health
 from gpuplace import placers as _placers  # noqa: F401
 from gpuplace._core import __version__
+from gpuplace.enums import CollectiveKind, ComponentKind, Condition, Health, MoveReason, SparePolicy
 from gpuplace.errors import (
     GpuplaceError,
     Infeasible,
@@ -36,9 +38,13 @@ from gpuplace.topology import Level, NodeType, Topology
 
 __all__ = [
     "ClusterState",
+    "CollectiveKind",
     "Communication",
+    "ComponentKind",
+    "Condition",
     "CostReport",
     "GpuplaceError",
+    "Health",
     "Infeasible",
     "InvalidJob",
     "InvalidState",
@@ -46,15 +52,18 @@ __all__ = [
     "Job",
     "Level",
     "Mapping",
+    "MoveReason",
     "MovedRank",
     "NodeType",
     "Placement",
     "Repair",
     "SolveResult",
+    "SparePolicy",
     "Topology",
     "TransformerModel",
     "__version__",
     "evaluate",
+    "health",
     "map_ranks",
     "place",
     "refine",

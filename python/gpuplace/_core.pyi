@@ -2,28 +2,161 @@
 gpuplace-core). The public API is re-exported from ``gpuplace``; these classes hold the
 flat arrays the Rust core solves over."""
 
-from typing import final
+from typing import ClassVar, final
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import Self
 
 __all__ = [
+    "MIN_FACTOR",
     "ClusterState",
+    "CollectiveKind",
+    "ComponentKind",
+    "Condition",
+    "ContentionReport",
+    "CostReport",
+    "Health",
+    "HotUplink",
     "JobSpec",
+    "MoveReason",
+    "RankMove",
+    "RepairPlan",
+    "SparePolicy",
     "Topology",
     "__version__",
+    "added_to_neighbours",
+    "admit",
+    "class_names",
     "collective_terms",
+    "contention",
     "evaluate",
+    "fabric_load",
+    "hottest_uplinks",
+    "io_seconds",
+    "job_load",
+    "jobs_hurt",
     "loss_factor",
     "map_ranks",
     "pair_bandwidth_matrix",
     "place",
     "pricing_view",
+    "rank_groups",
     "refine",
     "rust_solvers",
+    "uplinks",
+    "with_uplink_gbps",
 ]
 
 __version__: str
+MIN_FACTOR: float
+
+class _Labelled:
+    @property
+    def label(self) -> str: ...
+    def __int__(self) -> int: ...
+    @classmethod
+    def members(cls) -> list[Self]: ...
+    @classmethod
+    def from_label(cls, label: str) -> Self: ...
+
+@final
+class CollectiveKind(_Labelled):
+    AllReduce: ClassVar[CollectiveKind]
+    AllGather: ClassVar[CollectiveKind]
+    ReduceScatter: ClassVar[CollectiveKind]
+    AllToAll: ClassVar[CollectiveKind]
+    PointToPoint: ClassVar[CollectiveKind]
+
+@final
+class Health(_Labelled):
+    Ok: ClassVar[Health]
+    Failed: ClassVar[Health]
+    Drained: ClassVar[Health]
+
+@final
+class Condition(_Labelled):
+    Ok: ClassVar[Condition]
+    Degraded: ClassVar[Condition]
+    Failed: ClassVar[Condition]
+    Drained: ClassVar[Condition]
+
+@final
+class ComponentKind(_Labelled):
+    Gpu: ClassVar[ComponentKind]
+    Host: ClassVar[ComponentKind]
+    Nic: ClassVar[ComponentKind]
+    Switch: ClassVar[ComponentKind]
+
+@final
+class SparePolicy(_Labelled):
+    Allow: ClassVar[SparePolicy]
+    Forbid: ClassVar[SparePolicy]
+    Only: ClassVar[SparePolicy]
+
+@final
+class MoveReason:
+    Lost: ClassVar[MoveReason]
+    GroupMoved: ClassVar[MoveReason]
+    Improvement: ClassVar[MoveReason]
+    Evacuated: ClassVar[MoveReason]
+    @property
+    def label(self) -> str: ...
+    def __int__(self) -> int: ...
+
+@final
+class CostReport:
+    @property
+    def comm_seconds(self) -> float: ...
+    @property
+    def class_seconds(self) -> list[float]: ...
+    @property
+    def traffic_seconds(self) -> float: ...
+    @property
+    def bytes_by_level(self) -> npt.NDArray[np.float64]: ...
+    @property
+    def span_level(self) -> int | None: ...
+    @property
+    def confinement_ok(self) -> bool: ...
+    @property
+    def violations(self) -> list[str]: ...
+
+@final
+class RankMove:
+    @property
+    def rank(self) -> int: ...
+    @property
+    def old_gpu(self) -> int: ...
+    @property
+    def new_gpu(self) -> int: ...
+    @property
+    def reason(self) -> MoveReason: ...
+    @property
+    def level(self) -> int | None: ...
+    @property
+    def component(self) -> tuple[ComponentKind, int, int] | None: ...
+
+@final
+class RepairPlan:
+    @property
+    def gpus(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def moves(self) -> list[RankMove]: ...
+    @property
+    def cost_before(self) -> float: ...
+    @property
+    def cost_after(self) -> float: ...
+    @property
+    def report_before(self) -> CostReport: ...
+    @property
+    def report_after(self) -> CostReport: ...
+    @property
+    def evaluations(self) -> int: ...
+
+def rank_groups(sizes: list[int], d: int) -> npt.NDArray[np.int64]: ...
+def class_names(
+    dim_names: list[str], dim_sizes: list[int], comm_kind: list[str | None]
+) -> list[str]: ...
 
 @final
 class Topology:
@@ -51,10 +184,6 @@ class Topology:
     def nvlink_level(self) -> int: ...
     @property
     def level_names(self) -> list[str]: ...
-    @property
-    def bandwidth_gbps(self) -> list[float]: ...
-    @property
-    def latency_us(self) -> list[float]: ...
     def domain_count(self, level: int) -> int: ...
     def domain_sizes(self, level: int) -> npt.NDArray[np.int64]: ...
     def parents(self, level: int) -> npt.NDArray[np.int64]: ...
@@ -62,35 +191,32 @@ class Topology:
     def bandwidth_matrix(self, gpus: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]: ...
     @property
     def effective_bandwidth_gbps(self) -> list[float]: ...
-    def collective_seconds_by_level(self, kind: int, n: int, bytes: float) -> list[float]: ...
-    def lca(self, a: int, b: int) -> int: ...
-    def pair_bandwidth(self, a: int, b: int) -> float: ...
+    def collective_seconds_by_level(self, kind: str, n: int, bytes: float) -> list[float]: ...
 
 @final
 class JobSpec:
     def __new__(
         cls,
         topology: Topology,
+        name: str,
         num_ranks: int,
         dim_names: list[str],
         dim_sizes: list[int],
         dim_confine: list[int],
+        comm_kind: list[str | None],
+        comm_bytes: list[float],
+        comm_count: list[float],
         max_span: int,
-        group_offsets: npt.NDArray[np.int64],
-        group_ranks: npt.NDArray[np.int64],
-        coll_group: npt.NDArray[np.int64],
-        coll_kind: npt.NDArray[np.int64],
-        coll_bytes: npt.NDArray[np.float64],
-        coll_count: npt.NDArray[np.float64],
-        coll_class: npt.NDArray[np.int64],
-        coll_dim: npt.NDArray[np.int64],
         traffic_src: npt.NDArray[np.int64],
         traffic_dst: npt.NDArray[np.int64],
         traffic_bytes: npt.NDArray[np.float64],
     ) -> JobSpec: ...
     @property
     def num_ranks(self) -> int: ...
-    def layout_order(self) -> list[int]: ...
+    @property
+    def class_names(self) -> list[str]: ...
+    def coordinates(self) -> npt.NDArray[np.int64]: ...
+    def class_groups(self, index: int) -> npt.NDArray[np.int64]: ...
 
 @final
 class ClusterState:
@@ -98,10 +224,16 @@ class ClusterState:
         cls, topology: Topology, gpu_nic: npt.NDArray[np.int64] | None = None
     ) -> ClusterState: ...
     def copy(self) -> ClusterState: ...
-    def allocate(self, name: str, gpus: npt.NDArray[np.int64]) -> None: ...
+    def allocate(
+        self,
+        name: str,
+        gpus: npt.NDArray[np.int64],
+        job: JobSpec | None = None,
+        io: list[tuple[int, int, float, float, float, float]] | None = None,
+    ) -> None: ...
     def release(self, name: str) -> npt.NDArray[np.int64]: ...
     def set_health(
-        self, gpus: npt.NDArray[np.int64], code: int
+        self, gpus: npt.NDArray[np.int64], status: Health
     ) -> list[tuple[str, npt.NDArray[np.int64]]]: ...
     def health(self) -> npt.NDArray[np.uint8]: ...
     def free_mask(self) -> npt.NDArray[np.bool_]: ...
@@ -109,6 +241,7 @@ class ClusterState:
     def recount(self) -> list[npt.NDArray[np.int64]]: ...
     @property
     def total_free(self) -> int: ...
+    def check_capacity(self, num_ranks: int) -> None: ...
     def owner_of(self, gpu: int) -> str | None: ...
     def jobs(self) -> dict[str, npt.NDArray[np.int64]]: ...
     def job_gpus(self, name: str) -> npt.NDArray[np.int64] | None: ...
@@ -118,33 +251,38 @@ class ClusterState:
         kinds: npt.NDArray[np.int64],
         a: npt.NDArray[np.int64],
         b: npt.NDArray[np.int64],
-        code: int,
+        condition: Condition,
         factor: float,
         reason: str,
     ) -> list[tuple[str, npt.NDArray[np.int64]]]: ...
-    def components(self) -> list[tuple[int, int, int, int, float, str]]: ...
+    def components(self) -> list[tuple[ComponentKind, int, int, Condition, float, str]]: ...
     def set_spare(self, gpus: npt.NDArray[np.int64], spare: bool) -> None: ...
     def spare_mask(self) -> npt.NDArray[np.bool_]: ...
     def degraded_mask(self) -> npt.NDArray[np.bool_]: ...
-    def spare_counts(self, level: int) -> npt.NDArray[np.int64]: ...
     def check(self) -> None: ...
-    def replace_allocation(self, name: str, gpus: npt.NDArray[np.int64]) -> None: ...
     def repair(
         self,
         job: JobSpec,
         name: str,
         max_moves: int = 0,
-        spares: str = "allow",
+        spares: SparePolicy = ...,
         max_evaluations: int = 24,
         time_limit: float | None = None,
-    ) -> dict[str, object]: ...
+    ) -> RepairPlan: ...
 
+def admit(
+    state: ClusterState,
+    job: JobSpec,
+    gpus: npt.NDArray[np.int64],
+    solver: str,
+    confining: bool,
+) -> CostReport: ...
 def evaluate(
     topology: Topology,
     job: JobSpec,
     gpus: npt.NDArray[np.int64],
     state: ClusterState | None = None,
-) -> dict[str, object]: ...
+) -> CostReport: ...
 def loss_factor(loss: float) -> float: ...
 def map_ranks(
     distance: npt.NDArray[np.float64],
@@ -165,7 +303,8 @@ def place(
     solver: str,
     seed: int = 0,
     time_limit: float | None = None,
-) -> npt.NDArray[np.int64]: ...
+    neighbours: bool = True,
+) -> tuple[npt.NDArray[np.int64], CostReport]: ...
 def refine(
     state: ClusterState,
     job: JobSpec,
@@ -173,14 +312,67 @@ def refine(
     time_limit: float = 0.5,
     seed: int = 0,
     max_iterations: int = 200000,
-) -> tuple[npt.NDArray[np.int64], float, float, int, int]: ...
-def rust_solvers() -> list[str]: ...
+) -> tuple[npt.NDArray[np.int64], CostReport, float, int, int]: ...
+def rust_solvers() -> list[tuple[str, str, bool]]: ...
 
-# Pricing view (rust/py/src/pricing.rs)
+# Fabric: uplink capacities, the running jobs' load, contention (rust/py/src/fabric.rs).
+def uplinks(
+    topology: Topology,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]: ...
+def with_uplink_gbps(topology: Topology, capacity: npt.NDArray[np.float64]) -> Topology: ...
+def fabric_load(state: ClusterState) -> npt.NDArray[np.float64]: ...
+def job_load(
+    job: JobSpec, gpus: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]: ...
+
+@final
+class HotUplink:
+    @property
+    def uplink(self) -> int: ...
+    @property
+    def direction(self) -> int: ...
+    @property
+    def capacity_gbps(self) -> float: ...
+    @property
+    def own_gbps(self) -> float: ...
+    @property
+    def others_gbps(self) -> float: ...
+    @property
+    def jobs(self) -> list[tuple[str, float]]: ...
+
+@final
+class ContentionReport:
+    @property
+    def alone_seconds(self) -> float: ...
+    @property
+    def contended_seconds(self) -> float: ...
+    @property
+    def uplinks(self) -> list[HotUplink]: ...
+
+def contention(
+    state: ClusterState, job: JobSpec, gpus: npt.NDArray[np.int64]
+) -> ContentionReport: ...
+def added_to_neighbours(
+    state: ClusterState, job: JobSpec, gpus: npt.NDArray[np.int64]
+) -> float: ...
+def hottest_uplinks(state: ClusterState, count: int) -> list[tuple[int, float, float]]: ...
+def jobs_hurt(state: ClusterState) -> list[tuple[str, float, float]]: ...
+def io_seconds(
+    state: ClusterState,
+    gpus: npt.NDArray[np.int64],
+    level: int,
+    domain: int,
+    read_gbps: float,
+    write_gbps: float,
+    read_bytes: float,
+    write_bytes: float,
+) -> float: ...
+
+# Pricing view: what every solver prices on (rust/py/src/pricing.rs).
 def pricing_view(
     state: ClusterState,
 ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.float32]]: ...
 def pair_bandwidth_matrix(
     state: ClusterState, gpus: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.float64]: ...
-def collective_terms(kind: int, n: int, bytes: float) -> tuple[float, float]: ...
+def collective_terms(kind: CollectiveKind, n: int, bytes: float) -> tuple[float, float]: ...

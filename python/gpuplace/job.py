@@ -38,7 +38,9 @@ import numpy as np
 
 from gpuplace import _core
 from gpuplace._validate import Checker, read_document
-from gpuplace.errors import Infeasible, InvalidJob
+from gpuplace.errors import InvalidJob
+from gpuplace.power import JobPower, parse_job_power
+from gpuplace.storage import DataAccess, parse_data
 
 if TYPE_CHECKING:
     from gpuplace.topology import Topology
@@ -47,8 +49,8 @@ __all__ = ["DIMENSIONS", "KINDS", "Communication", "Job", "TransformerModel"]
 
 #: Parallel dimensions in Megatron's default rank order (tp fastest, pp slowest).
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
-#: Collective kinds and their codes in the core.
-KINDS = {"all-reduce": 0, "all-gather": 1, "reduce-scatter": 2, "all-to-all": 3, "p2p": 4}
+#: Collective kinds, as the core names them (the core defines them once).
+KINDS: tuple[str, ...] = tuple(k.label for k in _core.CollectiveKind.members())
 #: The most ranks a job may have: larger than any cluster, small enough to compile.
 MAX_RANKS = 1 << 22
 _DEFAULT_KIND = {
@@ -137,6 +139,10 @@ class Job:
     traffic_ranks: int | None = None
     confine: Mapping[str, str] = field(default_factory=lambda: {"tp": "nvlink_domain"})
     max_span: str | None = None
+    #: Per-GPU draw and synchronised peaks (``gpuplace.power``); None: board power, unsynced.
+    power: JobPower | None = None
+    #: Dataset reads and checkpoint writes (``gpuplace.storage``).
+    data: DataAccess | None = None
 
     def __post_init__(self) -> None:
         c = Checker(InvalidJob, None)
@@ -198,11 +204,10 @@ class Job:
         return {d: c for d, c in derived.items() if getattr(self, d) > 1}
 
     def rank_groups(self, dim: str) -> np.ndarray:
-        """Ranks of every group of one dimension, shape (groups, degree)."""
+        """Ranks of every group of one dimension, shape (groups, degree), from the core's
+        rank layout (rank order: the first dimension of ``rank_order`` fastest)."""
         sizes = [getattr(self, d) for d in self.rank_order]
-        grid = np.arange(self.gpus, dtype=np.int64).reshape(sizes[::-1])
-        axis = len(sizes) - 1 - self.rank_order.index(dim)
-        return np.moveaxis(grid, axis, -1).reshape(-1, getattr(self, dim))
+        return _core.rank_groups(sizes, self.rank_order.index(dim))
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -231,6 +236,9 @@ class Job:
                 "communication",
                 "traffic",
                 "constraints",
+                "power",
+                "data",
+                "checkpoint",
             },
         )
         name = c.string(doc.get("name"), "name")
@@ -329,6 +337,11 @@ class Job:
                 kwargs["traffic"] = np.array(edges, dtype=np.float64).reshape(-1, 3)
                 kwargs["traffic_ranks"] = n
             kwargs.setdefault("confine", {})
+        if doc.get("power") is not None:
+            kwargs["power"] = parse_job_power(c, doc["power"])
+        access = parse_data(c, doc.get("data"), doc.get("checkpoint"))
+        if access is not None:
+            kwargs["data"] = access
         try:
             return cls(name=name, **kwargs)
         except InvalidJob as exc:
@@ -361,6 +374,10 @@ class Job:
         if self.max_span is not None:
             constraints["max_span"] = self.max_span
         out["constraints"] = constraints
+        if self.power is not None:
+            out["power"] = self.power.to_dict()
+        if self.data is not None:
+            out.update(self.data.to_dict())
         return out
 
     # ----------------------------------------------------------------- compilation
@@ -386,84 +403,60 @@ class Job:
                 f"(levels: {', '.join(topology.level_names)}, or nvlink_domain)"
             ) from None
 
+    def _declaration(
+        self,
+    ) -> tuple[list[str], list[int], list[str | None], list[float], list[float]]:
+        """Dimensions in rank order with their degree and communication (kind, bytes, count)."""
+        if self.traffic is not None:
+            return [], [], [], [], []
+        comm = self.resolved_communication()
+        dims = list(self.rank_order)
+        kinds = [comm[d].kind if d in comm else None for d in dims]
+        return (
+            dims,
+            [getattr(self, d) for d in dims],
+            kinds,
+            [comm[d].bytes if d in comm else 0.0 for d in dims],
+            [comm[d].count if d in comm else 0.0 for d in dims],
+        )
+
     def _compile(self, topology: Topology) -> _core.JobSpec:
-        n = self.gpus
-        if n > topology.num_gpus:
-            # Refuse before building arrays the size of the job.
-            raise Infeasible(
-                f"{self.name} needs {n} GPUs but {topology.name} has only {topology.num_gpus}"
-            )
+        """Pass the declaration to the core, which builds the groups, collectives, class names
+        and rank layout (and refuses a job larger than the cluster)."""
         max_span = (
             len(topology.levels) - 1
             if self.max_span is None
             else self._level(topology, self.max_span, "constraints.max_span")
         )
-        offsets: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
-        ranks: list[np.ndarray] = []
-        coll: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("group", "kind", "bytes", "count", "class", "dim")
-        }
-        if self.traffic is not None:
-            dims: list[str] = []
-            sizes: list[int] = []
-            confine: list[int] = []
-            traffic = self.traffic
-        else:
-            dims = list(self.rank_order)
-            sizes = [getattr(self, d) for d in dims]
-            confine = [
-                self._level(topology, self.confine[d], f"constraints.confine.{d}")
-                if d in self.confine
-                else -1
-                for d in dims
-            ]
-            traffic = np.zeros((0, 3))
-            groups_so_far = 0
-            rank_total = 0
-            for cls_id, (d, comm) in enumerate(sorted(self.resolved_communication().items())):
-                groups = self.rank_groups(d)
-                if comm.kind == "p2p":
-                    groups = np.stack([groups[:, :-1], groups[:, 1:]], axis=-1).reshape(-1, 2)
-                k, width = groups.shape
-                ranks.append(groups.reshape(-1))
-                offsets.append(rank_total + width * np.arange(1, k + 1, dtype=np.int64))
-                rank_total += k * width
-                coll["group"].append(groups_so_far + np.arange(k, dtype=np.int64))
-                coll["kind"].append(np.full(k, KINDS[comm.kind], dtype=np.int64))
-                coll["bytes"].append(np.full(k, comm.bytes, dtype=np.float64))
-                coll["count"].append(np.full(k, comm.count, dtype=np.float64))
-                coll["class"].append(np.full(k, cls_id, dtype=np.int64))
-                coll["dim"].append(np.full(k, dims.index(d), dtype=np.int64))
-                groups_so_far += k
-
-        def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
-            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
-
+        dims, sizes, kinds, nbytes, counts = self._declaration()
+        confine = [
+            self._level(topology, self.confine[d], f"constraints.confine.{d}")
+            if d in self.confine
+            else -1
+            for d in dims
+        ]
+        traffic = self.traffic if self.traffic is not None else np.zeros((0, 3))
         return _core.JobSpec(
             topology._core,
-            n,
+            self.name,
+            self.gpus,
             dims,
             sizes,
             confine,
+            kinds,
+            nbytes,
+            counts,
             max_span,
-            cat(offsets, np.int64),
-            cat(ranks, np.int64),
-            cat(coll["group"], np.int64),
-            cat(coll["kind"], np.int64),
-            cat(coll["bytes"], np.float64),
-            cat(coll["count"], np.float64),
-            cat(coll["class"], np.int64),
-            cat(coll["dim"], np.int64),
             np.ascontiguousarray(traffic[:, 0], dtype=np.int64),
             np.ascontiguousarray(traffic[:, 1], dtype=np.int64),
             np.ascontiguousarray(traffic[:, 2], dtype=np.float64),
         )
 
     def class_names(self) -> list[str]:
-        """Names of the collective classes, in the order of ``CostReport.class_seconds``."""
-        if self.traffic is not None:
-            return []
-        return [f"{d} {c.kind}" for d, c in sorted(self.resolved_communication().items())]
+        """Names of the collective classes, in the order of ``CostReport.class_seconds`` (the
+        core names and orders them)."""
+        dims, sizes, kinds, _, _ = self._declaration()
+        return _core.class_names(dims, sizes, kinds)
 
 
 def _model(c: Checker, raw: Any) -> TransformerModel:

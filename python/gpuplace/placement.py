@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuplace import _core
-from gpuplace.errors import InvalidJob
+from gpuplace.errors import InvalidJob, InvalidState
 from gpuplace.hostlist import compress
 
 if TYPE_CHECKING:
@@ -54,6 +54,21 @@ class CostReport:
     confinement_ok: bool
     violations: list[str]
     nvlink_level: str
+    #: Priced in a state whose running jobs load the fabric: the same placement's seconds
+    #: with nobody else on it, and the uplinks over capacity on its paths
+    #: (``gpuplace.fabric``); ``comm_seconds`` is then the contended time.
+    alone_seconds: float | None = None
+    hot_uplinks: tuple[Any, ...] = ()
+    #: Seconds per step reading the job's dataset and writing its checkpoints over the path
+    #: to their stores (``gpuplace.storage``); not part of ``comm_seconds``.
+    io_seconds: float = 0.0
+
+    @property
+    def slowdown(self) -> float:
+        """Contended over alone communication time (1.0 when nobody slows the job)."""
+        if self.alone_seconds is None or self.alone_seconds <= 0:
+            return 1.0
+        return self.comm_seconds / self.alone_seconds
 
     @property
     def fabric_bytes(self) -> float:
@@ -79,6 +94,16 @@ class CostReport:
             "span_level": self.span_level,
             "confinement_ok": self.confinement_ok,
             "violations": self.violations,
+            **({"io_seconds": self.io_seconds} if self.io_seconds else {}),
+            **(
+                {
+                    "alone_seconds": self.alone_seconds,
+                    "slowdown": self.slowdown,
+                    "hot_uplinks": [u.to_dict() for u in self.hot_uplinks],
+                }
+                if self.alone_seconds is not None
+                else {}
+            ),
         }
 
 
@@ -86,22 +111,52 @@ def evaluate(
     topology: Topology, job: Job, gpus: Any, *, state: ClusterState | None = None
 ) -> CostReport:
     """Price a placement (``gpus[rank]`` = GPU id) with the one cost model; with ``state``,
-    on that state's hardware (degraded NICs and switches slow the paths through them)."""
+    on that state's hardware (degraded NICs and switches slow the paths through them) and
+    with its running jobs on the fabric (the report then gives the slowdown from contention
+    and the uplinks responsible)."""
     spec = job.compile(topology)
     core_state = None if state is None else state._core
     raw = _core.evaluate(topology._core, spec, np.asarray(gpus, dtype=np.int64), core_state)
+    return _cost_report(topology, spec, raw, **_shared_costs(topology, job, gpus, state))
+
+
+def _shared_costs(
+    topology: Topology, job: Job, gpus: Any, state: ClusterState | None
+) -> dict[str, Any]:
+    """What a placement shares with others: priced in a state whose running jobs load the
+    fabric, its seconds alone and the hot uplinks on its paths; with stores, its storage I/O."""
+    shared: dict[str, Any] = {}
+    if state is not None and _core.hottest_uplinks(state._core, 1):
+        from gpuplace.fabric import contention
+
+        seen = contention(state, job, gpus)
+        shared = {"alone_seconds": seen.alone_seconds, "hot_uplinks": seen.uplinks}
+    if getattr(job, "data", None) is not None and topology.stores:
+        from gpuplace.state import ClusterState as _State
+        from gpuplace.storage import io_seconds
+
+        shared["io_seconds"] = io_seconds(
+            state if state is not None else _State(topology), job, gpus
+        )
+    return shared
+
+
+def _cost_report(
+    topology: Topology, spec: _core.JobSpec, raw: _core.CostReport, **shared: Any
+) -> CostReport:
+    """The core's cost report with level and class names, and what the placement shares."""
     names = topology.level_names
-    classes = job.class_names()
-    span = raw["span_level"]
+    span = raw.span_level
     return CostReport(
-        comm_seconds=raw["comm_seconds"],
-        class_seconds=dict(zip(classes, raw["class_seconds"], strict=True)),
-        traffic_seconds=raw["traffic_seconds"],
-        bytes_by_level={n: float(b) for n, b in zip(names, raw["bytes_by_level"], strict=True)},
+        comm_seconds=raw.comm_seconds,
+        class_seconds=dict(zip(spec.class_names, raw.class_seconds, strict=True)),
+        traffic_seconds=raw.traffic_seconds,
+        bytes_by_level={n: float(b) for n, b in zip(names, raw.bytes_by_level, strict=True)},
         span_level=None if span is None else names[span],
-        confinement_ok=raw["confinement_ok"],
-        violations=list(raw["violations"]),
+        confinement_ok=raw.confinement_ok,
+        violations=raw.violations,
         nvlink_level=names[topology.nvlink_level],
+        **shared,
     )
 
 
@@ -209,16 +264,24 @@ class SolverInfo:
     name: str
     description: str
     func: Solver
+    #: The solver promises to keep the job's confinement rules; the placement gate refuses a
+    #: placement of it that breaks them.
+    confining: bool = False
+    #: Implemented in Rust: :func:`place` runs it and the gate in one call into the core.
+    rust: bool = False
 
 
 _REGISTRY: dict[str, SolverInfo] = {}
 
 
-def register_solver(name: str, description: str) -> Callable[[Solver], Solver]:
-    """Decorator that adds a solver to :func:`solvers` and :func:`place`."""
+def register_solver(
+    name: str, description: str, *, confining: bool = False
+) -> Callable[[Solver], Solver]:
+    """Decorator that adds a solver to :func:`solvers` and :func:`place`. ``confining``: the
+    solver promises to keep the job's confinement rules (the gate in :func:`place` checks it)."""
 
     def wrap(func: Solver) -> Solver:
-        _REGISTRY[name] = SolverInfo(name, description, func)
+        _REGISTRY[name] = SolverInfo(name, description, func, confining)
         return func
 
     return wrap
@@ -231,28 +294,14 @@ def solvers() -> dict[str, str]:
 
 def _rust_solver(name: str) -> Solver:
     def run(state: ClusterState, job: Job, seed: int, time_limit: float | None) -> SolveResult:
-        gpus = _core.place(state._core, job.compile(state.topology), name, seed, time_limit)
+        gpus, _ = _core.place(state._core, job.compile(state.topology), name, seed, time_limit)
         return SolveResult(gpus=gpus)
 
     return run
 
 
-register_solver(
-    "greedy",
-    "hierarchical best-fit in Rust: tightest domain that holds the job, tp groups inside NVLink "
-    "domains, heaviest traffic on the lowest levels",
-)(_rust_solver("greedy"))
-register_solver(
-    "refine",
-    "greedy, then local search in Rust on the cost model: rank swaps and moves to free GPUs next "
-    "to each rank's partners, within time_limit (default 0.5 s); never worse than greedy",
-)(_rust_solver("refine"))
-register_solver("first-fit", "baseline: the lowest free GPU ids, ranks in order (topology-blind)")(
-    _rust_solver("first-fit")
-)
-register_solver("random", "baseline: random free GPUs in random rank order (seeded)")(
-    _rust_solver("random")
-)
+for _name, _description, _confining in _core.rust_solvers():
+    _REGISTRY[_name] = SolverInfo(_name, _description, _rust_solver(_name), _confining, rust=True)
 
 
 def refine(
@@ -271,9 +320,10 @@ def refine(
     if placement.topology is not state.topology:
         raise InvalidJob("the placement was made for another topology than the state's")
     start = time.perf_counter()
-    gpus, _, _, iterations, accepted = _core.refine(
+    spec = placement.job.compile(state.topology)
+    gpus, raw, _, iterations, accepted = _core.refine(
         state._core,
-        placement.job.compile(state.topology),
+        spec,
         np.asarray(placement.gpus, dtype=np.int64),
         float(time_limit),
         int(seed),
@@ -284,7 +334,10 @@ def refine(
         job=placement.job,
         topology=state.topology,
         gpus=np.asarray(gpus, dtype=np.int64),
-        cost=evaluate(state.topology, placement.job, gpus, state=state),
+        # Priced on the state in the same call into the core.
+        cost=_cost_report(
+            state.topology, spec, raw, **_shared_costs(state.topology, placement.job, gpus, state)
+        ),
         solver=f"{placement.solver}+refine",
         elapsed_s=placement.elapsed_s + elapsed,
         details={"refine_iterations": iterations, "refine_accepted": accepted},
@@ -298,10 +351,21 @@ def place(
     *,
     seed: int = 0,
     time_limit: float | None = None,
+    neighbours: bool = True,
 ) -> Placement:
     """Place ``job`` on the free GPUs of ``state`` with a registered solver.
 
-    The state is not changed: call ``state.allocate(placement)`` to take the GPUs. Raises
+    Where running jobs load the fabric, the Rust solvers price a candidate with that load
+    and, with ``neighbours`` (the default), add the time it would cost the running jobs. With
+    power domains the solver sees only what the budgets leave free; a job with a dataset is
+    also tried next to its data.
+
+    Whatever solver made it, the placement passes one gate in the core before it is returned:
+    one GPU per rank, no GPU twice, only free and healthy GPUs (no reserved spares), and the
+    job's confinement rules when the solver promises them; it is priced on the state's
+    hardware, among its running jobs, in the same call. A placement that fails the gate raises
+    :class:`gpuplace.InvalidState` naming the solver and what is wrong. The state is not
+    changed: call ``state.allocate(placement)`` to take the GPUs. Raises
     :class:`gpuplace.Infeasible` (saying why) when the job cannot be placed.
     """
     info = _REGISTRY.get(solver)
@@ -310,17 +374,74 @@ def place(
     if time_limit is not None and not time_limit > 0:
         raise InvalidJob(f"time_limit must be > 0 seconds, got {time_limit!r}")
     start = time.perf_counter()
-    result = info.func(state, job, seed, time_limit)
+    spec = job.compile(state.topology)
+    has_data = getattr(job, "data", None) is not None and bool(state.topology.stores)
+    if info.rust and not state.topology.power_domains and not has_data:
+        # Solver and gate in one call into the core.
+        gpus, raw = _core.place(state._core, spec, solver, seed, time_limit, neighbours)
+        result = SolveResult(gpus=gpus)
+    else:
+
+        def solve_here(view: ClusterState) -> SolveResult:
+            if info.rust:
+                found, _ = _core.place(view._core, spec, solver, seed, time_limit, neighbours)
+                return SolveResult(gpus=found)
+            found_result = info.func(view, job, seed, time_limit)
+            if view is not state:
+                # The gate on the view the solver was given (on the state itself, below).
+                gpus = _gpu_ids(solver, found_result.gpus)
+                _core.admit(view._core, spec, gpus, solver, info.confining)
+            return found_result
+
+        def solve(view: ClusterState) -> SolveResult:
+            found = solve_here(view)
+            if has_data:
+                from gpuplace.storage import place_near_data
+
+                found = place_near_data(view, job, solve_here, found)
+            return found
+
+        if state.topology.power_domains:
+            from gpuplace.power import place_within_power
+
+            result, slot = place_within_power(state, job, solve)
+            phases = state.topology.power_phases
+            extra = {"phase_slot": slot, "phase_offset": slot / phases} if phases > 1 else {}
+            result = SolveResult(
+                gpus=result.gpus,
+                optimal=result.optimal,
+                bound=result.bound,
+                solver=result.solver,
+                details={**result.details, **extra},
+            )
+        else:
+            result = solve(state)
+        gpus = _gpu_ids(solver, result.gpus)
+        # The gate: length, no GPU twice, free and healthy GPUs, confinement as promised.
+        raw = _core.admit(state._core, spec, gpus, solver, info.confining)
     elapsed = time.perf_counter() - start
-    cost = evaluate(state.topology, job, result.gpus, state=state)
     return Placement(
         job=job,
         topology=state.topology,
-        gpus=np.asarray(result.gpus, dtype=np.int64),
-        cost=cost,
+        gpus=np.asarray(gpus, dtype=np.int64),
+        cost=_cost_report(
+            state.topology, spec, raw, **_shared_costs(state.topology, job, gpus, state)
+        ),
         solver=result.solver or solver,
         elapsed_s=elapsed,
         optimal=result.optimal,
         bound=result.bound,
         details=result.details,
     )
+
+
+def _gpu_ids(solver: str, gpus: Any) -> np.ndarray:
+    """A solver's GPU ids as an int64 array; InvalidState when they are not a 1-d array of
+    integers."""
+    array = np.asarray(gpus)
+    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
+        raise InvalidState(
+            f"solver {solver!r} returned an invalid placement: expected a 1-d array of GPU "
+            f"ids, got {array.dtype} with shape {array.shape}"
+        )
+    return array.astype(np.int64)

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplace.errors import InvalidTopology
+from gpuplace.io.model import NVLINK_GBPS_PER_LINK
 from gpuplace.topology import FORMAT
 
 __all__ = ["PRESETS", "build_preset"]
 
-NVLINK_PER_LINK_GBPS = {"ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
 NDR_GBPS = 50.0
 HDR_GBPS = 25.0
 
@@ -99,7 +99,7 @@ def _check(name: str, value: Any, lo: int, hi: int) -> int:
 
 def dgx_h100() -> dict[str, Any]:
     """One DGX H100: 8 H100 SXM on NVSwitch (18 NVLink 4 links each), 8 NDR NICs."""
-    nvlink = 18 * NVLINK_PER_LINK_GBPS["hopper"]
+    nvlink = 18 * NVLINK_GBPS_PER_LINK["hopper"]
     return {
         "format": FORMAT,
         "name": "dgx-h100",
@@ -111,19 +111,25 @@ def dgx_h100() -> dict[str, Any]:
     }
 
 
-def h100_superpod(nodes: int = 256) -> dict[str, Any]:
+def h100_superpod(nodes: int = 256, oversubscription: int = 1) -> dict[str, Any]:
     """DGX H100 nodes in scalable units of 32 nodes on rail-optimized leaf switches (DGX
     SuperPOD H100 reference architecture: 32 DGX H100 per SU), spine groups of 4 SUs, a core
-    tier above when there are several spine groups; NDR 400 Gb/s, non-blocking (≈1:1)."""
+    tier above when there are several spine groups; NDR 400 Gb/s, non-blocking (≈1:1) as the
+    reference architecture builds it, or with ``oversubscription=N`` leaf uplinks at N:1 (a
+    cheaper build: each leaf's links to the spine carry 1/N of what its GPUs can send)."""
     nodes = _check("nodes", nodes, 1, 100_000)
-    nvlink = 18 * NVLINK_PER_LINK_GBPS["hopper"]
+    ratio = _check("oversubscription", oversubscription, 1, 64)
+    nvlink = 18 * NVLINK_GBPS_PER_LINK["hopper"]
     hosts, fabric = _fabric_nodes(
         "dgx", nodes, "dgx-h100", per_leaf=32, leaves_per_spine=4, width=max(3, len(str(nodes)))
     )
+    levels = _levels(("node", nvlink, 1.0), *fabric)
+    if ratio != 1:
+        levels[1]["oversubscription"] = ratio
     return {
         "format": FORMAT,
-        "name": f"h100-superpod-{nodes}",
-        "levels": _levels(("node", nvlink, 1.0), *fabric),
+        "name": f"h100-superpod-{nodes}" + (f"-{ratio}to1" if ratio != 1 else ""),
+        "levels": levels,
         "node_level": "node",
         "nvlink_domain": "node",
         "node_types": {"dgx-h100": _dgx_h100_type()},
@@ -137,7 +143,7 @@ def gb200_nvl72(racks: int = 8) -> dict[str, Any]:
     fabric through one 400 Gb/s ConnectX-7 per GPU; 8 racks per leaf group (DGX SuperPOD GB200
     reference architecture: scalable unit of 8 racks), spine above."""
     racks = _check("racks", racks, 1, 10_000)
-    nvlink = 18 * NVLINK_PER_LINK_GBPS["blackwell"]
+    nvlink = 18 * NVLINK_GBPS_PER_LINK["blackwell"]
     nodes = []
     per_leaf = 8
     groups = -(-racks // per_leaf)
@@ -170,20 +176,24 @@ def gb200_nvl72(racks: int = 8) -> dict[str, Any]:
     }
 
 
-def a100_pod(nodes: int = 140) -> dict[str, Any]:
+def a100_pod(nodes: int = 140, oversubscription: int = 1) -> dict[str, Any]:
     """DGX A100 nodes: 8 A100 SXM4 on NVSwitch (12 NVLink 3 links each), 8 HDR 200 Gb/s NICs;
     scalable units of 20 nodes (DGX SuperPOD A100 reference architecture), spine groups of 4
-    SUs, core above when needed."""
+    SUs, core above when needed; ``oversubscription=N`` for N:1 leaf uplinks."""
     nodes = _check("nodes", nodes, 1, 100_000)
-    nvlink = 12 * NVLINK_PER_LINK_GBPS["ampere"]
+    ratio = _check("oversubscription", oversubscription, 1, 64)
+    nvlink = 12 * NVLINK_GBPS_PER_LINK["ampere"]
     hosts, fabric = _fabric_nodes(
         "dgxa", nodes, "dgx-a100", per_leaf=20, leaves_per_spine=4, width=max(3, len(str(nodes)))
     )
     fabric = [(n, HDR_GBPS, lat) for n, _, lat in fabric]
+    levels = _levels(("node", nvlink, 1.0), *fabric)
+    if ratio != 1:
+        levels[1]["oversubscription"] = ratio
     return {
         "format": FORMAT,
-        "name": f"a100-pod-{nodes}",
-        "levels": _levels(("node", nvlink, 1.0), *fabric),
+        "name": f"a100-pod-{nodes}" + (f"-{ratio}to1" if ratio != 1 else ""),
+        "levels": levels,
         "node_level": "node",
         "nvlink_domain": "node",
         "node_types": {
@@ -240,9 +250,10 @@ def pcie_cluster(nodes: int = 32) -> dict[str, Any]:
 PRESETS: dict[str, Preset] = {
     "dgx-h100": Preset("one DGX H100 node: 8 H100 SXM on NVSwitch, 8 NDR NICs", dgx_h100, {}),
     "h100-superpod": Preset(
-        "DGX H100 SuperPOD: 32-node scalable units on rail-optimized NDR leaves, spine, core (nodes=N)",
+        "DGX H100 SuperPOD: 32-node scalable units on rail-optimized NDR leaves, spine, core "
+        "(nodes=N, oversubscription=R for R:1 leaf uplinks)",
         h100_superpod,
-        {"nodes": 256},
+        {"nodes": 256, "oversubscription": 1},
     ),
     "gb200-nvl72": Preset(
         "GB200 NVL72 racks: 72-GPU NVLink domains (18 trays x 4), NDR fabric above (racks=N)",
@@ -250,9 +261,10 @@ PRESETS: dict[str, Preset] = {
         {"racks": 8},
     ),
     "a100-pod": Preset(
-        "DGX A100 pod: 20-node scalable units on HDR leaves, spine, core (nodes=N)",
+        "DGX A100 pod: 20-node scalable units on HDR leaves, spine, core (nodes=N, "
+        "oversubscription=R for R:1 leaf uplinks)",
         a100_pod,
-        {"nodes": 140},
+        {"nodes": 140, "oversubscription": 1},
     ),
     "pcie-cluster": Preset(
         "PCIe-only 8-GPU servers, two NUMA domains, no NVLink (nodes=N)",

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuplace import _core
-from gpuplace.job import KINDS
 
 if TYPE_CHECKING:
     from gpuplace.state import ClusterState
@@ -60,4 +59,4 @@ def collective_terms(kind: str, n: int, size_bytes: float) -> tuple[float, float
     """(latency steps, bytes each rank sends) of one call of a collective of ``kind`` over
     ``n`` ranks moving ``size_bytes`` per rank: one call costs ``steps * latency(span) +
     bytes / bandwidth(slowest hop)``, as in the core's cost model."""
-    return _core.collective_terms(KINDS[kind], int(n), float(size_bytes))
+    return _core.collective_terms(_core.CollectiveKind.from_label(kind), int(n), float(size_bytes))

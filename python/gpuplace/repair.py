@@ -4,7 +4,9 @@
 GPUs at minimum cost (the Rust repair solver, ``rust/core/src/repair.rs``: confinement first,
 greedy by proximity to the job's other ranks, then local improvement priced by the one cost
 model). A confined group (by default a tp group inside its NVLink domain) whose domain has no
-room for its lost ranks moves whole, and the result says so. The state is changed all or
+room for its lost ranks moves whole, and the result says so. Under ``max_moves``, groups on a
+degraded GPU, host, NIC or switch are evacuated whole when that lowers the cost, also when
+nothing was lost, and each move names the component it left. The state is changed all or
 nothing: a job that cannot be repaired raises :class:`gpuplace.Infeasible` naming what is
 missing, and the state is left as it was.
 """
@@ -17,18 +19,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpuplace.errors import InvalidJob, InvalidState
+from gpuplace import _core
+from gpuplace.errors import Infeasible, InvalidJob, InvalidState
 from gpuplace.job import Job
-from gpuplace.placement import CostReport, Placement, evaluate
-from gpuplace.state import _KIND_NAMES
+from gpuplace.placement import CostReport, Placement, _cost_report, _shared_costs
 
 if TYPE_CHECKING:
     from gpuplace.state import ClusterState
 
 __all__ = ["MovedRank", "Repair", "repair"]
 
-_REASONS = {0: "lost", 1: "group moved", 2: "improvement", 3: "evacuated"}
-_STATUS = {1: "failed", 2: "drained"}
+_HEALTH = _core.Health.members()
+_POLICY = {
+    None: _core.SparePolicy.Allow,
+    True: _core.SparePolicy.Allow,
+    False: _core.SparePolicy.Forbid,
+    "only": _core.SparePolicy.Only,
+}
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,8 @@ class MovedRank:
     #: ``lost`` (its GPU failed or was drained), ``group moved`` (its confined group had no
     #: room left in its domain), ``evacuated`` (moved under ``max_moves`` off degraded
     #: hardware, whole with its confined group, because that lowered the cost) or
-    #: ``improvement`` (moved under ``max_moves`` to lower cost).
+    #: ``improvement`` (moved under ``max_moves`` to lower cost): the label of its
+    #: :class:`gpuplace.MoveReason`.
     kind: str
     reason: str
 
@@ -90,7 +98,8 @@ def repair(
     pass the :class:`Job` itself. ``max_moves=k`` lets k surviving ranks move too when that
     lowers the cost, a confined group (a tp group) moving whole and counting as its size; it
     also works when nothing failed: groups on a degraded NIC, host or switch are evacuated to
-    healthy hardware when that lowers the cost, and each such move names the component. ``spares``: None or True lets the repair take reserved spares as well as
+    healthy hardware when that lowers the cost, and each such move names the component.
+    ``spares``: None or True lets the repair take reserved spares as well as
     free GPUs (whichever costs less), False forbids them, ``"only"`` takes spares only.
     ``solver``: ``auto`` and ``heuristic`` run the Rust repair heuristic. ``time_limit``
     bounds its improvement steps (s).
@@ -101,7 +110,7 @@ def repair(
         raise InvalidJob(f"max_moves must be an integer >= 0, got {max_moves!r}")
     if time_limit is not None and not time_limit > 0:
         raise InvalidJob(f"time_limit must be > 0 seconds, got {time_limit!r}")
-    policy = {None: "allow", True: "allow", False: "forbid", "only": "only"}.get(spares)  # type: ignore[arg-type]
+    policy = _POLICY.get(spares)  # type: ignore[arg-type]
     if policy is None:
         raise InvalidJob(f"spares must be None, True, False or 'only', got {spares!r}")
     if isinstance(job_name, Job):
@@ -118,41 +127,58 @@ def repair(
         raise InvalidJob(f"job {name!r} holds {len(old)} GPUs but its spec has {job.gpus} ranks")
     topology = state.topology
     health = state.health()
-    cost_before = evaluate(topology, job, old, state=state)
+    spec = job.compile(topology)
+    # What the old placement shares with others, seen before it moves; the core prices both
+    # placements in the repair itself.
+    shared_before = _shared_costs(topology, job, old, state)
     start = time.perf_counter()
-    raw = state._core.repair(job.compile(topology), name, max_moves, policy, 24, time_limit)
+    before = state._core.copy() if topology.power_domains else None
+    plan = state._core.repair(spec, name, max_moves, policy, 24, time_limit)
     elapsed = time.perf_counter() - start
+    if before is not None:
+        # All or nothing: a repair that would exceed a power budget changes nothing.
+        from gpuplace.power import power_report
+
+        over = [r for r in power_report(state) if r["headroom_w"] < -1e-9 * r["budget_w"]]
+        if over:
+            state._core = before
+            raise Infeasible(
+                f"repairing {name!r} would draw power domain {over[0]['domain']!r} to "
+                f"{over[0]['draw_w']:,.0f} W, over its budget of {over[0]['budget_w']:,.0f} W"
+            )
     state.specs[name] = job
-    gpus = np.asarray(raw["gpus"], dtype=np.int64)
-    cost_after = evaluate(topology, job, gpus, state=state)
+    gpus = np.asarray(plan.gpus, dtype=np.int64)
+    cost_before = _cost_report(topology, spec, plan.report_before, **shared_before)
+    cost_after = _cost_report(
+        topology, spec, plan.report_after, **_shared_costs(topology, job, gpus, state)
+    )
     confined = {d: topology.level_index(lv) for d, lv in job.confine.items() if getattr(job, d) > 1}
     unhealthy = {(c["kind"], c["name"]): c for c in state.unhealthy()}
-    left = {int(rank): (kind, a, b) for rank, kind, a, b in raw.get("evacuated", [])}
     moved = []
-    for rank, old_gpu, new_gpu, code, level in raw["moves"]:
-        where = f"{topology.host_of(old_gpu)}:{topology.local_index(old_gpu)}"
-        if code == 0:
-            reason = f"its GPU {where} is {_STATUS.get(int(health[old_gpu]), 'unusable')}"
-        elif code == 1:
-            dims = [d for d, lv in confined.items() if lv <= level] or ["confined"]
+    for m in plan.moves:
+        where = f"{topology.host_of(m.old_gpu)}:{topology.local_index(m.old_gpu)}"
+        if m.reason == _core.MoveReason.Lost:
+            reason = f"its GPU {where} is {_HEALTH[int(health[m.old_gpu])].label}"
+        elif m.reason == _core.MoveReason.GroupMoved:
+            assert m.level is not None
+            dims = [d for d, lv in confined.items() if lv <= m.level] or ["confined"]
             reason = (
                 f"its {'/'.join(dims)} group could not stay inside one "
-                f"{topology.levels[level].name} next to its lost ranks, so the whole group moved"
+                f"{topology.levels[m.level].name} next to its lost ranks, so the whole group moved"
             )
-        elif code == 3:
-            kind, a, b = left[int(rank)]
-            what = state.component_name(kind, a, b)
-            kind_name = _KIND_NAMES[kind]
-            why = unhealthy.get((kind_name, what), {}).get("reason", "degraded")
+        elif m.reason == _core.MoveReason.Evacuated:
+            assert m.component is not None
+            kind, what = m.component[0].label, state.component_name(*m.component)
+            why = unhealthy.get((kind, what), {}).get("reason", "degraded")
             dims = [d for d, lv in confined.items() if lv == min(confined.values())]
             group = f"with its {'/'.join(dims)} group " if dims else ""
             reason = (
-                f"evacuated {group}off degraded {kind_name} {what} ({why}) to "
-                f"{topology.host_of(new_gpu)}, which lowered the cost (max_moves)"
+                f"evacuated {group}off degraded {kind} {what} ({why}) to "
+                f"{topology.host_of(m.new_gpu)}, which lowered the cost (max_moves)"
             )
         else:
             reason = "moved to lower the cost (max_moves)"
-        moved.append(MovedRank(int(rank), int(old_gpu), int(new_gpu), _REASONS[code], reason))
+        moved.append(MovedRank(m.rank, m.old_gpu, m.new_gpu, m.reason.label, reason))
     placement = Placement(
         job=job,
         topology=topology,
@@ -160,7 +186,7 @@ def repair(
         cost=cost_after,
         solver="repair-heuristic",
         elapsed_s=elapsed,
-        details={"evaluations": raw["evaluations"]},
+        details={"evaluations": plan.evaluations},
     )
     return Repair(
         placement=placement,
@@ -168,5 +194,5 @@ def repair(
         cost_before=cost_before,
         cost_after=cost_after,
         elapsed_s=elapsed,
-        details={"evaluations": raw["evaluations"]},
+        details={"evaluations": plan.evaluations},
     )

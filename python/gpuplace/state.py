@@ -21,19 +21,16 @@ the state file), so the CLI need not be told ``--cluster`` again.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpuplace import _core
-from gpuplace._validate import Checker, write_atomically
+from gpuplace import _core, state_file
 from gpuplace.errors import InvalidState
+from gpuplace.state_file import STATE_FORMAT
+from gpuplace.topology import Nics, nics_of
 
 if TYPE_CHECKING:
     from gpuplace.job import Job
@@ -43,47 +40,13 @@ if TYPE_CHECKING:
 
 __all__ = ["STATE_FORMAT", "ClusterState", "Nics", "nics_of"]
 
-STATE_FORMAT = "gpuplace.state/2"
-_READABLE = ("gpuplace.state/1", STATE_FORMAT)
-_HEALTH = {"ok": 0, "failed": 1, "drained": 2}
-#: Component kinds and condition codes of the core (``ClusterState.set_condition``).
-_KINDS = {"gpu": 0, "host": 1, "nic": 2, "switch": 3}
-_KIND_NAMES = {v: k for k, v in _KINDS.items()}
-_CONDITIONS = {"ok": 0, "degraded": 1, "failed": 2, "drained": 3}
-_CONDITION_NAMES = {v: k for k, v in _CONDITIONS.items()}
+#: GPU health, component kinds and conditions by label: the core's enums, defined once there.
+_HEALTH = {h.label: h for h in _core.Health.members()}
+_KINDS = {k.label: k for k in _core.ComponentKind.members()}
+_CONDITIONS = {c.label: c for c in _core.Condition.members()}
 #: Bandwidth factor of a component degraded by ECC errors or heat when no figure is given: a
 #: mild penalty, so the hardware is used only when it pays.
 DEFAULT_SOFT_FACTOR = 0.9
-
-
-class Nics:
-    """The NICs of a topology: dense ids, names (``host:nic``) and each GPU's NIC."""
-
-    def __init__(self, topology: Topology):
-        names: list[str] = []
-        gpu_nic = np.full(topology.num_gpus, -1, dtype=np.int64)
-        first_gpu = 0
-        for host, tname in zip(topology.hosts, topology.host_types, strict=True):
-            nt = topology.node_types[tname]
-            base = len(names)
-            names.extend(f"{host}:{nic}" for nic in nt.nics)
-            if nt.nics and nt.gpu_nic is not None:
-                gpu_nic[first_gpu : first_gpu + nt.gpus] = base + np.asarray(nt.gpu_nic)
-            first_gpu += nt.gpus
-        self.names = names
-        self.index = {n: i for i, n in enumerate(names)}
-        self.gpu_nic = gpu_nic
-
-
-_NICS: weakref.WeakKeyDictionary[Topology, Nics] = weakref.WeakKeyDictionary()
-
-
-def nics_of(topology: Topology) -> Nics:
-    """The NIC table of a topology (cached)."""
-    nics = _NICS.get(topology)
-    if nics is None:
-        nics = _NICS[topology] = Nics(topology)
-    return nics
 
 
 class ClusterState:
@@ -94,12 +57,15 @@ class ClusterState:
         self._core = _core.ClusterState(topology._core, nics_of(topology).gpu_nic)
         #: Job name -> its spec, for jobs allocated from a placement (repair uses it).
         self.specs: dict[str, Job] = {}
+        #: Job name -> the power phase slot of a staggered synchronised job (``gpuplace.power``).
+        self.phase_slots: dict[str, int] = {}
 
     def copy(self) -> ClusterState:
         out = ClusterState.__new__(ClusterState)
         out.topology = self.topology
         out._core = self._core.copy()
         out.specs = dict(self.specs)
+        out.phase_slots = dict(self.phase_slots)
         return out
 
     # ----------------------------------------------------------------- queries
@@ -137,7 +103,8 @@ class ClusterState:
         return self._core.owner_of(int(gpu))
 
     def health(self) -> np.ndarray:
-        """Health code per GPU: 0 ok, 1 failed, 2 drained."""
+        """Health code per GPU (the codes of :class:`gpuplace.Health`: 0 ok, 1 failed,
+        2 drained)."""
         return self._core.health()
 
     @property
@@ -145,6 +112,25 @@ class ClusterState:
         """Fraction of the cluster's GPUs that are allocated."""
         allocated = sum(len(g) for g in self.jobs.values())
         return allocated / self.topology.num_gpus
+
+    def hottest_uplinks(self, count: int = 5) -> list[dict[str, Any]]:
+        """The most loaded fabric uplinks (``gpuplace.fabric.hottest_uplinks``)."""
+        from gpuplace.fabric import hottest_uplinks
+
+        return hottest_uplinks(self, count)
+
+    def power_headroom(self) -> list[dict[str, Any]]:
+        """Per power domain: budget, draw and headroom (W), synchronised jobs and their phase
+        offsets (``gpuplace.power.power_report``)."""
+        from gpuplace.power import power_report
+
+        return power_report(self)
+
+    def jobs_hurt(self, count: int = 5) -> list[dict[str, Any]]:
+        """Running jobs by slowdown from contention (``gpuplace.fabric.jobs_hurt``)."""
+        from gpuplace.fabric import jobs_hurt
+
+        return jobs_hurt(self, count)
 
     # ----------------------------------------------------------------- changes
     def allocate(
@@ -158,18 +144,34 @@ class ClusterState:
             name, gpus = placement.job.name, placement.gpus
         if name is None or gpus is None:
             raise InvalidState("allocate needs a placement, or a name and GPUs")
-        self._core.allocate(name, np.asarray(gpus, dtype=np.int64))
+        job = None if placement is None else placement.job
+        # A power budget is never exceeded, whoever chose the GPUs (gpuplace.power).
+        slot = 0 if placement is None else int(placement.details.get("phase_slot", 0))
+        if self.topology.power_domains and name not in self.jobs:
+            from gpuplace.power import check_budgets
+
+            check_budgets(self, name, job, np.asarray(gpus, dtype=np.int64), slot)
+        # With its spec, the job's flows (collectives and storage traffic) load the fabric's
+        # uplinks (gpuplace.fabric, gpuplace.storage).
+        from gpuplace.storage import io_demands
+
+        spec = None if job is None else job.compile(self.topology)
+        io = io_demands(self.topology, job)
+        self._core.allocate(name, np.asarray(gpus, dtype=np.int64), spec, io or None)
         if placement is not None:
             self.specs[name] = placement.job
+        if slot:
+            self.phase_slots[name] = slot
 
     def release(self, name: str) -> np.ndarray:
         """Free a job's GPUs; returns them."""
         gpus = self._core.release(name)
         self.specs.pop(name, None)
+        self.phase_slots.pop(name, None)
         return gpus
 
-    def _set_health(self, gpus: Iterable[int], code: int) -> dict[str, np.ndarray]:
-        affected = self._core.set_health(np.asarray(list(gpus), dtype=np.int64), code)
+    def _set_health(self, gpus: Iterable[int], status: _core.Health) -> dict[str, np.ndarray]:
+        affected = self._core.set_health(np.asarray(list(gpus), dtype=np.int64), status)
         return {name: ranks for name, ranks in affected}
 
     def fail_gpus(self, gpus: Iterable[int]) -> dict[str, np.ndarray]:
@@ -253,7 +255,9 @@ class ClusterState:
                     "errors or heat)"
                 )
         text = str(reason) if reason else "; ".join(words) or "degraded"
-        return self._event("degraded", targets, factor=max(min(factors), 1e-3), reason=text)
+        return self._event(
+            "degraded", targets, factor=max(min(factors), _core.MIN_FACTOR), reason=text
+        )
 
     def _event(
         self,
@@ -281,92 +285,41 @@ class ClusterState:
             values = value if isinstance(value, list | tuple | set | np.ndarray) else [value]
             for v in values:
                 if key == "gpu":
-                    out.append((0, self.resolve_gpu(v), 0))
+                    out.append((int(_KINDS["gpu"]), self.resolve_gpu(v), 0))
                 elif key in ("host", "node"):
-                    out.append((1, self._host(v), 0))
+                    out.append((int(_KINDS["host"]), self.topology.resolve_host(v), 0))
                 elif key == "nic":
-                    nics = nics_of(self.topology)
-                    if v not in nics.index:
-                        raise InvalidState(
-                            f"unknown NIC {v!r} (NICs are named host:nic, "
-                            f"e.g. {_example(nics.names)})"
-                        )
-                    out.append((2, nics.index[v], 0))
+                    out.append((int(_KINDS["nic"]), self.topology.resolve_nic(v), 0))
                 elif key == "switch":
-                    out.append((3, *self.resolve_switch(v)))
+                    out.append((int(_KINDS["switch"]), *self.resolve_switch(v)))
                 else:
                     raise InvalidState(
                         f"unknown hardware kind {key!r}; use gpu, host, nic or switch"
                     )
         return out
 
-    def _host(self, name: Any) -> int:
-        index = self.topology._host_index.get(str(name))
-        if index is None:
-            raise InvalidState(f"unknown host {name!r} in cluster {self.topology.name!r}")
-        return index
-
     def resolve_gpu(self, gpu: Any) -> int:
-        """A GPU id from an int or ``"host:index"``."""
-        if isinstance(gpu, int | np.integer) and not isinstance(gpu, bool):
-            if not 0 <= int(gpu) < self.topology.num_gpus:
-                raise InvalidState(
-                    f"GPU {gpu} does not exist (the cluster has {self.topology.num_gpus})"
-                )
-            return int(gpu)
-        text = str(gpu)
-        if text.isdigit():
-            return self.resolve_gpu(int(text))
-        host, _, local = text.rpartition(":")
-        gpus = self.topology.host_gpus(host) if host in self.topology._host_index else None
-        if gpus is None or not local.isdigit() or int(local) >= len(gpus):
-            raise InvalidState(
-                f"unknown GPU {gpu!r} (give an id or host:index, e.g. {self.topology.hosts[0]}:0)"
-            )
-        return int(gpus[int(local)])
+        """A GPU id from an int or ``"host:index"`` (see :meth:`Topology.resolve_gpu`)."""
+        return self.topology.resolve_gpu(gpu)
 
     def resolve_switch(self, name: Any) -> tuple[int, int]:
-        """(level, domain) of a switch named ``"su003"`` or ``"leaf:su003"``."""
-        text = str(name)
-        topo = self.topology
-        levels = range(topo.node_level + 1, len(topo.levels))
-        wanted_level, _, short = text.partition(":") if ":" in text else ("", "", text)
-        hits = [
-            (lvl, topo.domain_names[lvl].index(short))
-            for lvl in levels
-            if (not wanted_level or topo.levels[lvl].name == wanted_level)
-            and short in topo.domain_names[lvl]
-        ]
-        if not hits:
-            above = ", ".join(topo.levels[lvl].name for lvl in levels) or "none"
-            raise InvalidState(
-                f"unknown switch {name!r} "
-                f"(switches are domains of the levels above the host: {above})"
-            )
-        if len(hits) > 1:
-            raise InvalidState(f"switch {name!r} names domains at several levels; write level:name")
-        return hits[0]
+        """(level, domain) of a switch (see :meth:`Topology.resolve_switch`)."""
+        return self.topology.resolve_switch(name)
 
-    def component_name(self, kind: int, a: int, b: int) -> str:
-        if kind == 0:
-            return f"{self.topology.host_of(a)}:{self.topology.local_index(a)}"
-        if kind == 1:
-            return self.topology.hosts[a]
-        if kind == 2:
-            return nics_of(self.topology).names[a]
-        return f"{self.topology.levels[a].name}:{self.topology.domain_names[a][b]}"
+    def component_name(self, kind: _core.ComponentKind, a: int, b: int) -> str:
+        return self.topology.component_name(kind, a, b)
 
     def unhealthy(self) -> list[dict[str, Any]]:
         """Hardware that is not ok: kind, name, condition, factor, reason."""
         return [
             {
-                "kind": _KIND_NAMES[kind],
+                "kind": kind.label,
                 "name": self.component_name(kind, a, b),
-                "condition": _CONDITION_NAMES[code],
+                "condition": condition.label,
                 "factor": factor,
                 "reason": reason,
             }
-            for kind, a, b, code, factor, reason in self._core.components()
+            for kind, a, b, condition, factor, reason in self._core.components()
         ]
 
     def degraded_mask(self) -> np.ndarray:
@@ -392,7 +345,8 @@ class ClusterState:
             chosen.append(self.resolve_gpu(g))
         for h in hosts or ():
             chosen.extend(
-                int(g) for g in self.topology.host_gpus(self.topology.hosts[self._host(h)])
+                int(g)
+                for g in self.topology.host_gpus(self.topology.hosts[self.topology.resolve_host(h)])
             )
         if per is not None:
             try:
@@ -432,209 +386,39 @@ class ClusterState:
         self._core.check()
 
     # ----------------------------------------------------------------- persistence
+    # (the state file format lives in gpuplace.state_file)
     def snapshot(self) -> dict[str, Any]:
         """A JSON-able dictionary of the whole state."""
-        components = []
-        for kind, a, b, code, factor, reason in self._core.components():
-            entry: dict[str, Any] = {"kind": _KIND_NAMES[kind], "condition": _CONDITION_NAMES[code]}
-            if kind == 0:
-                entry["gpu"] = a
-            elif kind == 3:
-                entry["level"] = self.topology.levels[a].name
-                entry["name"] = self.topology.domain_names[a][b]
-            else:
-                entry["name"] = self.component_name(kind, a, b)
-            if code == _CONDITIONS["degraded"]:
-                entry["factor"] = factor
-            if reason:
-                entry["reason"] = reason
-            components.append(entry)
-        jobs = []
-        for name, gpus in self.jobs.items():
-            job: dict[str, Any] = {"name": name, "gpus": gpus.tolist()}
-            if name in self.specs:
-                job["spec"] = self.specs[name].to_dict()
-            jobs.append(job)
-        out: dict[str, Any] = {
-            "format": STATE_FORMAT,
-            "topology": {
-                "name": self.topology.name,
-                "gpus": self.topology.num_gpus,
-                "fingerprint": self.topology.fingerprint,
-            },
-            "health": {"components": components},
-            "spares": self.spares.tolist(),
-            "jobs": jobs,
-        }
-        origin = getattr(self.topology, "origin", None)
-        if origin is not None:
-            out["cluster"] = dict(origin)
-        return out
+        return state_file.snapshot(self)
 
     @classmethod
     def restore(
         cls, topology: Topology, snapshot: Any, *, source: str | None = None
     ) -> ClusterState:
-        """Rebuild a state from :meth:`snapshot` (format /1 or /2); raises InvalidState
-        naming the field."""
-        from gpuplace.errors import InvalidJob
-        from gpuplace.job import Job
-
-        c = Checker(InvalidState, source)
-        snap = c.mapping(snapshot, "")
-        if snap.get("format") not in _READABLE:
-            raise c.fail(
-                "format", f"expected one of {', '.join(_READABLE)}, got {snap.get('format')!r}"
-            )
-        topo = c.mapping(snap.get("topology"), "topology")
-        if topo.get("fingerprint") != topology.fingerprint:
-            raise c.fail(
-                "topology",
-                f"the state belongs to topology {topo.get('name')!r} with {topo.get('gpus')} GPUs, "
-                f"not to {topology.name!r} with {topology.num_gpus} GPUs (fingerprints differ)",
-            )
-        state = cls(topology)
-        # Jobs first: a job may still hold GPUs that failed under it, waiting for a repair.
-        for i, job in enumerate(c.sequence(snap.get("jobs", []), "jobs")):
-            entry = c.mapping(job, f"jobs[{i}]")
-            name = c.string(entry.get("name"), f"jobs[{i}].name")
-            gpus = [
-                c.integer(g, f"jobs[{i}].gpus[{k}]", minimum=0)
-                for k, g in enumerate(c.sequence(entry.get("gpus"), f"jobs[{i}].gpus"))
-            ]
-            try:
-                state._core.allocate(name, np.asarray(gpus, dtype=np.int64))
-            except InvalidState as exc:
-                raise c.fail(f"jobs[{i}]", str(exc)) from None
-            if "spec" in entry:
-                try:
-                    spec = Job.from_dict(entry["spec"], source=f"jobs[{i}].spec")
-                except InvalidJob as exc:
-                    raise c.fail(f"jobs[{i}].spec", str(exc)) from None
-                if spec.gpus != len(gpus):
-                    raise c.fail(
-                        f"jobs[{i}].spec",
-                        f"has {spec.gpus} ranks but the job holds {len(gpus)} GPUs",
-                    )
-                state.specs[name] = spec
-        health = c.mapping(snap.get("health", {}), "health")
-        for key in ("failed", "drained"):
-            ids = [
-                c.integer(g, f"health.{key}[{i}]", minimum=0)
-                for i, g in enumerate(c.sequence(health.get(key, []), f"health.{key}"))
-            ]
-            if ids and max(ids) >= topology.num_gpus:
-                raise c.fail(f"health.{key}", f"GPU {max(ids)} does not exist")
-            if ids:
-                state._set_health(ids, _HEALTH[key])
-        for i, raw in enumerate(c.sequence(health.get("components", []), "health.components")):
-            p = f"health.components[{i}]"
-            entry = c.mapping(raw, p)
-            kind = entry.get("kind")
-            condition = entry.get("condition")
-            if kind not in _KINDS:
-                raise c.fail(f"{p}.kind", f"expected one of {', '.join(_KINDS)}, got {kind!r}")
-            if condition not in ("degraded", "failed", "drained"):
-                raise c.fail(
-                    f"{p}.condition", f"expected degraded, failed or drained, got {condition!r}"
-                )
-            if kind == "gpu":
-                target = c.integer(entry.get("gpu"), f"{p}.gpu", minimum=0)
-            elif kind == "switch":
-                level = c.string(entry.get("level"), f"{p}.level")
-                target = f"{level}:{c.string(entry.get('name'), f'{p}.name')}"
-            else:
-                target = c.string(entry.get("name"), f"{p}.name")
-            reason = entry.get("reason", "")
-            try:
-                if condition == "degraded":
-                    factor = c.number(entry.get("factor"), f"{p}.factor", positive=True)
-                    state.degrade(factor=factor, reason=str(reason) or "degraded", **{kind: target})
-                else:
-                    state._event(condition, {kind: target}, reason=str(reason))
-            except InvalidState as exc:
-                raise c.fail(p, str(exc)) from None
-        spares = [
-            c.integer(g, f"spares[{i}]", minimum=0)
-            for i, g in enumerate(c.sequence(snap.get("spares", []), "spares"))
-        ]
-        if spares:
-            try:
-                state._core.set_spare(np.asarray(spares, dtype=np.int64), True)
-            except InvalidState as exc:
-                raise c.fail("spares", str(exc)) from None
-        return state
+        """A state from :meth:`snapshot`'s form, every field checked (InvalidState naming the
+        field otherwise)."""
+        return state_file.restore(cls(topology), snapshot, source=source)
 
     @staticmethod
     def cluster_of(path: str | Path) -> dict[str, Any] | None:
-        """The cluster a state file remembers (``{"preset": name, "params": {...}}`` or
-        ``{"file": path}`` with the path resolved against the state file), or None. The file
-        is checked as :meth:`load` does."""
-        body = _read_state_document(path)
-        cluster = body.get("cluster") if isinstance(body, dict) else None
-        if not isinstance(cluster, dict):
-            return None
-        out = dict(cluster)
-        if isinstance(out.get("file"), str):
-            out["file"] = str(Path(path).parent / out["file"])
-        return out
+        """The cluster a state file remembers; see :func:`gpuplace.state_file.cluster_of`."""
+        return state_file.cluster_of(path)
 
     def save(self, path: str | Path) -> None:
-        """Write the state file atomically, with a checksum over its content. A topology
-        file the cluster came from is recorded relative to the state file's directory."""
-        body = self.snapshot()
-        cluster = body.get("cluster")
-        if cluster and isinstance(cluster.get("file"), str):
-            target = Path(path).resolve().parent
-            cluster["file"] = os.path.relpath(Path(cluster["file"]).resolve(), target)
-        text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        document = {
-            "checksum": "sha256:" + hashlib.sha256(text.encode()).hexdigest(),
-            "state": body,
-        }
-        write_atomically(path, json.dumps(document, sort_keys=True) + "\n")
+        """Write the state file atomically, with a checksum over its content."""
+        state_file.save(self, path)
 
     @classmethod
     def load(cls, topology: Topology, path: str | Path) -> ClusterState:
         """Read a state file written by :meth:`save`; a truncated, corrupted or foreign file is
         refused with InvalidState and nothing is loaded."""
-        return cls.restore(topology, _read_state_document(path), source=str(path))
+        return state_file.load(cls(topology), path)
 
     def __repr__(self) -> str:
         return (
             f"ClusterState({self.topology.name!r}: {len(self.jobs)} jobs, "
             f"{self.free_gpus}/{self.topology.num_gpus} GPUs free)"
         )
-
-
-def _read_state_document(path: str | Path) -> Any:
-    """The checked body of a state file: refuses truncated or corrupted files."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidState(f"{source}: no such state file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidState(f"{source}: cannot read: {exc}") from None
-    try:
-        document = json.loads(text)
-    except RecursionError:
-        raise InvalidState(f"{source}: not a valid state file (nested too deeply)") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidState(
-            f"{source}: line {exc.lineno}: not a valid state file "
-            f"(truncated or corrupted JSON: {exc.msg})"
-        ) from None
-    c = Checker(InvalidState, source)
-    doc = c.mapping(document, "")
-    body = doc.get("state")
-    checksum = doc.get("checksum")
-    if not isinstance(checksum, str) or not checksum.startswith("sha256:"):
-        raise c.fail("checksum", "missing; expected 'sha256:<hex>'")
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    if "sha256:" + hashlib.sha256(canonical.encode()).hexdigest() != checksum:
-        raise c.fail("checksum", "does not match the content: the file is corrupted")
-    return body
 
 
 def parse_fraction(value: Any, what: str) -> float:
@@ -656,7 +440,3 @@ def _number(value: Any, what: str) -> float:
     if out != out or out in (float("inf"), float("-inf")):
         raise InvalidState(f"{what}: expected a finite number, got {value!r}")
     return out
-
-
-def _example(names: list[str]) -> str:
-    return names[0] if names else "host:mlx5_0"

@@ -9,9 +9,7 @@ traffic and indexes domains; this class keeps the names.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -21,14 +19,13 @@ from typing import Any
 import numpy as np
 
 from gpuplace import _core
-from gpuplace._validate import Checker, dump_document, read_document, write_atomically
-from gpuplace.errors import InvalidTopology
-from gpuplace.hostlist import HostlistError, compress, expand
+from gpuplace._validate import dump_document, read_document, write_atomically
+from gpuplace.errors import InvalidState, InvalidTopology
+from gpuplace.hostlist import compress, expand
 
-__all__ = ["FORMAT", "Level", "NodeType", "Topology"]
+__all__ = ["FORMAT", "Level", "Nics", "NodeType", "Topology", "nics_of"]
 
 FORMAT = "gpuplace.topology/1"
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
 
 @dataclass(frozen=True)
@@ -37,11 +34,15 @@ class Level:
 
     ``bandwidth_gbps`` is the per-GPU, one-direction bandwidth (GB/s) of traffic whose lowest
     common level is this one; ``latency_us`` the latency of one message at this level (µs).
+    ``oversubscription`` (>= 1) divides the capacity of this level's uplinks (the links of
+    each of its domains to the level above): 2 means 2:1, half of what its GPUs could send
+    (``gpuplace.fabric``).
     """
 
     name: str
     bandwidth_gbps: float
     latency_us: float
+    oversubscription: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,10 @@ class Topology:
         host_types: Sequence[str],
         host_domains: Sequence[Sequence[str]],
         provenance: Mapping[str, Any] | None = None,
+        uplink_gbps: Mapping[str, float] | None = None,
+        power_domains: Sequence[Any] = (),
+        power_phases: int = 1,
+        stores: Mapping[str, Any] | None = None,
     ):
         """Build from parts; ``host_domains[h]`` names host h's domain at each level above the
         node level. Prefer :meth:`from_dict`, which validates field by field."""
@@ -117,6 +122,15 @@ class Topology:
         self._host_index = {h: i for i, h in enumerate(self.hosts)}
         #: How to rebuild this topology (a preset and its parameters, or a file), if known.
         self.origin: dict[str, Any] | None = None
+        #: Explicit uplink capacities (GB/s each direction) of single switches or hosts, by
+        #: name (``"su003"`` or ``"leaf:su003"``); they override the level's ratio.
+        self.uplink_gbps: dict[str, float] = dict(uplink_gbps or {})
+        #: Racks, PDUs and rows with a budget for their GPUs' draw (``gpuplace.power``), and
+        #: the number of phase slots synchronised jobs may be staggered over.
+        self.power_domains: tuple[Any, ...] = tuple(power_domains)
+        self.power_phases = int(power_phases)
+        #: Dataset and checkpoint stores by name (``gpuplace.storage``).
+        self.stores: dict[str, Any] = dict(stores or {})
         self._core = self._compile()
 
     # ----------------------------------------------------------------- compilation
@@ -178,7 +192,7 @@ class Topology:
         host_type_ids = np.array([type_index[t] for t in self.host_types], dtype=np.int64)
         self._host_of_gpu = host_of_gpu
         self._gpu_local = local
-        return _core.Topology(
+        core = _core.Topology(
             [lv.name for lv in self.levels],
             [lv.bandwidth_gbps for lv in self.levels],
             [lv.latency_us for lv in self.levels],
@@ -191,6 +205,9 @@ class Topology:
             host_type_ids,
             local,
         )
+        from gpuplace.fabric import apply_uplink_capacity
+
+        return apply_uplink_capacity(self, core)
 
     # ----------------------------------------------------------------- queries
     @property
@@ -262,136 +279,86 @@ class Topology:
         levels = ", ".join(f"{lv.name}[{self.domain_count(i)}]" for i, lv in enumerate(self.levels))
         return f"Topology({self.name!r}, {self.num_gpus} GPUs, levels: {levels})"
 
+    # ----------------------------------------------------------------- names
+    @cached_property
+    def nics(self) -> Nics:
+        """The NICs: dense ids, names (``host:nic``) and each GPU's NIC."""
+        return Nics(self)
+
+    def resolve_host(self, name: Any) -> int:
+        """A host index from its name."""
+        index = self._host_index.get(str(name))
+        if index is None:
+            raise InvalidState(f"unknown host {name!r} in cluster {self.name!r}")
+        return index
+
+    def resolve_nic(self, name: Any) -> int:
+        """A NIC id from ``"host:nic"``."""
+        index = self.nics.index.get(str(name))
+        if index is None:
+            example = self.nics.names[0] if self.nics.names else "host:mlx5_0"
+            raise InvalidState(f"unknown NIC {name!r} (NICs are named host:nic, e.g. {example})")
+        return index
+
+    def resolve_gpu(self, gpu: Any) -> int:
+        """A GPU id from an int or ``"host:index"``."""
+        if isinstance(gpu, int | np.integer) and not isinstance(gpu, bool):
+            if not 0 <= int(gpu) < self.num_gpus:
+                raise InvalidState(f"GPU {gpu} does not exist (the cluster has {self.num_gpus})")
+            return int(gpu)
+        text = str(gpu)
+        if text.isdigit():
+            return self.resolve_gpu(int(text))
+        host, _, local = text.rpartition(":")
+        gpus = self.host_gpus(host) if host in self._host_index else None
+        if gpus is None or not local.isdigit() or int(local) >= len(gpus):
+            raise InvalidState(
+                f"unknown GPU {gpu!r} (give an id or host:index, e.g. {self.hosts[0]}:0)"
+            )
+        return int(gpus[int(local)])
+
+    def resolve_switch(self, name: Any) -> tuple[int, int]:
+        """(level, domain) of a switch named ``"su003"`` or ``"leaf:su003"``."""
+        text = str(name)
+        topo = self
+        levels = range(topo.node_level + 1, len(topo.levels))
+        wanted_level, _, short = text.partition(":") if ":" in text else ("", "", text)
+        hits = [
+            (lvl, topo.domain_names[lvl].index(short))
+            for lvl in levels
+            if (not wanted_level or topo.levels[lvl].name == wanted_level)
+            and short in topo.domain_names[lvl]
+        ]
+        if not hits:
+            above = ", ".join(topo.levels[lvl].name for lvl in levels) or "none"
+            raise InvalidState(
+                f"unknown switch {name!r} "
+                f"(switches are domains of the levels above the host: {above})"
+            )
+        if len(hits) > 1:
+            raise InvalidState(f"switch {name!r} names domains at several levels; write level:name")
+        return hits[0]
+
+    def component_name(self, kind: _core.ComponentKind, a: int, b: int) -> str:
+        if kind == _core.ComponentKind.Gpu:
+            return f"{self.host_of(a)}:{self.local_index(a)}"
+        if kind == _core.ComponentKind.Host:
+            return self.hosts[a]
+        if kind == _core.ComponentKind.Nic:
+            return self.nics.names[a]
+        return f"{self.levels[a].name}:{self.domain_names[a][b]}"
+
     # ----------------------------------------------------------------- native format
     @classmethod
     def from_dict(cls, document: Any, *, source: str | None = None) -> Topology:
-        """Build from the native dictionary form, validating every field.
+        """Build from the native dictionary form, validating every field
+        (:mod:`gpuplace.topology_schema`).
 
         Raises :class:`gpuplace.InvalidTopology` naming ``source`` (a file name) and the field.
         """
-        c = Checker(InvalidTopology, source)
-        doc = c.mapping(document, "")
-        c.keys(
-            doc,
-            "",
-            {
-                "format",
-                "name",
-                "levels",
-                "node_level",
-                "nvlink_domain",
-                "node_types",
-                "nodes",
-                "provenance",
-            },
-        )
-        if doc.get("format") != FORMAT:
-            raise c.fail("format", f"expected {FORMAT!r}, got {doc.get('format')!r}")
-        name = c.string(doc.get("name", source or "topology"), "name")
+        from gpuplace import topology_schema
 
-        levels: list[Level] = []
-        raw_levels = c.sequence(doc.get("levels"), "levels")
-        if not raw_levels:
-            raise c.fail("levels", "at least one level is required")
-        for i, raw in enumerate(raw_levels):
-            p = f"levels[{i}]"
-            lv = c.mapping(raw, p)
-            c.keys(lv, p, {"name", "bandwidth_gbps", "latency_us"})
-            lname = c.string(lv.get("name"), f"{p}.name")
-            if not _NAME.match(lname):
-                raise c.fail(f"{p}.name", f"use lowercase letters, digits, '-', '_'; got {lname!r}")
-            if any(existing.name == lname for existing in levels):
-                raise c.fail(f"{p}.name", f"duplicate level name {lname!r}")
-            levels.append(
-                Level(
-                    lname,
-                    c.number(lv.get("bandwidth_gbps"), f"{p}.bandwidth_gbps", positive=True),
-                    c.number(lv.get("latency_us", 0.0), f"{p}.latency_us", minimum=0.0),
-                )
-            )
-        names = [lv.name for lv in levels]
-
-        def level_ref(key: str, default: int) -> int:
-            if key not in doc:
-                return default
-            value = c.string(doc[key], key)
-            if value not in names:
-                raise c.fail(key, f"expected one of the levels ({', '.join(names)}), got {value!r}")
-            return names.index(value)
-
-        node_level = level_ref("node_level", 0)
-        nvlink_level = level_ref("nvlink_domain", node_level)
-        if nvlink_level < node_level:
-            raise c.fail("nvlink_domain", "must be the node level or a level above it")
-        below = names[:node_level]
-        above = names[node_level + 1 :]
-
-        node_types: dict[str, NodeType] = {}
-        raw_types = c.mapping(doc.get("node_types"), "node_types")
-        if not raw_types:
-            raise c.fail("node_types", "at least one node type is required")
-        for tname, raw in raw_types.items():
-            node_types[tname] = _node_type(c, f"node_types.{tname}", tname, raw, below)
-
-        hosts: list[str] = []
-        host_types: list[str] = []
-        host_domains: list[tuple[str, ...]] = []
-        seen: dict[str, str] = {}
-        raw_nodes = c.sequence(doc.get("nodes"), "nodes")
-        if not raw_nodes:
-            raise c.fail("nodes", "at least one node is required")
-        for i, raw in enumerate(raw_nodes):
-            p = f"nodes[{i}]"
-            entry = c.mapping(raw, p)
-            c.keys(entry, p, {"name", "type", "domains"})
-            expr = c.string(entry.get("name"), f"{p}.name")
-            try:
-                names_here = expand(expr)
-            except HostlistError as exc:
-                raise c.fail(f"{p}.name", str(exc)) from None
-            if not names_here:
-                raise c.fail(f"{p}.name", f"hostlist {expr!r} names no host")
-            tname = c.string(entry.get("type"), f"{p}.type")
-            if tname not in node_types:
-                raise c.fail(
-                    f"{p}.type",
-                    f"expected one of the node_types ({', '.join(node_types)}), got {tname!r}",
-                )
-            domains = c.mapping(entry.get("domains", {}), f"{p}.domains")
-            missing = [lv for lv in above if lv not in domains]
-            if missing:
-                raise c.fail(f"{p}.domains", f"missing a domain for level {missing[0]!r}")
-            extra = [k for k in domains if k not in above]
-            if extra:
-                raise c.fail(
-                    f"{p}.domains.{extra[0]}",
-                    f"not a level above the node level (expected {', '.join(above) or 'none'})",
-                )
-            path = tuple(_domain_name(c, domains[lv], f"{p}.domains.{lv}") for lv in above)
-            for host in names_here:
-                if host in seen:
-                    raise c.fail(f"{p}.name", f"host {host!r} is already defined in {seen[host]}")
-                seen[host] = p
-                hosts.append(host)
-                host_types.append(tname)
-                host_domains.append(path)
-            if len(hosts) > 2_000_000:
-                raise c.fail("nodes", "more than 2,000,000 hosts")
-        notes = _provenance(c, doc.get("provenance", {}))
-        try:
-            return cls(
-                name=name,
-                levels=levels,
-                node_level=node_level,
-                nvlink_level=nvlink_level,
-                node_types=node_types,
-                hosts=hosts,
-                host_types=host_types,
-                host_domains=host_domains,
-                provenance=notes,
-            )
-        except InvalidTopology as exc:
-            raise c.fail("", _domain_message(str(exc), levels, host_domains, hosts)) from None
+        return topology_schema.parse(cls, document, source)
 
     def to_dict(self) -> dict[str, Any]:
         """The native dictionary form; consecutive hosts with the same type and domains are
@@ -399,6 +366,7 @@ class Topology:
         out: dict[str, Any] = {"format": FORMAT, "name": self.name}
         out["levels"] = [
             {"name": lv.name, "bandwidth_gbps": lv.bandwidth_gbps, "latency_us": lv.latency_us}
+            | ({"oversubscription": lv.oversubscription} if lv.oversubscription != 1 else {})
             for lv in self.levels
         ]
         out["node_level"] = self.levels[self.node_level].name
@@ -437,6 +405,14 @@ class Topology:
             run.append(host)
         flush()
         out["nodes"] = nodes
+        if self.uplink_gbps:
+            out["uplink_gbps"] = dict(self.uplink_gbps)
+        if self.power_domains:
+            out["power_domains"] = [d.to_dict(self.hosts) for d in self.power_domains]
+        if self.power_phases != 1:
+            out["power_phases"] = self.power_phases
+        if self.stores:
+            out["stores"] = {name: s.to_dict() for name, s in self.stores.items()}
         if self.provenance:
             out["provenance"] = json.loads(json.dumps(self.provenance))
         return out
@@ -520,259 +496,39 @@ class Topology:
 
     # ----------------------------------------------------------------- networkx
     def to_networkx(self) -> Any:
-        """A directed tree (networkx.DiGraph): one vertex per domain and per GPU, edges from
-        parent to child. Vertices carry ``kind`` ("domain"/"gpu"), ``level`` and ``name``; the
-        graph carries the levels and node types, so :meth:`from_networkx` restores the
-        topology."""
-        import networkx as nx
+        """A directed tree (networkx.DiGraph) of the domains and GPUs; see
+        :func:`gpuplace.topology_networkx.to_networkx`."""
+        from gpuplace import topology_networkx
 
-        g = nx.DiGraph(
-            name=self.name,
-            levels=[(lv.name, lv.bandwidth_gbps, lv.latency_us) for lv in self.levels],
-            node_level=self.node_level,
-            nvlink_level=self.nvlink_level,
-            node_types={t: nt.to_dict() for t, nt in self.node_types.items()},
-        )
-        nl = len(self.levels)
-        for level in range(nl):
-            parents = self._core.parents(level) if level + 1 < nl else None
-            for d, dname in enumerate(self.domain_names[level]):
-                v = ("domain", level, d)
-                attrs: dict[str, Any] = {
-                    "kind": "domain",
-                    "level": self.levels[level].name,
-                    "name": dname,
-                }
-                if level == self.node_level:
-                    attrs["node_type"] = self.host_types[d]
-                g.add_node(v, **attrs)
-                if parents is not None:
-                    g.add_edge(("domain", level + 1, int(parents[d])), v)
-        path = self.path
-        for gpu in range(self.num_gpus):
-            g.add_node(
-                ("gpu", gpu),
-                kind="gpu",
-                level="gpu",
-                name=f"{self.host_of(gpu)}:{self.local_index(gpu)}",
-            )
-            g.add_edge(("domain", 0, int(path[gpu, 0])), ("gpu", gpu))
-        return g
+        return topology_networkx.to_networkx(self)
 
     @classmethod
     def from_networkx(cls, graph: Any) -> Topology:
         """Inverse of :meth:`to_networkx`."""
-        try:
-            levels = [Level(n, float(b), float(lat)) for n, b, lat in graph.graph["levels"]]
-            node_level = int(graph.graph["node_level"])
-            names = [lv.name for lv in levels]
-            doc: dict[str, Any] = {
-                "format": FORMAT,
-                "name": graph.graph.get("name", "topology"),
-                "levels": [
-                    {
-                        "name": lv.name,
-                        "bandwidth_gbps": lv.bandwidth_gbps,
-                        "latency_us": lv.latency_us,
-                    }
-                    for lv in levels
-                ],
-                "node_level": names[node_level],
-                "nvlink_domain": names[int(graph.graph["nvlink_level"])],
-                "node_types": graph.graph["node_types"],
-            }
-            hosts = sorted(
-                (
-                    v
-                    for v, a in graph.nodes(data=True)
-                    if a.get("kind") == "domain" and a.get("level") == names[node_level]
-                ),
-                key=lambda v: v[2],
-            )
-            nodes = []
-            for v in hosts:
-                domains = {}
-                cur = v
-                for lname in names[node_level + 1 :]:
-                    (cur,) = list(graph.predecessors(cur))
-                    domains[lname] = graph.nodes[cur]["name"]
-                nodes.append(
-                    {
-                        "name": graph.nodes[v]["name"],
-                        "type": graph.nodes[v]["node_type"],
-                        "domains": domains,
-                    }
-                )
-            doc["nodes"] = nodes
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise InvalidTopology(
-                f"networkx graph: not a gpuplace topology graph (missing or bad {exc})"
-            ) from None
-        return cls.from_dict(doc, source="networkx graph")
+        from gpuplace import topology_networkx
+
+        return topology_networkx.from_networkx(cls, graph)
 
 
-def _domain_name(c: Checker, value: Any, path: str) -> str:
-    """A domain name: a string, or an integer (YAML reads `leaf: 3` as one)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return c.string(value, path)
+class Nics:
+    """The NICs of a topology: dense ids, names (``host:nic``) and each GPU's NIC."""
+
+    def __init__(self, topology: Topology):
+        names: list[str] = []
+        gpu_nic = np.full(topology.num_gpus, -1, dtype=np.int64)
+        first_gpu = 0
+        for host, tname in zip(topology.hosts, topology.host_types, strict=True):
+            nt = topology.node_types[tname]
+            base = len(names)
+            names.extend(f"{host}:{nic}" for nic in nt.nics)
+            if nt.nics and nt.gpu_nic is not None:
+                gpu_nic[first_gpu : first_gpu + nt.gpus] = base + np.asarray(nt.gpu_nic)
+            first_gpu += nt.gpus
+        self.names = names
+        self.index = {n: i for i, n in enumerate(names)}
+        self.gpu_nic = gpu_nic
 
 
-def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> NodeType:
-    nt = c.mapping(raw, p)
-    c.keys(
-        nt,
-        p,
-        {
-            "gpus",
-            "gpu_model",
-            "power_w",
-            "sublevels",
-            "bandwidth_gbps",
-            "link_classes",
-            "nics",
-            "gpu_nic",
-        },
-    )
-    gpus = c.integer(nt.get("gpus"), f"{p}.gpus", minimum=1)
-    if gpus > 64:
-        raise c.fail(f"{p}.gpus", f"at most 64 GPUs per host are supported, got {gpus}")
-    sub_raw = c.mapping(nt.get("sublevels", {}), f"{p}.sublevels")
-    sublevels: dict[str, tuple[int, ...]] = {}
-    for lname in below:
-        if lname not in sub_raw:
-            raise c.fail(f"{p}.sublevels", f"missing the level {lname!r} below the node level")
-    for lname, values in sub_raw.items():
-        if lname not in below:
-            raise c.fail(
-                f"{p}.sublevels.{lname}",
-                f"not a level below the node level (expected {', '.join(below) or 'none'})",
-            )
-        seq = c.sequence(values, f"{p}.sublevels.{lname}")
-        if len(seq) != gpus:
-            raise c.fail(f"{p}.sublevels.{lname}", f"expected {gpus} entries, got {len(seq)}")
-        sublevels[lname] = tuple(
-            c.integer(v, f"{p}.sublevels.{lname}[{i}]", minimum=0) for i, v in enumerate(seq)
-        )
-    # A GPU's lower-level domains must nest in its higher ones inside the host.
-    for lo, hi in itertools.pairwise(below):
-        parent: dict[int, int] = {}
-        for a, b in zip(sublevels[lo], sublevels[hi], strict=True):
-            if parent.setdefault(a, b) != b:
-                raise c.fail(
-                    f"{p}.sublevels.{lo}",
-                    f"domain {a} lies in two {hi} domains; sublevels must nest",
-                )
-    matrix = None
-    if "bandwidth_gbps" in nt:
-        rows = c.sequence(nt["bandwidth_gbps"], f"{p}.bandwidth_gbps")
-        if len(rows) != gpus:
-            raise c.fail(f"{p}.bandwidth_gbps", f"expected {gpus} rows, got {len(rows)}")
-        parsed = []
-        for i, row in enumerate(rows):
-            cells = c.sequence(row, f"{p}.bandwidth_gbps[{i}]")
-            if len(cells) != gpus:
-                raise c.fail(
-                    f"{p}.bandwidth_gbps[{i}]", f"expected {gpus} entries, got {len(cells)}"
-                )
-            parsed.append(
-                tuple(
-                    c.number(v, f"{p}.bandwidth_gbps[{i}][{j}]", minimum=0.0)
-                    for j, v in enumerate(cells)
-                )
-            )
-        for i in range(gpus):
-            for j in range(gpus):
-                if i != j and parsed[i][j] <= 0:
-                    raise c.fail(
-                        f"{p}.bandwidth_gbps[{i}][{j}]", "off-diagonal entries must be > 0"
-                    )
-                if abs(parsed[i][j] - parsed[j][i]) > 1e-9 * max(1.0, abs(parsed[i][j])):
-                    raise c.fail(f"{p}.bandwidth_gbps[{i}][{j}]", "the matrix must be symmetric")
-        matrix = tuple(parsed)
-    classes = None
-    if "link_classes" in nt:
-        rows = c.sequence(nt["link_classes"], f"{p}.link_classes")
-        if len(rows) != gpus or any(
-            len(c.sequence(r, f"{p}.link_classes[{i}]")) != gpus for i, r in enumerate(rows)
-        ):
-            raise c.fail(f"{p}.link_classes", f"expected a {gpus}x{gpus} matrix")
-        classes = tuple(tuple(str(x) for x in r) for r in rows)
-    nics = tuple(
-        c.string(v, f"{p}.nics[{i}]")
-        for i, v in enumerate(c.sequence(nt.get("nics", []), f"{p}.nics"))
-    )
-    gpu_nic = None
-    if "gpu_nic" in nt:
-        seq = c.sequence(nt["gpu_nic"], f"{p}.gpu_nic")
-        if len(seq) != gpus:
-            raise c.fail(f"{p}.gpu_nic", f"expected {gpus} entries, got {len(seq)}")
-        gpu_nic = tuple(c.integer(v, f"{p}.gpu_nic[{i}]", minimum=0) for i, v in enumerate(seq))
-        if nics and max(gpu_nic) >= len(nics):
-            raise c.fail(f"{p}.gpu_nic", f"entries must index nics (0..{len(nics) - 1})")
-    power = None
-    if nt.get("power_w") is not None:
-        power = c.number(nt["power_w"], f"{p}.power_w", positive=True)
-    model = nt.get("gpu_model")
-    if model is not None:
-        model = c.string(model, f"{p}.gpu_model")
-    return NodeType(
-        name=tname,
-        gpus=gpus,
-        gpu_model=model,
-        power_w=power,
-        sublevels=sublevels,
-        bandwidth_gbps=matrix,
-        link_classes=classes,
-        nics=nics,
-        gpu_nic=gpu_nic,
-    )
-
-
-def _provenance(c: Checker, raw: Any) -> dict[str, Any]:
-    """Validate the informational ``provenance`` entry (kept, never interpreted)."""
-    doc = c.mapping(raw, "provenance")
-    c.keys(doc, "provenance", {"sources", "warnings", "degraded_links", "parallel_links"})
-    out: dict[str, Any] = {}
-    for key in ("sources", "warnings"):
-        if key in doc:
-            seq = c.sequence(doc[key], f"provenance.{key}")
-            out[key] = [c.string(v, f"provenance.{key}[{i}]") for i, v in enumerate(seq)]
-    if "degraded_links" in doc:
-        links = []
-        raw_links = c.sequence(doc["degraded_links"], "provenance.degraded_links")
-        for i, raw_link in enumerate(raw_links):
-            p = f"provenance.degraded_links[{i}]"
-            link = c.mapping(raw_link, p)
-            c.keys(link, p, {"a", "b", "rate"})
-            links.append({k: c.string(link.get(k), f"{p}.{k}") for k in ("a", "b", "rate")})
-        out["degraded_links"] = links
-    if "parallel_links" in doc:
-        out["parallel_links"] = c.integer(
-            doc["parallel_links"], "provenance.parallel_links", minimum=0
-        )
-    return out
-
-
-def _domain_message(
-    message: str,
-    levels: Sequence[Level],
-    host_domains: Sequence[tuple[str, ...]],
-    hosts: Sequence[str],
-) -> str:
-    """Re-word a core nesting error with domain names instead of ids."""
-    if "do not nest" not in message and "exactly one" not in message:
-        return message
-    nodes_above = [lv.name for lv in levels]
-    # Find the first domain with two parents, by name.
-    for offset in range(len(host_domains[0]) - 1 if host_domains else 0):
-        parent: dict[str, tuple[str, str]] = {}
-        for h, doms in enumerate(host_domains):
-            child, up = doms[offset], doms[offset + 1]
-            if child in parent and parent[child][0] != up:
-                return (
-                    f"domains do not nest: {nodes_above[-len(doms) + offset]} {child!r} lies in "
-                    f"{parent[child][0]!r} (host {parent[child][1]}) and in {up!r} (host {hosts[h]})"
-                )
-            parent.setdefault(child, (up, hosts[h]))
-    return message
+def nics_of(topology: Topology) -> Nics:
+    """The NIC table of a topology (cached on it)."""
+    return topology.nics

@@ -1,2 +1,2 @@
-"""Subcommands of the ``gpuplace`` CLI that live in their own modules, registered at the end of
-``cli.py``."""
+"""The ``gpuplace`` CLI commands, one module each, registered in ``cli.py``; what they share
+(the console, the cluster options, ``load_cluster``) is in ``commands.common``."""

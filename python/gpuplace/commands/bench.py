@@ -141,8 +141,26 @@ def write_png(report: SuiteReport, path: Path) -> Path:
     help="Directory for compare.csv and compare.json (and compare.png).",
 )
 @click.option("--png", is_flag=True, help="Also write compare.png (needs gpuplace[plot]).")
-def bench(quick: bool, solver_list: str | None, seed: int, out_dir: str | None, png: bool) -> None:
+@click.option(
+    "--contention",
+    is_flag=True,
+    help="Instead: a new job on loaded clusters with 2:1 leaf uplinks, every solver priced "
+    "with its neighbours (writes contention.csv/json).",
+)
+def bench(
+    quick: bool,
+    solver_list: str | None,
+    seed: int,
+    out_dir: str | None,
+    png: bool,
+    contention: bool,
+) -> None:
     """Compare the registered solvers on a fixed, seeded suite of clusters and jobs."""
+    if contention:
+        from gpuplace.commands.bench_contention import run_contention_bench
+
+        run_contention_bench(quick, solver_list, out_dir)
+        return
     if png and out_dir is None:
         raise click.UsageError("--png writes into the --out directory; give --out DIR")
     # Wide enough for one column per solver even when the output goes to a file.

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from gpuplace import _core
 from gpuplace._validate import exclusive_lock
+from gpuplace.commands.common import load_cluster, out
+from gpuplace.commands.fabric_report import fabric_doc, print_fabric, print_power
 from gpuplace.errors import InvalidState, InvalidTopology
 from gpuplace.repair import repair
 from gpuplace.state import ClusterState
@@ -26,7 +28,7 @@ from gpuplace.topology import Topology
 
 __all__ = ["degrade", "drain", "fail", "recover", "repair_cmd", "status"]
 
-_out = Console(highlight=False, soft_wrap=True)
+_out = out
 
 
 def _state_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -82,9 +84,6 @@ def open_state(
 ) -> ClusterState:
     """The state in ``state_path`` on its cluster; a new empty state when the file does not
     exist (then ``--cluster`` is required)."""
-    # Imported here: cli.py imports this module at its end to register the commands.
-    from gpuplace.cli import load_cluster
-
     exists = Path(state_path).exists()
     remembered = ClusterState.cluster_of(state_path) if exists else None
     if cluster is not None:
@@ -358,12 +357,14 @@ def status(
         "gpus": topo.num_gpus,
         "free": state.free_gpus,
         "spares": len(state.spares),
-        "failed_gpus": int((health == 1).sum()),
-        "drained_gpus": int((health == 2).sum()),
+        "failed_gpus": int((health == int(_core.Health.Failed)).sum()),
+        "drained_gpus": int((health == int(_core.Health.Drained)).sum()),
         "degraded_gpus": int(state.degraded_mask().sum()),
         "jobs": jobs,
         "levels": levels,
         "unhealthy": state.unhealthy(),
+        **fabric_doc(state),
+        "power": state.power_headroom(),
     }
     if fmt == "json":
         click.echo(json.dumps(doc))
@@ -410,3 +411,5 @@ def status(
         factor = f"{h['factor']:.3g}" if h["condition"] == "degraded" else "-"
         table.add_row(h["kind"], h["name"], h["condition"], factor, h["reason"])
     _out.print(table)
+    print_fabric(state, _out)
+    print_power(doc["power"], _out)

@@ -110,6 +110,20 @@ _file = click.Path(exists=True, dir_okay=False)
     help="Override a level's latency (µs); repeatable.",
 )
 @click.option(
+    "--include",
+    "include",
+    multiple=True,
+    metavar="PATTERN",
+    help="Keep only fabric hosts matching this glob (dgx*); repeatable.",
+)
+@click.option(
+    "--exclude",
+    "exclude",
+    multiple=True,
+    metavar="PATTERN",
+    help="Leave out fabric hosts matching this glob (storage*, login*); repeatable.",
+)
+@click.option(
     "--output",
     "-o",
     type=click.Path(dir_okay=False),
@@ -131,6 +145,8 @@ def import_cmd(
     gpus_per_node: int | None,
     bandwidths: tuple[str, ...],
     latencies: tuple[str, ...],
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
     output: str | None,
 ) -> None:
     """Build a topology from a host description and/or a fabric description.
@@ -189,6 +205,15 @@ def import_cmd(
         fabric = gio.read_k8s_nodes(k8s)
     elif ec2:
         fabric = gio.read_ec2_topology(ec2)
+    if (include or exclude) and fabric is None:
+        raise click.UsageError("--include and --exclude select the hosts of a fabric source")
+    if fabric is not None:
+        from gpuplace.io.select import select_hosts, unusual_hosts
+
+        dropped = select_hosts(fabric, include, exclude) if include or exclude else []
+        if dropped:
+            _warn(f"left out {len(dropped)} hosts: {', '.join(dropped[:8])}")
+        fabric.warnings.extend(unusual_hosts(fabric))
     cluster = name or (Path(output).stem if output else "cluster")
     topology = Topology.from_parts(
         node,

@@ -12,6 +12,7 @@ unions of lower domains that share a switch of that level, so domains always nes
 from __future__ import annotations
 
 import re
+import statistics
 from collections import Counter
 
 from gpuplace.io._common import MAX_NAMES, fail, guarded, read_source
@@ -374,6 +375,7 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
                     parent_d[max(ra, rb)] = min(ra, rb)
         groups_at.append({leaf: find_d(rep[leaf]) for leaf in leaves})
 
+    leaf_domain: dict[str, str] = {}
     for level_idx, mapping in enumerate(groups_at):
         members: dict[str, list[str]] = {}
         for leaf, g in mapping.items():
@@ -389,11 +391,18 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
                 ordered = tops
             label[g] = ordered[0] + (f"+{len(ordered) - 1}" if len(ordered) > 1 else "")
         lv = level_names[level_idx]
+        if level_idx == 0:
+            leaf_domain = {leaf: label[g] for leaf, g in mapping.items()}
         for host, ls in host_leaves.items():
             if host in fabric.hosts:
                 fabric.hosts[host].domains[lv] = label[mapping[min(ls)]]
 
     # -- uplink/downlink ratio into each level above the leaves -------------------------------
+    # The level's ratio is the usual one (the median over its switches); a leaf domain whose
+    # switches have less (a slow or missing cable) gets its own uplink capacity, so one bad
+    # cable lowers that switch's uplink, not every GPU's bandwidth at the level.
+    leaf_up: dict[str, float] = {}
+    leaf_down: dict[str, float] = {}
     for d in range(1, depth + 1):
         ratios = []
         for s, ds in distance.items():
@@ -413,8 +422,25 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
                     down += g
             if down > 0:
                 ratios.append(up / down)
+            if d == 1 and s in leaf_domain:
+                dom = leaf_domain[s]
+                leaf_up[dom] = leaf_up.get(dom, 0.0) + up
+                leaf_down[dom] = leaf_down.get(dom, 0.0) + down
         if ratios:
-            fabric.oversubscription[level_names[d]] = min(1.0, min(ratios))
+            usual = min(1.0, statistics.median(ratios))
+            fabric.oversubscription[level_names[d]] = usual
+            if d == 1:
+                for dom, up in sorted(leaf_up.items()):
+                    down = leaf_down.get(dom, 0.0)
+                    if down > 0 and up / down < usual * (1 - 1e-9):
+                        # Gbit/s of cables -> GB/s, each direction.
+                        fabric.uplink_gbps[f"{level_names[0]}:{dom}"] = round(up / 8, 3)
+                if fabric.uplink_gbps:
+                    warnings.append(
+                        f"{len(fabric.uplink_gbps)} {level_names[0]} domain(s) have less "
+                        f"uplink than the usual ratio {usual:.3g}: "
+                        + ", ".join(f"{k} {v:g} GB/s" for k, v in fabric.uplink_gbps.items())
+                    )
     return fabric
 
 

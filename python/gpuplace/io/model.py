@@ -172,6 +172,12 @@ class Fabric:
     host_link_gbit: float | None = None
     #: level -> uplink/downlink capacity ratio going from the level below into it (<= 1).
     oversubscription: dict[str, float] = field(default_factory=dict)
+    #: ``level:domain`` -> uplink capacity (GB/s each direction) of a domain whose switches
+    #: have less than the level's usual ratio (the topology's ``uplink_gbps``).
+    uplink_gbps: dict[str, float] = field(default_factory=dict)
+    #: ``level:domain`` -> fraction (< 1) of the non-blocking uplink capacity a domain has,
+    #: when the source gives only relative speeds (Slurm ``LinkSpeed``).
+    uplink_scale: dict[str, float] = field(default_factory=dict)
     #: level whose domains are NVLink domains (GB200 racks, nvidia.com/gpu.clique), if known.
     nvlink_level: str | None = None
     #: Slurm BlockSizes, when the source is a topology/block file.
@@ -469,6 +475,18 @@ def to_topology_dict(
         "node_types": node_types,
         "nodes": nodes,
     }
+    uplinks = dict(fabric.uplink_gbps)
+    if fabric.uplink_scale:
+        host_gpus = {h.name: _host_gpus(node_type, h, default_gpus) for h in fabric.hosts.values()}
+        for key, scale in fabric.uplink_scale.items():
+            lv, _, dom = key.partition(":")
+            if lv not in levels or levels.index(lv) + 1 >= len(levels):
+                continue
+            under = sum(g for h, g in host_gpus.items() if domains[h][lv] == dom)
+            above = min(float(bw[x]) for x in all_levels[: all_levels.index(lv) + 2])
+            uplinks.setdefault(key, round(under * above * scale, 3))
+    if uplinks:
+        out["uplink_gbps"] = uplinks
     notes = provenance(fabric, node_type)
     if notes:
         out["provenance"] = notes

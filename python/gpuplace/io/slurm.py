@@ -11,6 +11,7 @@ Block: each ``BlockName`` is a ``block`` domain; ``BlockSizes=8,16,32`` adds lev
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from gpuplace.io._common import MAX_NAMES, expand_hostlist, fail, guarded, read_source
 from gpuplace.io.model import Fabric, Host, Switch
@@ -187,6 +188,7 @@ def _tree_fabric(fname: str, switches: dict[str, dict]) -> Fabric:
         if name in parent:
             s.parents = {parent[name]}
         fabric.switches[name] = s
+    _link_speeds(fabric, switches, height, levels)
     for host, leaf in host_leaf.items():
         chain = [leaf]
         while chain[-1] in parent:
@@ -199,6 +201,34 @@ def _tree_fabric(fname: str, switches: dict[str, dict]) -> Fabric:
             domains[lv] = chain[k]
         fabric.hosts[host] = Host(host, domains=domains)
     return fabric
+
+
+def _link_speeds(
+    fabric: Fabric, switches: dict[str, dict], height: dict[str, int], levels: list[str]
+) -> None:
+    """A switch whose LinkSpeed is below the usual one of its level gets that fraction of its
+    uplink capacity (Slurm's units are arbitrary: only ratios within a level mean anything)."""
+    for d, level in enumerate(levels[:-1]):
+        speeds: dict[str, float] = {}
+        for name, sw in switches.items():
+            if height[name] != d or sw["speed"] is None:
+                continue
+            try:
+                speeds[name] = float(sw["speed"])
+            except ValueError:
+                fabric.warnings.append(f"switch {name}: LinkSpeed {sw['speed']!r} is not a number")
+        if not speeds:
+            continue
+        usual = Counter(speeds.values()).most_common(1)[0][0]
+        for name, speed in sorted(speeds.items()):
+            if 0 < speed < usual:
+                fabric.uplink_scale[f"{level}:{name}"] = speed / usual
+        if fabric.uplink_scale:
+            fabric.warnings.append(
+                f"{level} switches with a LinkSpeed below the usual {usual:g}: "
+                + ", ".join(k.partition(":")[2] for k in fabric.uplink_scale)
+                + " (their uplink capacity is scaled down)"
+            )
 
 
 def _block_fabric(fname: str, blocks: list[tuple[str, list[str], int]], sizes: list[int]) -> Fabric:

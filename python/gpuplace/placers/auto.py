@@ -74,6 +74,7 @@ def fallback(state: ClusterState, job: Job, seed: int, time_limit: float | None)
 @register_solver(
     "auto",
     f"cpsat when the instance is small enough to prove optimal in the time limit, else {FALLBACK}",
+    confining=True,
 )
 def _auto(state: ClusterState, job: Job, seed: int, time_limit: float | None) -> SolveResult:
     fits, why = cpsat_fits(state, job)

@@ -113,6 +113,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -122,7 +123,6 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from gpuplace.errors import GpuplaceError, Infeasible
-from gpuplace.job import KINDS
 from gpuplace.placement import SolveResult, evaluate, place, register_solver
 from gpuplace.placers import cpsat_gpus
 
@@ -269,20 +269,24 @@ def _collective_price(
     """Seconds per step of ``count`` calls of one collective of ``n`` ranks at each span level,
     from the core's cost formulas (``cost::collective_seconds_by_level``): the model prices
     exactly what the evaluator charges."""
-    per_call = topo._core.collective_seconds_by_level(KINDS[kind], n, float(size_bytes))
+    per_call = topo._core.collective_seconds_by_level(kind, n, float(size_bytes))
     return [count * t for t in per_call]
 
 
-def _coordinates(job: Job) -> dict[str, np.ndarray]:
-    """Coordinate of every rank along every dimension (rank order: first dimension fastest)."""
-    ranks = np.arange(job.gpus, dtype=np.int64)
-    out: dict[str, np.ndarray] = {}
-    stride = 1
-    for d in job.rank_order:
-        size = getattr(job, d)
-        out[d] = (ranks // stride) % size
-        stride *= size
-    return out
+def _coordinates(job: Job, topo: Topology) -> dict[str, np.ndarray]:
+    """Coordinate of every rank along every dimension, from the core's rank layout."""
+    coords = job.compile(topo).coordinates()
+    return {d: coords[:, i] for i, d in enumerate(job.rank_order)}
+
+
+def _not_enough(state: ClusterState, n: int) -> str | None:
+    """The core's "needs n GPUs but only ... are free and healthy" message, or None when n
+    GPUs are free and healthy (one message for every solver)."""
+    try:
+        state._core.check_capacity(n)
+    except Infeasible as exc:
+        return str(exc)
+    return None
 
 
 def _matrix_hosts(topology: Topology) -> np.ndarray:
@@ -353,7 +357,7 @@ def analyse(state: ClusterState, job: Job) -> Instance:
         dims = [d for d in job.rank_order if getattr(job, d) > 1]
         internal = [d for d in dims if confine.get(d, nl) == 0]
         outer = [d for d in dims if d not in internal]
-        coords = _coordinates(job)
+        coords = _coordinates(job, topo)
         rank_block = np.zeros(n, dtype=np.int64)
         rank_slot = np.zeros(n, dtype=np.int64)
         for d in reversed(outer):
@@ -378,7 +382,7 @@ def analyse(state: ClusterState, job: Job) -> Instance:
     site_domain = np.array([path[first_gpu[int(s)]] for s in site_ids], dtype=np.int64).T.reshape(
         nl, len(site_ids)
     )
-    infeasible = None
+    infeasible = _not_enough(state, n)
     if len(site_ids):
         top_cap: dict[int, int] = defaultdict(int)
         for s, cap in zip(site_domain[max_span], site_blocks, strict=True):
@@ -386,12 +390,7 @@ def analyse(state: ClusterState, job: Job) -> Instance:
         allowed = {d for d, cap in top_cap.items() if cap >= num_blocks}
         mask = np.array([int(d) in allowed for d in site_domain[max_span]], dtype=bool)
         site_ids, site_blocks, site_domain = site_ids[mask], site_blocks[mask], site_domain[:, mask]
-    if state.free_gpus < n:
-        infeasible = (
-            f"needs {n} GPUs but only {state.free_gpus} of the cluster's {topo.num_gpus} GPUs "
-            "are free and healthy"
-        )
-    elif int(site_blocks.sum()) < num_blocks:
+    if infeasible is None and int(site_blocks.sum()) < num_blocks:
         where = (
             "in the cluster"
             if max_span == nl - 1
@@ -460,7 +459,8 @@ def analyse(state: ClusterState, job: Job) -> Instance:
         if c is None:
             continue
         if c.kind == _KIND_P2P:
-            pairs = np.stack([groups[:, :-1], groups[:, 1:]], axis=-1).reshape(-1, 2)
+            spec = job.compile(topo)
+            pairs = spec.class_groups(spec.class_names.index(f"{d} {c.kind}"))
             block_groups = sorted({tuple(int(b) for b in rank_block[p]) for p in pairs})
         price = _collective_price(
             topo, c.kind, 2 if c.kind == _KIND_P2P else getattr(job, d), c.bytes, c.count
@@ -955,6 +955,33 @@ def _hint_sites(inst: Instance, gpus: np.ndarray) -> np.ndarray | None:
     return block_site
 
 
+def _solve_stoppable(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
+    """``solver.solve(model)`` on a worker thread, so Ctrl-C reaches Python while CP-SAT
+    searches: the search is stopped and KeyboardInterrupt raised (CP-SAT's own SIGINT
+    handler would end the search quietly and return its incumbent as if nothing happened)."""
+    solver.parameters.catch_sigint_signal = False
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["status"] = solver.solve(model)
+        except BaseException as exc:  # re-raised on the caller's thread
+            out["error"] = exc
+
+    worker = threading.Thread(target=run, name="gpuplace-cpsat", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.05)
+    except KeyboardInterrupt:
+        solver.stop_search()
+        worker.join()
+        raise
+    if "error" in out:
+        raise out["error"]
+    return out["status"]
+
+
 # --------------------------------------------------------------------------- solve
 def solve(
     state: ClusterState,
@@ -1036,7 +1063,7 @@ def _solve_blocks(
     solver.parameters.max_time_in_seconds = max(0.01, limit - build_s)
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed
-    status = solver.solve(model)
+    status = _solve_stoppable(solver, model)
     status_name = solver.status_name(status)
     q = builder.quantum
     rounding = 0.5 * q * builder.priced_terms
@@ -1120,7 +1147,7 @@ def _solve_blocks(
     return SolveResult(gpus=gpus, optimal=optimal, bound=bound, solver="cpsat", details=details)
 
 
-def _interchangeable_ranks(job: Job) -> list[list[list[int]]]:
+def _interchangeable_ranks(job: Job, topo: Topology) -> list[list[list[int]]]:
     """The job's symmetries for the GPU-level model: every dimension but pipelines (p2p) can
     have its index permuted without changing any cost (see
     :meth:`_Builder.order_interchangeable`); per such dimension, per index value, the ranks
@@ -1135,7 +1162,7 @@ def _interchangeable_ranks(job: Job) -> list[list[list[int]]]:
     ]
     if not dims:
         return []
-    coords = _coordinates(job)
+    coords = _coordinates(job, topo)
     rank_coords = np.stack([coords[d] for d in dims], axis=1)
     columns = list(range(len(dims)))
     return [_value_blocks(rank_coords, columns, j) for j in columns]
@@ -1183,7 +1210,7 @@ def _solve_degraded(
             num_workers=workers,
             seed=seed,
             hint=greedy_gpus,
-            interchangeable=_interchangeable_ranks(job),
+            interchangeable=_interchangeable_ranks(job, topo),
         )
         details.update(exact.details)
         if exact.status == "INFEASIBLE":
@@ -1273,6 +1300,7 @@ def _solve_degraded(
     "cpsat",
     "exact (OR-Tools CP-SAT) over the tree cost model, greedy as hint; proves optimality on "
     "small instances; time-limited",
+    confining=True,
 )
 def _cpsat(state: ClusterState, job: Job, seed: int, time_limit: float | None) -> SolveResult:
     return solve(state, job, time_limit=time_limit, seed=seed)

@@ -114,16 +114,16 @@ class _Group:
 
 def _groups(job: Job, topology: Topology) -> tuple[list[list[_Group]], list[tuple[int, list]]]:
     """Priced groups per class, and confinement rules (level, rank groups)."""
-    latency = np.asarray(topology._core.latency_us) * 1e-6
+    latency = np.asarray([lv.latency_us for lv in topology.levels]) * 1e-6
     classes: list[list[_Group]] = []
     confined: list[tuple[int, list]] = []
     for d, lv in job.confine.items():
         if getattr(job, d) > 1:
             confined.append((topology.level_index(lv), [tuple(g) for g in job.rank_groups(d)]))
+    spec = job.compile(topology)
     for d, c in sorted(job.resolved_communication().items()):
-        groups = job.rank_groups(d)
-        if c.kind == "p2p":
-            groups = np.stack([groups[:, :-1], groups[:, 1:]], axis=-1).reshape(-1, 2)
+        # The class's groups from the core's job compilation (a pipeline gives its pairs).
+        groups = spec.class_groups(spec.class_names.index(f"{d} {c.kind}"))
         n = groups.shape[1]
         steps, per_rank = collective_terms(c.kind, n, c.bytes)
         classes.append(
@@ -304,11 +304,13 @@ def solve_gpus(
                 for i in range(nc):
                     m.add_hint(x[r][i], int(pos[int(g)] == i))
 
+    from gpuplace.placers.cpsat import _solve_stoppable  # cpsat imports this module
+
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
     solver.parameters.num_workers = num_workers
     solver.parameters.random_seed = seed
-    status = solver.solve(m)
+    status = _solve_stoppable(solver, m)
     details: dict[str, Any] = {
         "status": solver.status_name(status),
         "formulation": "gpus",

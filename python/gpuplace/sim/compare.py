@@ -8,7 +8,8 @@ job, a mixture-of-experts job with expert parallelism, and a job given by an exp
 matrix). Every solver places every job on the same state; costs come from the one cost model.
 
 A solver that raises :class:`gpuplace.Infeasible` for a job is skipped for it with a note (the
-peer baselines need whole idle nodes or whole pods). ``cpsat`` runs only on small instances,
+peer baselines need whole idle nodes or whole pods); a placement the gate in :func:`place`
+refuses is recorded as ``invalid`` with the gate's reason. ``cpsat`` runs only on small instances,
 and only when it is registered; where it proves an optimum, every solver's gap to it is given.
 Timing is measured, never asserted.
 """
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuplace.errors import Infeasible, InvalidJob
+from gpuplace.errors import Infeasible, InvalidJob, InvalidState
 from gpuplace.job import Job
 from gpuplace.placement import Placement, place, solvers
 from gpuplace.sim.workload import DEFAULT_MODEL, MOE_MODEL, fragment, training_job
@@ -160,7 +161,7 @@ class Result:
     job: str
     job_gpus: int
     solver: str
-    status: str  # "ok", "infeasible" or "skipped"
+    status: str  # "ok", "infeasible", "invalid" (refused by the placement gate) or "skipped"
     comm_seconds: float | None = None
     fabric_bytes: float | None = None
     spine_bytes: float | None = None
@@ -287,6 +288,9 @@ def run_suite(
                 placement = place(state, job, name, seed=seed, time_limit=limit)
             except Infeasible as exc:
                 results.append(Result(**base, solver=name, status="infeasible", note=str(exc)))
+                continue
+            except InvalidState as exc:  # the placement gate refused what the solver returned
+                results.append(Result(**base, solver=name, status="invalid", note=str(exc)))
                 continue
             cost = placement.cost
             results.append(

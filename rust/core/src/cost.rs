@@ -44,8 +44,15 @@
 //! is smooth so that ranking two degraded links by loss stays monotone. A link that trained at
 //! reduced width or speed has factor `trained / nominal` (x2 of x4 gives 0.5). Callers with a
 //! measured goodput should pass the factor directly.
+//!
+//! ## Contention
+//!
+//! Priced in a state ([`evaluate_in`]), a collective also shares the fabric's uplinks with the
+//! running jobs: its bandwidth is multiplied by the smallest fair share it gets on the uplinks
+//! its flows cross ([`crate::fabric`] has the model and what it leaves out).
 
 use crate::error::{CoreError, Result};
+use crate::fabric::Background;
 use crate::job::{CollectiveKind, JobSpec};
 use crate::state::ClusterState;
 use crate::topology::Topology;
@@ -84,32 +91,7 @@ pub fn span_of(topo: &Topology, gpus: &[u32]) -> Option<usize> {
     Some(span)
 }
 
-/// Check that a placement names `num_ranks` distinct, existing GPUs.
-pub fn check_placement(topo: &Topology, num_ranks: usize, gpus: &[u32]) -> Result<()> {
-    if gpus.len() != num_ranks {
-        return Err(CoreError::InvalidState(format!(
-            "the placement gives {} GPUs for a job of {num_ranks} ranks",
-            gpus.len()
-        )));
-    }
-    let mut sorted = gpus.to_vec();
-    sorted.sort_unstable();
-    if let Some(&last) = sorted.last() {
-        if last as usize >= topo.num_gpus() {
-            return Err(CoreError::InvalidState(format!(
-                "GPU {last} does not exist (the cluster has {})",
-                topo.num_gpus()
-            )));
-        }
-    }
-    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-        return Err(CoreError::InvalidState(format!(
-            "GPU {} is given to two ranks",
-            w[0]
-        )));
-    }
-    Ok(())
-}
+use crate::topology::check_placement;
 
 /// Bandwidth factor of a path with packet loss rate `loss` (a fraction, 0.01 = 1 %), per the
 /// model in the module docs; never below [`MIN_FACTOR`] so costs stay finite.
@@ -130,6 +112,11 @@ pub const MIN_FACTOR: f64 = 1e-3;
 pub(crate) struct Health<'a> {
     factors: Option<&'a [f32]>,
     levels: usize,
+    /// The neighbours' load on the fabric, when pricing against running jobs.
+    fabric: Option<Background<'a>>,
+    /// The load of the priced collective's class, on an oversubscribed fabric: the job's
+    /// concurrent collectives share the uplinks too.
+    class_load: Option<&'a [(u32, f64)]>,
 }
 
 impl<'a> Health<'a> {
@@ -138,6 +125,17 @@ impl<'a> Health<'a> {
         Health {
             factors: state.path_factors(),
             levels: state.topology().num_levels(),
+            fabric: None,
+            class_load: None,
+        }
+    }
+
+    /// The hardware of `state` and its running jobs' load, for a job placed on `gpus` (its
+    /// own load is not counted against it when it already runs there).
+    pub(crate) fn with_neighbours(state: &'a ClusterState, gpus: &[u32]) -> Health<'a> {
+        Health {
+            fabric: Background::of(state, gpus),
+            ..Health::of(state)
         }
     }
 
@@ -182,12 +180,14 @@ pub(crate) fn collective_cost(
         if let Some(acc) = bytes_by_level {
             acc[l] += bytes * weight;
         }
+        let share =
+            crate::fabric::collective_share(topo, health.fabric, health.class_load, kind, members);
         return call_seconds(
             kind,
             n,
             bytes,
             levels[l].latency_us,
-            health.bandwidth(topo, a, b, l),
+            health.bandwidth(topo, a, b, l) * share,
         );
     }
     members.sort_unstable();
@@ -219,6 +219,8 @@ pub(crate) fn collective_cost(
             slowest = slowest.min(health.bandwidth(topo, a, b, l));
         }
     }
+    slowest *=
+        crate::fabric::collective_share(topo, health.fabric, health.class_load, kind, members);
     call_seconds(kind, n, bytes, levels[span].latency_us, slowest)
 }
 
@@ -294,9 +296,58 @@ pub fn evaluate(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Result<CostRepo
     evaluate_with(topo, None, job, gpus)
 }
 
-/// Evaluate a placement on the hardware of `state`, degraded components included.
+/// Evaluate a placement on the hardware of `state`, degraded components included,
+/// and the running jobs' load on the fabric (contention).
 pub fn evaluate_in(state: &ClusterState, job: &JobSpec, gpus: &[u32]) -> Result<CostReport> {
-    evaluate_with(state.topology(), state.path_factors(), job, gpus)
+    check_placement(state.topology(), job.num_ranks, gpus)?;
+    evaluate_in_checked(state, job, gpus)
+}
+
+/// [`evaluate_in`] for a placement already known to name `job.num_ranks` distinct, existing
+/// GPUs (the placement gate checks that first).
+pub(crate) fn evaluate_in_checked(
+    state: &ClusterState,
+    job: &JobSpec,
+    gpus: &[u32],
+) -> Result<CostReport> {
+    evaluate_health(
+        state.topology(),
+        Health::with_neighbours(state, gpus),
+        job,
+        gpus,
+    )
+}
+
+/// [`evaluate_in`] for running job `name` moved to `gpus` (what a repair compares): its own
+/// load where it runs now is not counted against it, so a trial is priced as it will run
+/// once the job has moved.
+pub fn evaluate_moved(
+    state: &ClusterState,
+    name: &str,
+    job: &JobSpec,
+    gpus: &[u32],
+) -> Result<CostReport> {
+    check_placement(state.topology(), job.num_ranks, gpus)?;
+    let health = Health {
+        fabric: Background::moving(state, name),
+        ..Health::of(state)
+    };
+    evaluate_health(state.topology(), health, job, gpus)
+}
+
+/// Communication seconds per step of a placement on the hardware of `state` against a given
+/// neighbours' load (what [`crate::fabric::added_to_neighbours`] compares).
+pub(crate) fn evaluate_background(
+    state: &ClusterState,
+    job: &JobSpec,
+    gpus: &[u32],
+    fabric: Option<Background<'_>>,
+) -> Result<f64> {
+    let health = Health {
+        fabric,
+        ..Health::of(state)
+    };
+    Ok(evaluate_health(state.topology(), health, job, gpus)?.comm_seconds)
 }
 
 /// Evaluate a placement with optional side factors (`num_gpus x levels`, GPU-major; see the
@@ -308,6 +359,17 @@ pub fn evaluate_with(
     gpus: &[u32],
 ) -> Result<CostReport> {
     check_placement(topo, job.num_ranks, gpus)?;
+    evaluate_checked(topo, factors, job, gpus)
+}
+
+/// [`evaluate_with`] for a placement already known to name `job.num_ranks` distinct, existing
+/// GPUs (the placement gate checks that first).
+pub(crate) fn evaluate_checked(
+    topo: &Topology,
+    factors: Option<&[f32]>,
+    job: &JobSpec,
+    gpus: &[u32],
+) -> Result<CostReport> {
     if factors.is_some_and(|f| f.len() != topo.num_gpus() * topo.num_levels()) {
         return Err(CoreError::InvalidState(
             "side factors do not match the topology".into(),
@@ -316,14 +378,36 @@ pub fn evaluate_with(
     let health = Health {
         factors,
         levels: topo.num_levels(),
+        fabric: None,
+        class_load: None,
     };
+    evaluate_health(topo, health, job, gpus)
+}
+
+fn evaluate_health(
+    topo: &Topology,
+    health: Health<'_>,
+    job: &JobSpec,
+    gpus: &[u32],
+) -> Result<CostReport> {
     let nl = topo.num_levels();
     let mut bytes_by_level = vec![0.0; nl];
     let mut class_seconds = vec![0.0f64; job.num_classes];
     let mut scratch = Scratch {
         members: Vec::new(),
     };
+    // On an oversubscribed fabric a collective also shares the uplinks with the other
+    // collectives of its class (they run concurrently).
+    let class_loads = if topo.is_oversubscribed() {
+        crate::fabric::class_loads(topo, job, gpus)
+    } else {
+        Vec::new()
+    };
     for c in &job.collectives {
+        let health = Health {
+            class_load: class_loads.get(c.class as usize).map(Vec::as_slice),
+            ..health
+        };
         scratch.members.clear();
         scratch.members.extend(
             job.groups

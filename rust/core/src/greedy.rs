@@ -21,6 +21,12 @@
 //! used only when it pays: when some free GPU is degraded, the packing runs twice, once over
 //! the healthy free GPUs only and once over all of them, and the cheaper placement by the one
 //! cost model wins (the healthy one on a tie). Inside a host, healthy GPUs are taken first.
+//!
+//! Contention (see [`crate::fabric`]): when running jobs load the fabric, the packing also
+//! runs with the domains whose uplinks are hot (over a share of their capacity with one more
+//! flow) held back, and every candidate is priced with the neighbours' load plus, unless
+//! asked not to, the time it adds to the running jobs; the cheapest wins, so the job steers
+//! clear of hot uplinks only when that lowers the cost.
 
 use crate::error::{CoreError, Result};
 use crate::job::JobSpec;
@@ -331,6 +337,43 @@ fn describe_confinement(topo: &Topology, job: &JobSpec) -> String {
 /// across hosts where an aligned one would not; the variants cost one packing and one
 /// evaluation each.
 pub fn place(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
+    place_with(state, job, true)
+}
+
+/// [`place`], choosing among candidates by [`crate::fabric::placement_cost`]: with
+/// `neighbours`, what the job adds to the running jobs counts too.
+pub fn place_with(state: &ClusterState, job: &JobSpec, neighbours: bool) -> Result<Vec<u32>> {
+    let plain = place_layouts(state, job)?;
+    if state.fabric_load().is_none() {
+        return Ok(plain);
+    }
+    let cost = |gpus: &[u32]| crate::fabric::placement_cost(state, job, gpus, neighbours);
+    let mut best_cost = cost(&plain)?;
+    let mut best = plain;
+    let mut tried: Vec<Vec<(usize, usize)>> = Vec::new();
+    for threshold in [1.0, 0.75, 0.5] {
+        let hot = crate::fabric::hot_domains(state, threshold);
+        if hot.is_empty() || tried.contains(&hot) {
+            continue;
+        }
+        let Ok(view) = state.holding_back(&hot) else {
+            continue;
+        };
+        tried.push(hot);
+        let Ok(gpus) = place_layouts(&view, job) else {
+            continue;
+        };
+        let c = cost(&gpus)?;
+        if c < best_cost * (1.0 - 1e-12) {
+            best_cost = c;
+            best = gpus;
+        }
+    }
+    Ok(best)
+}
+
+/// The plain packing and the aligned variants; the cheapest by the cost model.
+fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
     let plain = place_health_aware(state, job)?;
     let variants = aligned_variants(state.topology(), job);
     if variants.is_empty() {
@@ -403,13 +446,8 @@ fn place_health_aware(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
 fn pack(state: &ClusterState, job: &JobSpec, healthy_only: bool) -> Result<Vec<u32>> {
     let topo = state.topology().as_ref();
     let n = job.num_ranks as u64;
+    state.check_capacity(job.num_ranks)?;
     let total_free = state.total_free() as u64;
-    if n > total_free {
-        return Err(CoreError::Infeasible(format!(
-            "needs {n} GPUs but only {total_free} of the cluster's {} GPUs are free and healthy",
-            topo.num_gpus()
-        )));
-    }
     let units = unit_sizes(topo, job);
     for (l, &u) in units.iter().enumerate().take(job.max_span + 1) {
         let largest = topo.domain_sizes(l).iter().copied().max().unwrap_or(0) as usize;

@@ -18,6 +18,30 @@ pub enum CollectiveKind {
 }
 
 impl CollectiveKind {
+    /// Every kind, in code order.
+    pub const ALL: [CollectiveKind; 5] = [
+        CollectiveKind::AllReduce,
+        CollectiveKind::AllGather,
+        CollectiveKind::ReduceScatter,
+        CollectiveKind::AllToAll,
+        CollectiveKind::PointToPoint,
+    ];
+
+    /// The kind's name in job files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveKind::AllReduce => "all-reduce",
+            CollectiveKind::AllGather => "all-gather",
+            CollectiveKind::ReduceScatter => "reduce-scatter",
+            CollectiveKind::AllToAll => "all-to-all",
+            CollectiveKind::PointToPoint => "p2p",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<CollectiveKind> {
+        CollectiveKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     pub fn from_code(code: u8) -> Option<CollectiveKind> {
         Some(match code {
             0 => CollectiveKind::AllReduce,
@@ -68,6 +92,9 @@ pub struct JobSpec {
     pub num_classes: usize,
     /// Explicit point-to-point traffic (bytes per step from rank i to rank j).
     pub traffic: Vec<(u32, u32, f64)>,
+    /// Name of every collective class (`"tp all-reduce"`), in class order: what reports
+    /// label `CostReport::class_seconds` with.
+    pub class_names: Vec<String>,
 }
 
 fn invalid(msg: impl Into<String>) -> CoreError {
@@ -172,6 +199,7 @@ impl JobSpec {
                 )));
             }
         }
+        let class_names = (0..num_classes).map(|c| format!("class {c}")).collect();
         Ok(JobSpec {
             num_ranks,
             dims,
@@ -180,29 +208,23 @@ impl JobSpec {
             collectives,
             num_classes,
             traffic,
+            class_names,
         })
+    }
+
+    /// The rank layout of the job's dimensions.
+    pub fn layout(&self) -> RankLayout {
+        RankLayout::new(self.dims.iter().map(|d| d.size).collect())
     }
 
     /// Stride of each dimension in rank order.
     pub fn dim_strides(&self) -> Vec<usize> {
-        let mut stride = 1;
-        self.dims
-            .iter()
-            .map(|d| {
-                let s = stride;
-                stride *= d.size;
-                s
-            })
-            .collect()
+        self.layout().strides
     }
 
     /// Every group of dimension `d` (all ranks that differ only in their `d` coordinate).
     pub fn dim_groups(&self, d: usize) -> impl Iterator<Item = Vec<u32>> + '_ {
-        let strides = self.dim_strides();
-        let (size, stride) = (self.dims[d].size, strides[d]);
-        (0..self.num_ranks)
-            .filter(move |&r| (r / stride) % size == 0)
-            .map(move |base| (0..size).map(|k| (base + k * stride) as u32).collect())
+        self.layout().groups(d)
     }
 
     /// Bytes per step each dimension moves (summed over its collectives); the greedy placer
@@ -220,6 +242,178 @@ impl JobSpec {
             }
         }
         weight
+    }
+}
+
+/// Where every rank sits along the parallel dimensions: rank order, the first dimension
+/// fastest (Megatron's `r = tp + TP * (cp + CP * (...))`). The one definition of the layout:
+/// groups, coordinates and everything built on them come from here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankLayout {
+    pub sizes: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub num_ranks: usize,
+}
+
+impl RankLayout {
+    pub fn new(sizes: Vec<usize>) -> RankLayout {
+        let mut stride = 1;
+        let strides = sizes
+            .iter()
+            .map(|&size| {
+                let s = stride;
+                stride *= size;
+                s
+            })
+            .collect();
+        RankLayout {
+            sizes,
+            strides,
+            num_ranks: stride,
+        }
+    }
+
+    /// Coordinate of `rank` along dimension `d`.
+    #[inline]
+    pub fn coordinate(&self, rank: usize, d: usize) -> usize {
+        (rank / self.strides[d]) % self.sizes[d]
+    }
+
+    /// Every group of dimension `d` (the ranks that differ only in their `d` coordinate), in
+    /// order of their first rank; members by `d` coordinate.
+    pub fn groups(&self, d: usize) -> impl Iterator<Item = Vec<u32>> {
+        let (size, stride) = (self.sizes[d], self.strides[d]);
+        (0..self.num_ranks)
+            .filter(move |&r| (r / stride) % size == 0)
+            .map(move |base| (0..size).map(|k| (base + k * stride) as u32).collect())
+    }
+}
+
+/// One dimension's traffic per step: `count` calls of `kind`, `bytes` per rank per call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Communication {
+    pub kind: CollectiveKind,
+    pub bytes: f64,
+    pub count: f64,
+}
+
+/// A parallel dimension as declared: its degree, confinement and communication.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DimDecl {
+    pub dim: Dim,
+    pub communication: Option<Communication>,
+}
+
+/// A job as its user declares it; [`JobSpec::compile`] turns it into groups and collectives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobDecl {
+    /// For messages.
+    pub name: String,
+    /// Ranks of a traffic-only job (no dimensions); otherwise the product of the degrees.
+    pub num_ranks: usize,
+    /// Dimensions in rank order, fastest first.
+    pub dims: Vec<DimDecl>,
+    /// The highest level the job may span.
+    pub max_span: usize,
+    /// Explicit traffic: (src rank, dst rank, bytes per step).
+    pub traffic: Vec<(u32, u32, f64)>,
+}
+
+/// The collective classes of declared dimensions: (dimension index, communication) of every
+/// dimension of degree above 1 that communicates, in order of dimension name.
+pub fn collective_classes(dims: &[DimDecl]) -> Vec<(usize, Communication)> {
+    let mut classes: Vec<(usize, Communication)> = dims
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.dim.size > 1)
+        .filter_map(|(i, d)| d.communication.map(|c| (i, c)))
+        .collect();
+    classes.sort_by(|a, b| dims[a.0].dim.name.cmp(&dims[b.0].dim.name));
+    classes
+}
+
+/// Names of the collective classes (`"tp all-reduce"`), in class order.
+pub fn class_names(dims: &[DimDecl]) -> Vec<String> {
+    collective_classes(dims)
+        .into_iter()
+        .map(|(d, c)| format!("{} {}", dims[d].dim.name, c.kind.name()))
+        .collect()
+}
+
+impl JobSpec {
+    /// Compile a declared job: one class per communicating dimension (classes in order of
+    /// dimension name), one collective per group of that dimension; a point-to-point
+    /// dimension's groups are the neighbouring pairs of each group (pipeline stage i to
+    /// i + 1). Explicit traffic passes through. Refuses a job larger than the cluster
+    /// (Infeasible) before building anything the size of the job.
+    pub fn compile(decl: JobDecl, topo: &Topology) -> Result<JobSpec> {
+        let num_ranks = if decl.dims.is_empty() {
+            decl.num_ranks
+        } else {
+            decl.dims
+                .iter()
+                .try_fold(1usize, |acc, d| acc.checked_mul(d.dim.size))
+                .ok_or_else(|| invalid(format!("{}: too many ranks", decl.name)))?
+        };
+        if num_ranks != decl.num_ranks {
+            return Err(invalid(format!(
+                "{}: the parallel degrees multiply to {num_ranks}, not to the job's {} ranks",
+                decl.name, decl.num_ranks
+            )));
+        }
+        if num_ranks > topo.num_gpus() {
+            return Err(CoreError::Infeasible(format!(
+                "{} needs {num_ranks} GPUs but the cluster has only {}",
+                decl.name,
+                topo.num_gpus()
+            )));
+        }
+        if !decl.traffic.is_empty() && !decl.dims.is_empty() {
+            return Err(invalid(format!(
+                "{}: give either parallel degrees or a traffic matrix, not both",
+                decl.name
+            )));
+        }
+        let layout = RankLayout::new(decl.dims.iter().map(|d| d.dim.size).collect());
+        let classes = collective_classes(&decl.dims);
+        let class_names = class_names(&decl.dims);
+        let mut offsets = vec![0usize];
+        let mut ranks: Vec<u32> = Vec::new();
+        let mut collectives = Vec::new();
+        for (class, &(d, comm)) in classes.iter().enumerate() {
+            let mut add = |members: &[u32]| {
+                ranks.extend_from_slice(members);
+                offsets.push(ranks.len());
+                collectives.push(Collective {
+                    group: (offsets.len() - 2) as u32,
+                    kind: comm.kind,
+                    bytes: comm.bytes,
+                    count: comm.count,
+                    class: class as u32,
+                    dim: Some(d as u32),
+                });
+            };
+            for group in layout.groups(d) {
+                if comm.kind == CollectiveKind::PointToPoint {
+                    group.windows(2).for_each(&mut add);
+                } else {
+                    add(&group);
+                }
+            }
+        }
+        let dims = decl.dims.into_iter().map(|d| d.dim).collect();
+        let mut spec = JobSpec::new(
+            num_ranks,
+            dims,
+            decl.max_span,
+            offsets,
+            ranks,
+            collectives,
+            decl.traffic,
+            topo,
+        )?;
+        spec.class_names = class_names;
+        Ok(spec)
     }
 }
 
@@ -275,5 +469,80 @@ pub(crate) mod testing {
             topo,
         )
         .unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::tests::tree;
+
+    fn dim(name: &str, size: usize, comm: Option<CollectiveKind>) -> DimDecl {
+        DimDecl {
+            dim: Dim {
+                name: name.into(),
+                size,
+                confine: None,
+            },
+            communication: comm.map(|kind| Communication {
+                kind,
+                bytes: 1e6,
+                count: 2.0,
+            }),
+        }
+    }
+
+    #[test]
+    fn compile_builds_groups_classes_and_pipeline_pairs_from_the_declaration() {
+        let topo = tree(4, 8, 2);
+        let decl = JobDecl {
+            name: "j".into(),
+            num_ranks: 16,
+            dims: vec![
+                dim("tp", 2, Some(CollectiveKind::AllReduce)),
+                dim("dp", 2, None),
+                dim("pp", 4, Some(CollectiveKind::PointToPoint)),
+            ],
+            max_span: 2,
+            traffic: vec![],
+        };
+        let spec = JobSpec::compile(decl, &topo).unwrap();
+        // Classes in order of dimension name: pp before tp; dp has no communication.
+        assert_eq!(spec.class_names, ["pp p2p", "tp all-reduce"]);
+        let pp: Vec<&[u32]> = spec
+            .collectives
+            .iter()
+            .filter(|c| c.class == 0)
+            .map(|c| spec.groups.row(c.group as usize))
+            .collect();
+        // Every pipeline (stride 4) as neighbouring pairs: 4 pipelines x 3 pairs.
+        assert_eq!(pp.len(), 12);
+        assert_eq!(pp[..3], [&[0, 4][..], &[4, 8], &[8, 12]]);
+        let layout = spec.layout();
+        assert_eq!(layout.coordinate(13, 2), 3);
+        assert_eq!(layout.coordinate(13, 1), 0);
+        assert_eq!(layout.coordinate(13, 0), 1);
+    }
+
+    #[test]
+    fn compile_refuses_a_job_larger_than_the_cluster_and_a_wrong_rank_count() {
+        let topo = tree(1, 8, 1);
+        let big = JobDecl {
+            name: "big".into(),
+            num_ranks: 16,
+            dims: vec![dim("dp", 16, None)],
+            max_span: 2,
+            traffic: vec![],
+        };
+        let err = JobSpec::compile(big, &topo).unwrap_err();
+        assert!(matches!(err, CoreError::Infeasible(_)), "{err}");
+        let wrong = JobDecl {
+            name: "w".into(),
+            num_ranks: 3,
+            dims: vec![dim("dp", 4, None)],
+            max_span: 2,
+            traffic: vec![],
+        };
+        assert!(JobSpec::compile(wrong, &topo).is_err());
     }
 }

@@ -7,7 +7,10 @@
 
 pub mod cost;
 pub mod error;
+pub mod fabric;
+pub mod gate;
 pub mod greedy;
+pub mod interrupt;
 pub mod job;
 pub mod pricing;
 pub mod qap;
@@ -15,6 +18,7 @@ pub mod refine;
 pub mod repair;
 pub mod solvers;
 pub mod state;
+pub mod storage;
 pub mod topology;
 
 pub use cost::{evaluate, CostReport};

@@ -20,10 +20,11 @@ use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::cost::{check_placement, collective_cost, span_of, traffic_cost, Health};
+use crate::cost::{collective_cost, span_of, traffic_cost, Health};
 use crate::error::Result;
 use crate::job::JobSpec;
 use crate::state::ClusterState;
+use crate::topology::check_placement;
 use crate::topology::{Csr, Topology};
 
 #[derive(Debug, Clone)]
@@ -154,7 +155,7 @@ impl<'a> Search<'a> {
             sum_time: 0.0,
             scratch: Vec::new(),
             anchor_domain: topo.domain_of(start[0] as usize, job.max_span),
-            health: Health::of(state),
+            health: Health::with_neighbours(state, start),
         };
         for ci in 0..job.collectives.len() {
             s.collective_time[ci] = s.price(ci);
@@ -433,7 +434,7 @@ pub fn refine(
         while iterations < opts.max_iterations {
             if iterations % 256 == 0 {
                 let elapsed = began.elapsed().as_secs_f64();
-                if elapsed >= limit {
+                if elapsed >= limit || crate::interrupt::interrupted() {
                     break;
                 }
                 progress = (iterations as f64 / opts.max_iterations as f64).max(elapsed / limit);
@@ -469,6 +470,25 @@ pub fn refine(
                 search.revert(&ranks, &before, undo);
             }
         }
+    }
+    if topo.is_oversubscribed() {
+        // The search prices each collective with its own flows and the neighbours'; the cost
+        // model also charges its class's concurrent flows on oversubscribed uplinks. Keep the
+        // result only when the full model agrees it is no worse.
+        let start_seconds = crate::cost::evaluate_in(state, job, start)?.comm_seconds;
+        let final_seconds = crate::cost::evaluate_in(state, job, &best_gpus)?.comm_seconds;
+        let (gpus, final_seconds) = if final_seconds <= start_seconds {
+            (best_gpus, final_seconds)
+        } else {
+            (start.to_vec(), start_seconds)
+        };
+        return Ok(RefineOutcome {
+            start_seconds,
+            final_seconds,
+            gpus,
+            iterations,
+            accepted,
+        });
     }
     Ok(RefineOutcome {
         start_seconds: start_objective.0,

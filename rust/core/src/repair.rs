@@ -34,7 +34,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::cost::evaluate_in;
+use crate::cost::{evaluate_in, evaluate_moved, CostReport};
 use crate::error::{CoreError, Result};
 use crate::job::JobSpec;
 use crate::state::{ClusterState, Component};
@@ -103,6 +103,10 @@ pub struct RepairPlan {
     /// still worked (degradations included), and of the repaired one.
     pub cost_before: f64,
     pub cost_after: f64,
+    /// The full cost reports behind `cost_before` and `cost_after` (the search priced both
+    /// placements already; a caller need not price them again).
+    pub report_before: CostReport,
+    pub report_after: CostReport,
     pub evaluations: usize,
 }
 
@@ -141,6 +145,8 @@ struct Ctx<'a> {
     topo: &'a Topology,
     state: &'a ClusterState,
     job: &'a JobSpec,
+    /// The job being repaired (its own fabric load is not counted against its trials).
+    name: &'a str,
     spares: SparePolicy,
     /// Distinct confinement levels below the job's span, ascending.
     levels: Vec<usize>,
@@ -442,15 +448,14 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// A trial's (rank, seconds): the cost it is compared by (the cost model's time, broken
-    /// confinement ranked after any placement that keeps it) and the time itself.
-    fn cost(&self, gpus: &[u32], evaluations: &mut usize) -> (f64, f64) {
+    /// A trial's (rank, report): the cost it is compared by (the cost model's time, broken
+    /// confinement ranked after any placement that keeps it) and its cost report (None for
+    /// an invalid placement, ranked infinite).
+    fn cost(&self, gpus: &[u32], evaluations: &mut usize) -> (f64, Option<CostReport>) {
         *evaluations += 1;
-        evaluate_in(self.state, self.job, gpus)
-            .as_ref()
-            .map_or((f64::INFINITY, f64::INFINITY), |r| {
-                (ranked(r), r.comm_seconds)
-            })
+        evaluate_moved(self.state, self.name, self.job, gpus)
+            .ok()
+            .map_or((f64::INFINITY, None), |r| (ranked(&r), Some(r)))
     }
 
     /// Where a piece could go instead: per level up to its constraint, the best domain away
@@ -574,9 +579,9 @@ impl<'a> Ctx<'a> {
                 anchor = self.new[unit[0] as usize] as usize;
             }
             if complete {
-                let (c, seconds) = self.cost(&trial, evaluations);
+                let (c, report) = self.cost(&trial, evaluations);
                 if c < best * (1.0 - 1e-9) && out.as_ref().is_none_or(|o| c < o.0) {
-                    out = Some((c, seconds, units.clone(), placed));
+                    out = Some((c, report, units.clone(), placed));
                 }
             }
             self.rollback(mark, self.pieces.len());
@@ -599,9 +604,9 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// A move under `max_moves`: (rank cost, seconds, the units moved, their new GPUs rank by
-/// rank in the order of the units).
-type Move = (f64, f64, Vec<Vec<u32>>, Vec<u32>);
+/// A move under `max_moves`: (rank cost, cost report, the units moved, their new GPUs rank
+/// by rank in the order of the units).
+type Move = (f64, Option<CostReport>, Vec<Vec<u32>>, Vec<u32>);
 
 /// The cost model's time, with broken confinement ranked after any placement that keeps it.
 fn ranked(report: &crate::cost::CostReport) -> f64 {
@@ -613,7 +618,7 @@ fn ranked(report: &crate::cost::CostReport) -> f64 {
 }
 
 fn check_time(start: Instant, limit: Option<Duration>) -> bool {
-    limit.is_none_or(|t| start.elapsed() < t)
+    !crate::interrupt::interrupted() && limit.is_none_or(|t| start.elapsed() < t)
 }
 
 /// Plan the repair of job `name` without changing `state`.
@@ -656,7 +661,7 @@ pub fn plan(
         .collect();
     levels.sort_unstable();
     levels.dedup();
-    let strides = job.dim_strides();
+    let layout = job.layout();
     let mut unit_of = Vec::with_capacity(levels.len());
     let mut units = Vec::with_capacity(levels.len());
     for &c in &levels {
@@ -670,7 +675,7 @@ pub fn plan(
                 if dim.confine.is_some_and(|x| x <= c) {
                     continue;
                 }
-                key = key * dim.size as u64 + ((r / strides[d]) % dim.size) as u64;
+                key = key * dim.size as u64 + layout.coordinate(r, d) as u64;
             }
             let next = ids.len() as u32;
             let id = *ids.entry(key).or_insert(next);
@@ -696,6 +701,7 @@ pub fn plan(
         topo,
         state,
         job,
+        name,
         spares: opts.spares,
         levels,
         unit_of,
@@ -711,12 +717,14 @@ pub fn plan(
     };
     let nothing_lost = ctx.moving.iter().all(Option::is_none);
     if nothing_lost && opts.max_moves == 0 {
-        let cost = evaluate_in(state, job, &old)?.comm_seconds;
+        let report = evaluate_in(state, job, &old)?;
         return Ok(RepairPlan {
             gpus: old,
             moves: Vec::new(),
-            cost_before: cost,
-            cost_after: cost,
+            cost_before: report.comm_seconds,
+            cost_after: report.comm_seconds,
+            report_before: report.clone(),
+            report_after: report,
             evaluations,
         });
     }
@@ -775,10 +783,10 @@ pub fn plan(
     } else {
         ctx.new.clone()
     };
-    // The cost the search compares by, and the time of the current placement.
-    let (mut best, mut seconds) = if nothing_lost {
+    // The cost the search compares by, and the report of the current placement.
+    let (mut best, mut report) = if nothing_lost {
         evaluations += 1;
-        (ranked(&before), before.comm_seconds)
+        (ranked(&before), Some(before.clone()))
     } else {
         ctx.cost(&gpus, &mut evaluations)
     };
@@ -804,9 +812,9 @@ pub fn plan(
                 for &r in &piece.ranks {
                     trial[r as usize] = ctx.new[r as usize];
                 }
-                let (c, s) = ctx.cost(&trial, &mut evaluations);
+                let (c, r) = ctx.cost(&trial, &mut evaluations);
                 if c < best * (1.0 - 1e-9) {
-                    (best, seconds) = (c, s);
+                    (best, report) = (c, r);
                     gpus = trial;
                     continue;
                 }
@@ -893,9 +901,9 @@ pub fn plan(
                     for (&r, &g) in unit.iter().zip(&placed) {
                         trial[r as usize] = g;
                     }
-                    let (c, s) = ctx.cost(&trial, &mut evaluations);
+                    let (c, r) = ctx.cost(&trial, &mut evaluations);
                     if c < best * (1.0 - 1e-9) && best_move.as_ref().is_none_or(|b| c < b.0) {
-                        best_move = Some((c, s, vec![unit.clone()], placed));
+                        best_move = Some((c, r, vec![unit.clone()], placed));
                     }
                 }
                 ctx.rollback(mark, ctx.pieces.len());
@@ -907,7 +915,7 @@ pub fn plan(
         if best_move.is_none() && evaluations < opts.max_evaluations {
             best_move = ctx.evacuate_together(&gpus, lowest, moves_left, best, &mut evaluations);
         }
-        let Some((c, s, units, placed)) = best_move else {
+        let Some((c, r, units, placed)) = best_move else {
             break;
         };
         let mut placed = placed.into_iter();
@@ -927,15 +935,13 @@ pub fn plan(
             }
             moves_left -= unit.len();
         }
-        (best, seconds) = (c, s);
+        (best, report) = (c, r);
     }
 
-    let cost_before = before.comm_seconds;
-    let cost_after = if seconds.is_finite() {
-        seconds
-    } else {
-        // Only an invalid placement prices as infinite: let the evaluator say what is wrong.
-        evaluate_in(state, job, &gpus)?.comm_seconds
+    let after = match report {
+        Some(report) => report,
+        // Only an invalid placement has no report: let the evaluator say what is wrong.
+        None => evaluate_moved(state, name, job, &gpus)?,
     };
     let moves = (0..n)
         .filter(|&r| gpus[r] != old[r])
@@ -949,8 +955,10 @@ pub fn plan(
     Ok(RepairPlan {
         gpus,
         moves,
-        cost_before,
-        cost_after,
+        cost_before: before.comm_seconds,
+        cost_after: after.comm_seconds,
+        report_before: before,
+        report_after: after,
         evaluations,
     })
 }
@@ -1067,6 +1075,47 @@ mod tests {
             );
             s.check().unwrap();
         }
+    }
+
+    #[test]
+    fn a_trial_is_priced_without_the_jobs_own_load_on_the_fabric() {
+        use crate::state::{ComponentHealth, Condition};
+        // Leaf uplinks 16:1 oversubscribed: the job's dp ring alone fills them exactly, so
+        // counting its old load against a trial would halve the trial's share.
+        let topo = tree(4, 8, 2);
+        let caps: Vec<f64> = (0..topo.uplink_count())
+            .map(|u| {
+                topo.uplink_gbps()[u]
+                    / if topo.uplink_owner(u).0 == 1 {
+                        16.0
+                    } else {
+                        1.0
+                    }
+            })
+            .collect();
+        let topo = Arc::new(topo.with_uplink_gbps(caps).unwrap());
+        let job = Arc::new(tp_dp_job(&topo, 8, 2));
+        let gpus: Vec<u32> = (0..8).chain(16..24).collect();
+        let mut s = ClusterState::new(topo.clone());
+        s.allocate_job("a", &gpus, Some(job.clone())).unwrap();
+        let healthy = evaluate_in(&s, &job, &gpus).unwrap().comm_seconds;
+        let slow = ComponentHealth {
+            condition: Condition::Degraded,
+            factor: 0.5,
+            reason: "loss".into(),
+        };
+        s.set_condition(&[Component::Node(0)], Some(slow)).unwrap();
+        let opts = RepairOptions {
+            max_moves: 8,
+            ..RepairOptions::default()
+        };
+        let plan = repair(&mut s, &job, "a", &opts).unwrap();
+        assert_eq!(plan.moves.len(), 8);
+        // What the repair reports is what the state charges once the job has moved.
+        let after = evaluate_in(&s, &job, &plan.gpus).unwrap();
+        assert_eq!(plan.report_after, after);
+        assert!((plan.cost_after - healthy).abs() < 1e-12);
+        s.check().unwrap();
     }
 
     #[test]

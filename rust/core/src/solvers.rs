@@ -8,8 +8,41 @@ use crate::error::{CoreError, Result};
 use crate::job::JobSpec;
 use crate::state::ClusterState;
 
-/// Solvers implemented in Rust, by name.
-pub const SOLVERS: &[&str] = &["greedy", "refine", "first-fit", "random"];
+/// Solvers implemented in Rust: name and one-line description.
+pub const SOLVERS: &[(&str, &str)] = &[
+    (
+        "greedy",
+        "hierarchical best-fit in Rust: tightest domain that holds the job, tp groups inside \
+         NVLink domains, heaviest traffic on the lowest levels",
+    ),
+    (
+        "refine",
+        "greedy, then local search in Rust on the cost model: rank swaps and moves to free GPUs \
+         next to each rank's partners, within time_limit (default 0.5 s); never worse than greedy",
+    ),
+    (
+        "first-fit",
+        "baseline: the lowest free GPU ids, ranks in order (topology-blind)",
+    ),
+    (
+        "random",
+        "baseline: random free GPUs in random rank order (seeded)",
+    ),
+];
+
+/// The Rust solvers that keep a job's confinement rules (the others are topology-blind
+/// baselines whose reports say when confinement breaks).
+pub const CONFINING: &[&str] = &["greedy", "refine"];
+
+/// Whether a Rust solver promises to keep the job's confinement rules.
+pub fn confining(name: &str) -> bool {
+    CONFINING.contains(&name)
+}
+
+/// Whether a Rust solver searches until a time limit (and so may run long).
+pub fn searches(name: &str) -> bool {
+    name == "refine"
+}
 
 /// Options every solver accepts.
 #[derive(Debug, Clone, Default)]
@@ -17,6 +50,9 @@ pub struct SolveOptions {
     pub seed: u64,
     /// Search budget for solvers that search (s); None means their default.
     pub time_limit: Option<f64>,
+    /// Leave out what a new job adds to the running jobs' time (counted by default; see
+    /// [`crate::fabric::placement_cost`]).
+    pub ignore_neighbours: bool,
 }
 
 /// Run a Rust solver by name; returns the GPU of each rank.
@@ -27,7 +63,7 @@ pub fn solve(
     opts: &SolveOptions,
 ) -> Result<Vec<u32>> {
     match name {
-        "greedy" => crate::greedy::place(state, job),
+        "greedy" => crate::greedy::place_with(state, job, !opts.ignore_neighbours),
         "refine" => {
             let mut refine_opts = crate::refine::RefineOptions {
                 seed: opts.seed,
@@ -36,7 +72,8 @@ pub fn solve(
             if let Some(limit) = opts.time_limit {
                 refine_opts.time_limit = std::time::Duration::from_secs_f64(limit.max(0.0));
             }
-            let mut start = crate::greedy::place(state, job)?;
+            let neighbours = !opts.ignore_neighbours;
+            let mut start = crate::greedy::place_with(state, job, neighbours)?;
             if !job.traffic.is_empty() && job.num_ranks <= 8192 {
                 // An explicit traffic matrix is a quadratic assignment problem on the GPUs
                 // greedy chose: order the ranks with the QAP search first (a third of the
@@ -45,13 +82,26 @@ pub fn solve(
                 start = map_onto(state, job, &start, qap_budget, opts.seed)?;
                 refine_opts.time_limit -= qap_budget;
             }
-            Ok(crate::refine::refine(state, job, &start, &refine_opts)?.gpus)
+            let refined = crate::refine::refine(state, job, &start, &refine_opts)?.gpus;
+            // The local search prices the job against its neighbours but not what it does to
+            // them; keep its result only when that total is no worse.
+            if state.fabric_load().is_some() && neighbours {
+                let cost = |g: &[u32]| crate::fabric::placement_cost(state, job, g, true);
+                if cost(&refined)? > cost(&start)? {
+                    return Ok(start);
+                }
+            }
+            Ok(refined)
         }
         "first-fit" => first_fit(state, job),
         "random" => random(state, job, opts.seed),
         other => Err(CoreError::InvalidJob(format!(
             "unknown solver {other:?}; the Rust solvers are {}",
-            SOLVERS.join(", ")
+            SOLVERS
+                .iter()
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>()
+                .join(", ")
         ))),
     }
 }
@@ -98,21 +148,10 @@ fn free_gpus(state: &ClusterState) -> Vec<u32> {
         .collect()
 }
 
-fn not_enough(state: &ClusterState, job: &JobSpec) -> CoreError {
-    CoreError::Infeasible(format!(
-        "needs {} GPUs but only {} of the cluster's {} GPUs are free and healthy",
-        job.num_ranks,
-        state.total_free(),
-        state.topology().num_gpus()
-    ))
-}
-
 /// Baseline: the lowest free GPU ids, rank i on the i-th. Ignores topology and confinement
 /// (its report says when confinement breaks), as a topology-blind scheduler would.
 pub fn first_fit(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
-    if (state.total_free() as usize) < job.num_ranks {
-        return Err(not_enough(state, job));
-    }
+    state.check_capacity(job.num_ranks)?;
     let mut out = Vec::with_capacity(job.num_ranks);
     for g in 0..state.topology().num_gpus() {
         if out.len() == job.num_ranks {
@@ -127,9 +166,7 @@ pub fn first_fit(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
 
 /// Baseline: uniformly random free GPUs in random rank order, deterministic for a seed.
 pub fn random(state: &ClusterState, job: &JobSpec, seed: u64) -> Result<Vec<u32>> {
-    if (state.total_free() as usize) < job.num_ranks {
-        return Err(not_enough(state, job));
-    }
+    state.check_capacity(job.num_ranks)?;
     let mut free = free_gpus(state);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (chosen, _) = free.partial_shuffle(&mut rng, job.num_ranks);

@@ -21,6 +21,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{CoreError, Result};
+use crate::fabric::Load;
+use crate::job::JobSpec;
 use crate::topology::{Csr, Topology};
 
 /// Effective health of one GPU (what solvers see).
@@ -100,6 +102,13 @@ pub struct JobAllocation {
     pub name: String,
     /// GPU of each rank.
     pub gpus: Vec<u32>,
+    /// The job's communication, when the caller gave it: its flows load the fabric.
+    pub spec: Option<Arc<JobSpec>>,
+    /// Its storage traffic ([`crate::storage`]), which loads the uplinks too.
+    pub io: Vec<crate::storage::IoDemand>,
+    /// The load its collectives and storage traffic put on the fabric's uplinks: per slot,
+    /// the heaviest of its classes and its storage traffic ([`ClusterState::flows_of`]).
+    pub load: Load,
 }
 
 /// Which counters a GPU contributes to.
@@ -135,6 +144,10 @@ pub struct ClusterState {
     factors: Vec<f32>,
     /// Per GPU: some side factor is below 1.
     degraded: Vec<bool>,
+    /// Per uplink direction slot (see [`crate::fabric`]): the running jobs' load (GB/s).
+    fabric_load: Vec<f64>,
+    /// Jobs whose load is not empty.
+    loaded_jobs: usize,
 }
 
 fn invalid(msg: impl Into<String>) -> CoreError {
@@ -198,6 +211,8 @@ impl ClusterState {
             degraded_components: 0,
             factors: Vec::new(),
             degraded: vec![false; n],
+            fabric_load: vec![0.0; 2 * topo.uplink_count()],
+            loaded_jobs: 0,
             topo,
         })
     }
@@ -247,6 +262,20 @@ impl ClusterState {
 
     pub fn total_free(&self) -> u32 {
         self.free[self.topo.num_levels() - 1][0]
+    }
+
+    /// Ok when `num_ranks` GPUs are free and healthy; otherwise the one "not enough GPUs"
+    /// error every solver gives (Infeasible, with the counts).
+    pub fn check_capacity(&self, num_ranks: usize) -> Result<()> {
+        let free = self.total_free() as usize;
+        if num_ranks > free {
+            return Err(CoreError::Infeasible(format!(
+                "needs {num_ranks} GPUs but only {free} of the cluster's {} GPUs are free and \
+                 healthy",
+                self.topo.num_gpus()
+            )));
+        }
+        Ok(())
     }
 
     pub fn total_free_degraded(&self) -> u32 {
@@ -374,13 +403,45 @@ impl ClusterState {
     /// Give `gpus` (one per rank) to job `name`; all or nothing. Reserved spares are refused:
     /// only [`ClusterState::replace_allocation`] (a repair) may take them.
     pub fn allocate(&mut self, name: &str, gpus: &[u32]) -> Result<()> {
+        self.allocate_job(name, gpus, None)
+    }
+
+    /// [`ClusterState::allocate`] with the job's communication, whose flows then load the
+    /// fabric's uplinks until the job is released.
+    pub fn allocate_job(
+        &mut self,
+        name: &str,
+        gpus: &[u32],
+        spec: Option<Arc<JobSpec>>,
+    ) -> Result<()> {
+        self.allocate_job_io(name, gpus, spec, Vec::new())
+    }
+
+    /// [`ClusterState::allocate_job`] with the job's storage traffic, which loads the
+    /// uplinks on the paths to its stores.
+    pub fn allocate_job_io(
+        &mut self,
+        name: &str,
+        gpus: &[u32],
+        spec: Option<Arc<JobSpec>>,
+        io: Vec<crate::storage::IoDemand>,
+    ) -> Result<()> {
+        if let Some(spec) = &spec {
+            if spec.num_ranks != gpus.len() {
+                return Err(invalid(format!(
+                    "job {name:?} has {} ranks but {} GPUs were given",
+                    spec.num_ranks,
+                    gpus.len()
+                )));
+            }
+        }
         if name.is_empty() {
             return Err(invalid("a job needs a non-empty name"));
         }
         if self.job_index.contains_key(name) {
             return Err(invalid(format!("job {name:?} is already allocated")));
         }
-        crate::cost::check_placement(&self.topo, gpus.len(), gpus)?;
+        crate::topology::check_placement(&self.topo, gpus.len(), gpus)?;
         for &g in gpus {
             self.check_takeable(g as usize, None, false)?;
         }
@@ -396,9 +457,14 @@ impl ClusterState {
             self.owner[g as usize] = slot as u32;
             self.settle(g as usize, before);
         }
+        let load = self.flows_of(spec.as_deref(), &io, gpus);
+        self.add_load(&load, 1.0);
         self.jobs[slot] = Some(JobAllocation {
             name: name.to_string(),
             gpus: gpus.to_vec(),
+            spec,
+            io,
+            load,
         });
         self.job_index.insert(name.to_string(), slot as u32);
         Ok(())
@@ -436,7 +502,7 @@ impl ClusterState {
             .as_ref()
             .map(|a| a.gpus.clone())
             .unwrap_or_default();
-        crate::cost::check_placement(&self.topo, old.len(), gpus)?;
+        crate::topology::check_placement(&self.topo, old.len(), gpus)?;
         for &g in gpus {
             self.check_takeable(g as usize, Some(slot), true)?;
         }
@@ -452,8 +518,19 @@ impl ClusterState {
             self.spare[g] = false;
             self.settle(g, before);
         }
+        let (old_load, spec, io) = match self.jobs[slot as usize].as_mut() {
+            Some(alloc) => {
+                alloc.gpus = gpus.to_vec();
+                let old = std::mem::take(&mut alloc.load);
+                (old, alloc.spec.clone(), alloc.io.clone())
+            }
+            None => (Vec::new(), None, Vec::new()),
+        };
+        self.add_load(&old_load, -1.0);
+        let load = self.flows_of(spec.as_deref(), &io, gpus);
+        self.add_load(&load, 1.0);
         if let Some(alloc) = self.jobs[slot as usize].as_mut() {
-            alloc.gpus = gpus.to_vec();
+            alloc.load = load;
         }
         Ok(())
     }
@@ -471,7 +548,124 @@ impl ClusterState {
             self.owner[g as usize] = NO_JOB;
             self.settle(g as usize, before);
         }
+        self.add_load(&alloc.load, -1.0);
         Ok(alloc.gpus)
+    }
+
+    /// The fabric load of a job on `gpus`: per slot, the heaviest of its collective classes
+    /// and its storage traffic (each runs in its own phase of the step).
+    pub fn flows_of(
+        &self,
+        spec: Option<&JobSpec>,
+        io: &[crate::storage::IoDemand],
+        gpus: &[u32],
+    ) -> Load {
+        let mut load = spec
+            .map(|j| crate::fabric::job_load(&self.topo, j, gpus))
+            .unwrap_or_default();
+        if !io.is_empty() {
+            let mut storage: Load = io
+                .iter()
+                .flat_map(|d| crate::storage::io_load(&self.topo, d, gpus))
+                .collect();
+            crate::fabric::merge(&mut storage);
+            load = crate::fabric::peak(&load, &storage);
+        }
+        load
+    }
+
+    /// Add (`sign` 1) or remove (-1) a job's load. When the last loaded job leaves, the
+    /// totals are reset to exact zeros so rounding never accumulates.
+    fn add_load(&mut self, load: &Load, sign: f64) {
+        if load.is_empty() {
+            return;
+        }
+        for &(slot, v) in load {
+            self.fabric_load[slot as usize] += sign * v;
+        }
+        if sign > 0.0 {
+            self.loaded_jobs += 1;
+        } else {
+            self.loaded_jobs -= 1;
+            if self.loaded_jobs == 0 {
+                self.fabric_load.iter_mut().for_each(|v| *v = 0.0);
+            }
+        }
+    }
+
+    /// The running jobs' load per uplink direction slot (GB/s; see [`crate::fabric`]), or
+    /// None while no running job loads the fabric.
+    pub fn fabric_load(&self) -> Option<&[f64]> {
+        (self.loaded_jobs > 0).then_some(self.fabric_load.as_slice())
+    }
+
+    /// The slot of the job that holds exactly `gpus`, if one does.
+    pub fn own_slot(&self, gpus: &[u32]) -> Option<u32> {
+        let first = *self.owner.get(*gpus.first()? as usize)?;
+        let alloc = self.jobs.get(first as usize)?.as_ref()?;
+        let same = alloc.gpus.len() == gpus.len()
+            && gpus
+                .iter()
+                .all(|&g| self.owner.get(g as usize) == Some(&first));
+        same.then_some(first)
+    }
+
+    /// The load of the job that holds exactly `gpus`, if one does.
+    pub fn own_load(&self, gpus: &[u32]) -> Option<&[(u32, f64)]> {
+        let slot = self.own_slot(gpus)?;
+        self.jobs[slot as usize].as_ref().map(|a| a.load.as_slice())
+    }
+
+    /// (slot, name, load) of every running job.
+    pub fn job_loads(&self) -> impl Iterator<Item = (u32, &str, &Load)> {
+        self.jobs
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, a)| a.as_ref().map(|a| (slot as u32, a.name.as_str(), &a.load)))
+    }
+
+    /// (slot, name, load, spec, GPUs) of every running job whose spec is known.
+    pub fn job_specs(&self) -> impl Iterator<Item = (u32, &str, &Load, &JobSpec, &[u32])> {
+        self.jobs.iter().enumerate().filter_map(|(slot, a)| {
+            let a = a.as_ref()?;
+            let spec = a.spec.as_deref()?;
+            Some((
+                slot as u32,
+                a.name.as_str(),
+                &a.load,
+                spec,
+                a.gpus.as_slice(),
+            ))
+        })
+    }
+
+    /// A copy in which the GPUs under the given (level, domain)s are drained: what a solver
+    /// sees when it holds those domains back (e.g. behind hot uplinks).
+    pub fn holding_back(&self, domains: &[(usize, usize)]) -> Result<ClusterState> {
+        let node_level = self.topo.node_level();
+        let targets: Vec<Component> = domains
+            .iter()
+            .map(|&(level, domain)| {
+                if level == node_level {
+                    Component::Node(domain as u32)
+                } else {
+                    Component::Switch {
+                        level: level as u32,
+                        domain: domain as u32,
+                    }
+                }
+            })
+            .collect();
+        let mut view = self.clone();
+        view.set_condition(
+            &targets,
+            Some(ComponentHealth {
+                condition: Condition::Drained,
+                factor: 1.0,
+                reason: "held back".into(),
+            }),
+        )?;
+        Ok(view)
     }
 
     /// Reserve (or un-reserve) GPUs as spares for repairs; all or nothing. A GPU held by a
@@ -790,6 +984,36 @@ impl ClusterState {
         }
         if seen != self.owner {
             return Err(invalid("GPU owners differ from the job allocations"));
+        }
+        self.check_fabric_load()
+    }
+
+    /// Recount the fabric load from every running job's flows.
+    fn check_fabric_load(&self) -> Result<()> {
+        let mut recount = vec![0.0; self.fabric_load.len()];
+        let mut loaded = 0;
+        for alloc in self.jobs.iter().flatten() {
+            let load = self.flows_of(alloc.spec.as_deref(), &alloc.io, &alloc.gpus);
+            if load != alloc.load {
+                return Err(invalid(format!(
+                    "job {:?}: its fabric load differs from its flows",
+                    alloc.name
+                )));
+            }
+            loaded += usize::from(!load.is_empty());
+            for (slot, v) in load {
+                recount[slot as usize] += v;
+            }
+        }
+        if loaded != self.loaded_jobs {
+            return Err(invalid("the count of jobs loading the fabric differs"));
+        }
+        for (slot, (&kept, &fresh)) in self.fabric_load.iter().zip(&recount).enumerate() {
+            if (kept - fresh).abs() > 1e-6 * fresh.abs().max(1.0) {
+                return Err(invalid(format!(
+                    "uplink slot {slot}: kept load {kept} GB/s differs from the recount {fresh}"
+                )));
+            }
         }
         Ok(())
     }

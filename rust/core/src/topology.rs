@@ -92,6 +92,13 @@ pub struct Topology {
     /// `effective_bw[l]`: the smallest bandwidth among levels 0..=l (GB/s). A ring that spans
     /// level l crosses links of every level below it, so this is its slowest hop.
     effective_bw: Vec<f64>,
+    /// The fabric's uplinks (see [`crate::fabric`]): the id of level-l domain d's uplink is
+    /// `uplink_base[l] + d` for levels from the NVLink domain up to below the top.
+    uplink_base: Vec<usize>,
+    /// Capacity (GB/s, each direction) of every uplink; non-blocking unless set.
+    uplink_gbps: Vec<f64>,
+    /// Some uplink has less than its non-blocking capacity.
+    oversubscribed: bool,
 }
 
 fn invalid(msg: impl Into<String>) -> CoreError {
@@ -322,7 +329,12 @@ impl Topology {
             effective_bw.push(slowest);
         }
 
+        let (uplink_base, uplink_gbps) =
+            crate::fabric::non_blocking_uplinks(&levels, nvlink_level, &domain_size, &effective_bw);
         Ok(Topology {
+            uplink_base,
+            uplink_gbps,
+            oversubscribed: false,
             levels,
             node_level,
             nvlink_level,
@@ -439,10 +451,101 @@ impl Topology {
             .unwrap_or_else(|| self.effective_bw[self.lca(a, b)])
     }
 
+    /// Number of fabric uplinks (see [`crate::fabric`]).
+    pub fn uplink_count(&self) -> usize {
+        self.uplink_gbps.len()
+    }
+    /// The uplink of level-`level` domain `domain`, if that level has uplinks.
+    #[inline]
+    pub fn uplink_id(&self, level: usize, domain: usize) -> Option<usize> {
+        if level < self.nvlink_level || level + 1 >= self.levels.len() {
+            return None;
+        }
+        Some(self.uplink_base[level] + domain)
+    }
+    /// The (level, domain) whose uplink has this id.
+    pub fn uplink_owner(&self, uplink: usize) -> (usize, usize) {
+        let level = (self.nvlink_level..self.levels.len() - 1)
+            .rev()
+            .find(|&l| self.uplink_base[l] <= uplink)
+            .unwrap_or(self.nvlink_level);
+        (level, uplink - self.uplink_base[level])
+    }
+    /// Capacity (GB/s, each direction) of every uplink, by uplink id.
+    pub fn uplink_gbps(&self) -> &[f64] {
+        &self.uplink_gbps
+    }
+    /// The same topology with other uplink capacities (GB/s, each direction, by uplink id);
+    /// every capacity must be a positive number.
+    pub fn with_uplink_gbps(mut self, capacity: Vec<f64>) -> Result<Topology> {
+        if capacity.len() != self.uplink_gbps.len() {
+            return Err(invalid(format!(
+                "uplink capacities: expected {} (one per domain from the NVLink domain up to \
+                 below the top level), got {}",
+                self.uplink_gbps.len(),
+                capacity.len()
+            )));
+        }
+        if let Some((u, c)) = capacity
+            .iter()
+            .enumerate()
+            .find(|(_, c)| !(c.is_finite() && **c > 0.0))
+        {
+            return Err(invalid(format!(
+                "uplink {u}: capacity must be a positive number of GB/s, got {c}"
+            )));
+        }
+        let (_, open) = crate::fabric::non_blocking_uplinks(
+            &self.levels,
+            self.nvlink_level,
+            &self.domain_size,
+            &self.effective_bw,
+        );
+        self.oversubscribed = capacity
+            .iter()
+            .zip(&open)
+            .any(|(c, o)| *c < *o * (1.0 - 1e-12));
+        self.uplink_gbps = capacity;
+        Ok(self)
+    }
+
+    /// Some uplink carries less than every GPU under it could send: a job's own flows may
+    /// then contend with each other.
+    pub fn is_oversubscribed(&self) -> bool {
+        self.oversubscribed
+    }
+
     /// Index of a level by name.
     pub fn level_index(&self, name: &str) -> Option<usize> {
         self.levels.iter().position(|l| l.name == name)
     }
+}
+
+/// Check that a placement names `num_ranks` distinct, existing GPUs.
+pub fn check_placement(topo: &Topology, num_ranks: usize, gpus: &[u32]) -> Result<()> {
+    if gpus.len() != num_ranks {
+        return Err(CoreError::InvalidState(format!(
+            "the placement gives {} GPUs for a job of {num_ranks} ranks",
+            gpus.len()
+        )));
+    }
+    let mut sorted = gpus.to_vec();
+    sorted.sort_unstable();
+    if let Some(&last) = sorted.last() {
+        if last as usize >= topo.num_gpus() {
+            return Err(CoreError::InvalidState(format!(
+                "GPU {last} does not exist (the cluster has {})",
+                topo.num_gpus()
+            )));
+        }
+    }
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(CoreError::InvalidState(format!(
+            "GPU {} is given to two ranks",
+            w[0]
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

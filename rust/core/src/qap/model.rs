@@ -305,11 +305,12 @@ impl<'a> Problem<'a> {
     }
 }
 
-/// True when the deadline has passed.
+/// True when the deadline has passed or the caller asked to stop (see [`crate::interrupt`]).
 #[inline]
 pub(super) fn expired(deadline: Option<Instant>) -> bool {
-    match deadline {
-        Some(t) => Instant::now() >= t,
-        None => false,
-    }
+    crate::interrupt::interrupted()
+        || match deadline {
+            Some(t) => Instant::now() >= t,
+            None => false,
+        }
 }

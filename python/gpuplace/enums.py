@@ -1,0 +1,23 @@
+"""The core's enums, each defined once in Rust (``rust/py/src/enums.rs``) and used here as
+they are: every member has a ``label`` (the word job files, state files and reports use) and
+an integer code; ``Kind.members()`` lists them and ``Kind.from_label(word)`` looks one up.
+
+* :class:`CollectiveKind`: how a collective moves data (``all-reduce`` ... ``p2p``).
+* :class:`Health`: a GPU's effective health (``ClusterState.health()`` holds the codes).
+* :class:`Condition`: a component's condition (``ok``, ``degraded``, ``failed``, ``drained``).
+* :class:`ComponentKind`: the hardware whose health is tracked (``gpu``, ``host``, ``nic``,
+  ``switch``).
+* :class:`SparePolicy`: whether a repair may take reserved spares.
+* :class:`MoveReason`: why a repair moved a rank.
+"""
+
+from gpuplace._core import (
+    CollectiveKind,
+    ComponentKind,
+    Condition,
+    Health,
+    MoveReason,
+    SparePolicy,
+)
+
+__all__ = ["CollectiveKind", "ComponentKind", "Condition", "Health", "MoveReason", "SparePolicy"]

@@ -1,0 +1,795 @@
+"""An event-driven cluster simulator: jobs arrive, queue, are placed by a registered solver on a
+:class:`gpuplace.ClusterState`, run at the speed their placement gives them, and finish or are
+interrupted by hardware and software failures.
+
+Events, in time order (ties: finishes and hardware changes before arrivals, then by sequence):
+arrival, finish, failure, repair of failed hardware, link degradation and its end. After the
+events of one instant the queue policy starts what it can:
+
+* ``fifo``: in submission order; the first job that cannot be placed blocks the rest;
+* ``priority``: by priority class (higher first), then submission, blocking as FIFO;
+* ``easy``: FIFO with EASY backfill (Lifka 1995; Slurm's ``sched/backfill``): when the head is
+  blocked it gets a reservation at the earliest time the running jobs' *estimated* ends free
+  enough GPUs; a later job may start now if it fits and either ends (by its estimate) before
+  the reservation or uses only GPUs the head will not need then. At most
+  :data:`BACKFILL_DEPTH` jobs are tried per pass (Slurm's ``bf_max_job_test`` default).
+
+A job's runtime is its work over its speed (:func:`gpuplace.sim.speed.job_speed`, the one speed
+model) on its placement; it is re-priced when the hardware under it degrades or recovers, and
+with ``reprice_on_change`` (for a cost model that prices contention between jobs) whenever the
+allocations change.
+Failures (:mod:`gpuplace.sim.failures`) are answered by a response policy:
+
+* ``requeue``: the job loses its work since its last checkpoint, gives its GPUs back and
+  returns to the queue in its original position; it pays the restart cost when it starts again;
+* ``repair``: the job keeps its surviving GPUs and :func:`gpuplace.repair` replaces the lost
+  ranks (reserved spares first, ``max_moves`` more if cheaper); it loses its work since the last
+  checkpoint and pays the restart cost, but keeps its place; if no repair exists it is requeued.
+
+With ``evacuate`` a job whose link degrades is repaired off the degraded hardware (drained
+until it recovers) instead of running on slowly.
+
+Accounting is exact in GPU-seconds: every job's held GPU-time is split into kept productive
+time, time lost to failures per cause (work since the last checkpoint, and restarts) and the
+rest; :mod:`gpuplace.sim.metrics` summarises it. Deterministic for a seed (``refine`` with a
+time limit is the one solver whose result depends on the machine's speed). Failures are drawn
+up to a horizon of the last arrival plus four times the longest job plus 30 days.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from gpuplace.errors import Infeasible, InvalidJob, InvalidState
+from gpuplace.job import Job
+from gpuplace.placement import evaluate, place, solvers
+from gpuplace.repair import repair
+from gpuplace.sim.failures import Cause, FailureModel
+from gpuplace.sim.speed import JobProfile, Speed, job_profile, job_speed, peak_flops
+from gpuplace.sim.traces import SimJob, Workload, job_template
+from gpuplace.state import ClusterState, nics_of
+from gpuplace.topology import Topology
+
+__all__ = [
+    "BACKFILL_DEPTH",
+    "POLICIES",
+    "RESPONSES",
+    "JobRecord",
+    "SimConfig",
+    "SimResult",
+    "simulate",
+]
+
+POLICIES = ("fifo", "priority", "easy")
+RESPONSES = ("requeue", "repair")
+BACKFILL_DEPTH = 500
+
+_FINISH, _HARDWARE, _RECOVER = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How to run: the placement ``solver`` (any registered one), the queue ``policy``, the
+    failure model and the response, checkpoint interval and restart cost (s), the estimate
+    factor for jobs without a declared estimate, the solvers' ``time_limit`` (s, for solvers
+    that search), the seed, and how many time bins the time series has."""
+
+    solver: str = "greedy"
+    policy: str = "fifo"
+    failures: FailureModel | None = None
+    response: str = "requeue"
+    evacuate: bool = False
+    max_moves: int = 0
+    spares_per_leaf: int = 0
+    checkpoint_interval_s: float = 1800.0
+    restart_s: float = 300.0
+    estimate_factor: float = 1.0
+    #: Seconds per placement for solvers that search (refine, cpsat, auto): short, since a
+    #: replay places tens of thousands of jobs (refine's own default is 0.5 s).
+    time_limit: float | None = 0.01
+    seed: int = 0
+    bins: int = 200
+    #: Check the invariants (no GPU held twice, none on failed hardware) after every event.
+    check: bool = False
+    #: Re-price the running jobs that cross the fabric whenever allocations change: needed
+    #: once the cost model prices contention between jobs (a job's speed then depends on its
+    #: neighbours); without contention it changes nothing and costs time.
+    reprice_on_change: bool = False
+
+    def validate(self) -> None:
+        if self.solver not in solvers():
+            raise InvalidJob(
+                f"unknown solver {self.solver!r}; the solvers are {', '.join(solvers())}"
+            )
+        if self.policy not in POLICIES:
+            raise InvalidJob(f"unknown queue policy {self.policy!r}; use {', '.join(POLICIES)}")
+        if self.response not in RESPONSES:
+            raise InvalidJob(
+                f"unknown failure response {self.response!r}; use {', '.join(RESPONSES)}"
+            )
+        for key in ("checkpoint_interval_s", "estimate_factor"):
+            if not getattr(self, key) > 0:
+                raise InvalidJob(f"{key} must be > 0, got {getattr(self, key)!r}")
+        if self.restart_s < 0 or self.bins < 1 or self.max_moves < 0 or self.spares_per_leaf < 0:
+            raise InvalidJob("restart_s, max_moves and spares_per_leaf must be >= 0 and bins >= 1")
+
+
+@dataclass
+class JobRecord:
+    """What happened to one job. Times in seconds from the first arrival; GPU-seconds."""
+
+    job: SimJob
+    first_start: float | None = None
+    finish: float | None = None
+    held_gpu_s: float = 0.0
+    kept_gpu_s: float = 0.0
+    kept_work_s: float = 0.0
+    lost_gpu_s: dict[str, float] = field(default_factory=dict)
+    restarts: int = 0
+    model_flops: float = 0.0
+    reason: str = ""
+    #: The cause of the last interruption: its restart cost is lost to it.
+    restart_cause: str = ""
+
+    @property
+    def queue_s(self) -> float | None:
+        return None if self.first_start is None else self.first_start - self.job.submit_s
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.finish is None else self.finish - self.job.submit_s
+
+
+class _Run:
+    """A running segment of a job: from ``start`` (restart cost first) on ``gpus``."""
+
+    __slots__ = (
+        "bytes_per_step",
+        "cause",
+        "gpus",
+        "name",
+        "profile",
+        "record",
+        "restart",
+        "start",
+        "timeline",
+        "version",
+        "work_left",
+    )
+
+    def __init__(
+        self, record: JobRecord, gpus: np.ndarray, start: float, restart: float, cause: str
+    ):
+        self.record = record
+        self.name = record.job.name
+        self.gpus = gpus
+        self.start = start
+        self.restart = restart
+        self.cause = cause
+        self.work_left = record.job.work_s - record.kept_work_s
+        # (time, speed) from which each speed holds; speed 0 during the restart.
+        self.timeline: list[tuple[float, float]] = []
+        self.version = 0
+        self.profile: JobProfile | None = None
+        self.bytes_per_step: np.ndarray | None = None
+
+    def work_between(self, a: float, b: float) -> float:
+        done = 0.0
+        points = self.timeline
+        for i, (t, speed) in enumerate(points):
+            end = points[i + 1][0] if i + 1 < len(points) else math.inf
+            lo, hi = max(a, t), min(b, end)
+            if hi > lo:
+                done += speed * (hi - lo)
+        return done
+
+    def finish_time(self, now: float) -> float:
+        t, speed = self.timeline[-1]
+        left = self.work_left - self.work_between(self.start, max(now, t))
+        if speed <= 0:
+            return math.inf
+        return max(now, t) + max(left, 0.0) / speed
+
+
+@dataclass
+class SimResult:
+    """The outcome of one simulation (see :mod:`gpuplace.sim.metrics` for the summary)."""
+
+    workload: str
+    cluster: str
+    config: SimConfig
+    num_gpus: int
+    records: list[JobRecord]
+    #: Step function of the cluster: at times[i] (s), allocated / unusable GPUs, queued and
+    #: running jobs, until times[i + 1].
+    times: np.ndarray
+    allocated: np.ndarray
+    unusable: np.ndarray
+    queued: np.ndarray
+    running: np.ndarray
+    #: Fragmentation samples: time, largest tp-8 job placeable, FGD expected unallocated GPUs.
+    frag_times: np.ndarray
+    largest_tp8: np.ndarray
+    fgd_unallocated: np.ndarray
+    fabric_bytes: dict[str, float]
+    lost_gpu_s: dict[str, float]
+    failures: dict[str, int]
+    peak_flops: float
+    elapsed_s: float
+    end_s: float
+
+
+class _Simulator:
+    def __init__(
+        self,
+        topology: Topology,
+        workload: Workload,
+        config: SimConfig,
+        progress: Callable[[float], None] | None,
+        reference: Topology | None = None,
+    ):
+        config.validate()
+        self.topology = topology
+        self.config = config
+        self.workload = workload
+        self.state = ClusterState(topology)
+        self.progress = progress
+        self.records = {j.name: JobRecord(j) for j in workload.jobs}
+        if len(self.records) != len(workload.jobs):
+            raise InvalidJob(f"workload {workload.name}: job names must be unique")
+        self.reference = reference
+        self.empty: dict[int, ClusterState] = {}
+        self.templates: dict[tuple[int, int, int, str], Job] = {}
+        self.profiles: dict[tuple[int, int, int, str], JobProfile] = {}
+        self.running: dict[str, _Run] = {}
+        self.queue: list[tuple[tuple[Any, ...], str]] = []
+        self.events: list[tuple[float, int, int, Any]] = []
+        self.seq = 0
+        self.recoveries = 0
+        self.release_epoch = 0
+        self.failed_epoch: dict[str, int] = {}
+        self.series: list[tuple[float, int, int, int, int]] = []
+        self.allocated = 0
+        self.unusable = 0
+        self.names = topology.level_names
+        self.fabric = np.zeros(len(self.names))
+        self.lost: dict[str, float] = {}
+        self.failure_counts: dict[str, int] = {}
+        self.drained_for: dict[tuple[str, int], list[str]] = {}
+        nvl = topology.nvlink_level
+        self.nvl_level = nvl
+        self.node_level = topology.node_level
+        self.peak = 0.0
+        sizes = np.array([j.gpus for j in workload.jobs] or [1])
+        ks, counts = np.unique(sizes, return_counts=True)
+        self.fgd_sizes, self.fgd_weights = ks, counts / counts.sum()
+        self.node_capacity = np.asarray(topology._core.domain_sizes(topology.node_level))
+        self.frag: list[tuple[float, int, float]] = []
+        self.over_capacity = {j.name for j in workload.jobs if j.gpus > topology.num_gpus}
+        if config.spares_per_leaf:
+            self._reserve_spares()
+
+    # ------------------------------------------------------------------ internals
+    def _push(self, t: float, kind: int, payload: Any) -> None:
+        self.recoveries += kind == _RECOVER
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, payload))
+
+    def _shape(self, job: SimJob) -> tuple[Job, JobProfile]:
+        key = job.shape
+        template = self.templates.get(key)
+        if template is None:
+            template = self.templates[key] = job_template(job)
+            self.profiles[key] = self._profile(template)
+            self.peak = self.profiles[key].peak_flops
+        return template, self.profiles[key]
+
+    def _profile(self, template: Job) -> JobProfile:
+        """The job's reference step: alone on the empty reference cluster (this one unless a
+        what-if names another), placed by greedy; this cluster if it does not fit there."""
+        for reference_topology in dict.fromkeys((self.reference, self.topology)):
+            if reference_topology is None:
+                continue
+            empty = self.empty.get(id(reference_topology))
+            if empty is None:
+                empty = self.empty[id(reference_topology)] = ClusterState(reference_topology)
+            try:
+                report = place(empty, template, "greedy").cost
+            except Infeasible:
+                continue
+            return job_profile(template, self.topology, report, reference_topology)
+        return JobProfile(0.0, 0.0, peak_flops(self.topology), 0.0)
+
+    def _queue_key(self, job: SimJob) -> tuple[Any, ...]:
+        if self.config.policy == "priority":
+            return (-job.priority, job.submit_s, job.name)
+        return (job.submit_s, job.name)
+
+    def _enqueue(self, job: SimJob) -> None:
+        bisect.insort(self.queue, (self._queue_key(job), job.name))
+
+    def _estimate(self, job: SimJob) -> float:
+        return (
+            job.estimate_s
+            if job.estimate_s is not None
+            else job.work_s * self.config.estimate_factor
+        )
+
+    def _reserve_spares(self) -> None:
+        leaf = min(self.topology.node_level + 1, len(self.names) - 1)
+        path = self.topology.path
+        gpus = []
+        for domain in np.unique(path[:, leaf]):
+            members = np.flatnonzero(path[:, leaf] == domain)
+            gpus.extend(members[-self.config.spares_per_leaf :].tolist())
+        self.state._core.set_spare(np.asarray(gpus, dtype=np.int64), True)
+
+    # ------------------------------------------------------------------ running jobs
+    def _set_speed(self, run: _Run, now: float, speed: Speed) -> None:
+        t0 = run.start + run.restart
+        if now < t0:
+            run.timeline = (
+                [(run.start, 0.0), (t0, speed.speed)]
+                if run.restart > 0
+                else [(run.start, speed.speed)]
+            )
+        else:
+            run.timeline.append((now, speed.speed))
+        # Unique across segments, so a finish event of an earlier segment never matches.
+        run.version = self.seq + 1
+        finish = run.finish_time(now)
+        if finish < math.inf:
+            self._push(finish, _FINISH, (run.name, run.version))
+
+    def _start(
+        self,
+        record: JobRecord,
+        gpus: np.ndarray,
+        now: float,
+        template: Job,
+        profile: JobProfile,
+        report: Any,
+        restart: float,
+        cause: str,
+        *,
+        allocate: bool = True,
+    ) -> None:
+        if allocate:
+            self.state._core.allocate(record.job.name, gpus)
+        self.allocated += len(gpus)
+        run = _Run(record, gpus, now, restart, cause)
+        run.profile = profile
+        run.bytes_per_step = np.fromiter(
+            report.bytes_by_level.values(), dtype=np.float64, count=len(self.names)
+        )
+        if record.first_start is None:
+            record.first_start = now
+        self.running[run.name] = run
+        run.timeline = []
+        self._set_speed(run, now, job_speed(report, profile))
+
+    def _end_segment(
+        self, run: _Run, now: float, kept_until: float, *, release: bool = True
+    ) -> float:
+        """Close a segment at ``now`` keeping the work done up to ``kept_until``; returns the
+        work kept. Releases the GPUs (unless a repair already moved them)."""
+        record = run.record
+        gpus = len(run.gpus)
+        held = gpus * (now - run.start)
+        record.held_gpu_s += held
+        restart_end = min(now, run.start + run.restart)
+        if restart_end > run.start:
+            self._lose(record, run.cause, gpus * (restart_end - run.start))
+        kept = run.work_between(run.start, kept_until)
+        done = run.work_between(run.start, now)
+        productive_kept = max(0.0, kept_until - restart_end) if kept_until > run.start else 0.0
+        record.kept_gpu_s += gpus * productive_kept
+        record.kept_work_s += kept
+        profile = run.profile
+        if profile is not None and profile.reference_step_seconds > 0:
+            assert run.bytes_per_step is not None
+            self.fabric += run.bytes_per_step * (done / profile.reference_step_seconds)
+            record.model_flops += (
+                profile.model_flops_per_gpu * gpus * kept / profile.reference_step_seconds
+            )
+        if release:
+            self.state._core.release(run.name)
+        self.allocated -= gpus
+        self.release_epoch += 1
+        del self.running[run.name]
+        return kept
+
+    def _lose(self, record: JobRecord, cause: str, gpu_s: float) -> None:
+        if gpu_s <= 0:
+            return
+        record.lost_gpu_s[cause] = record.lost_gpu_s.get(cause, 0.0) + gpu_s
+        self.lost[cause] = self.lost.get(cause, 0.0) + gpu_s
+
+    def _last_checkpoint(self, run: _Run, now: float) -> float:
+        productive = run.start + run.restart
+        if now <= productive:
+            return run.start
+        interval = self.config.checkpoint_interval_s
+        return productive + math.floor((now - productive) / interval) * interval
+
+    def _interrupt(self, run: _Run, now: float, cause: str) -> None:
+        """Stop ``run`` at ``now`` because of ``cause``: it keeps its work up to its last
+        checkpoint and loses the rest."""
+        checkpoint = self._last_checkpoint(run, now)
+        lost_from = max(checkpoint, run.start + run.restart)
+        self._lose(run.record, cause, len(run.gpus) * max(0.0, now - lost_from))
+        self._end_segment(run, now, checkpoint)
+        run.record.restarts += 1
+        run.record.restart_cause = cause
+
+    def _finish(self, name: str, version: int, now: float) -> None:
+        run = self.running.get(name)
+        if run is None or run.version != version:
+            return
+        self._end_segment(run, now, now)
+        record = run.record
+        record.kept_work_s = record.job.work_s  # exactly, not up to rounding
+        record.finish = now
+
+    # ------------------------------------------------------------------ scheduling
+    def _try_start(self, name: str, now: float, restart: float = 0.0, cause: str = "") -> bool:
+        record = self.records[name]
+        if self.failed_epoch.get(name) == self.release_epoch:
+            return False  # nothing was freed since it last failed to place
+        template, profile = self._shape(record.job)
+        try:
+            placement = place(
+                self.state,
+                template,
+                self.config.solver,
+                seed=self.config.seed,
+                time_limit=self.config.time_limit,
+            )
+        except Infeasible:
+            self.failed_epoch[name] = self.release_epoch
+            return False
+        self.failed_epoch.pop(name, None)
+        if record.restarts:
+            restart, cause = self.config.restart_s, record.restart_cause
+        self._start(record, placement.gpus, now, template, profile, placement.cost, restart, cause)
+        return True
+
+    def _reservation(self, gpus: int, now: float, free: int) -> tuple[float, int]:
+        if not self.running:
+            return math.inf, free
+        ends = np.array(
+            [
+                max(
+                    now,
+                    r.start
+                    + r.restart
+                    + self._estimate(r.record.job) * r.work_left / r.record.job.work_s,
+                )
+                for r in self.running.values()
+            ]
+        )
+        held = np.array([len(r.gpus) for r in self.running.values()])
+        order = np.argsort(ends, kind="stable")
+        freed = free + np.cumsum(held[order])
+        enough = np.flatnonzero(freed >= gpus)
+        if enough.size == 0:
+            return math.inf, free
+        at = int(enough[0])
+        return float(ends[order[at]]), int(freed[at] - gpus)
+
+    def _schedule(self, now: float) -> None:
+        queue = self.queue
+        if not queue:
+            return
+        free = self.state.free_gpus
+        i = 0
+        shadow, extra, tested = math.inf, 0, 0
+        blocked = False
+        head_gpus = 0
+        reserved = False
+        while i < len(queue):
+            name = queue[i][1]
+            job = self.records[name].job
+            if not blocked:
+                if job.gpus <= free and self._try_start(name, now):
+                    queue.pop(i)
+                    free -= job.gpus
+                    continue
+                if self.config.policy != "easy":
+                    return
+                blocked = True
+                head_gpus = job.gpus
+                i += 1
+                continue
+            tested += 1
+            if tested > BACKFILL_DEPTH:
+                return
+            if job.gpus <= free and self.failed_epoch.get(name) != self.release_epoch:
+                if not reserved:
+                    shadow, extra = self._reservation(head_gpus, now, free)
+                    reserved = True
+                ends_in_time = now + self._estimate(job) <= shadow
+                if (ends_in_time or job.gpus <= extra) and self._try_start(name, now):
+                    queue.pop(i)
+                    free -= job.gpus
+                    if not ends_in_time:
+                        extra -= job.gpus
+                    continue
+            i += 1
+
+    # ------------------------------------------------------------------ hardware
+    def _hardware(self, now: float, cause: Cause, index: int) -> None:
+        state, topology = self.state, self.topology
+        self.failure_counts[cause.name] = self.failure_counts.get(cause.name, 0) + 1
+        if cause.component == "software":
+            owner = state.owner_of(index)
+            run = self.running.get(owner) if owner is not None else None
+            if run is not None:
+                self._respond(run, now, cause.name, hardware=False)
+            return
+        if cause.component == "nic":
+            nics = nics_of(topology)
+            if not nics.names:
+                return
+            nic = nics.names[index % len(nics.names)]
+            gpus = np.flatnonzero(nics.gpu_nic == nics.index[nic])
+            if self.config.evacuate:
+                affected = state.drain(nic=nic, reason=cause.name)
+                self.unusable = int(np.count_nonzero(state.health() != 0))
+                self._push(now + cause.repair_s, _RECOVER, ("nic", nic))
+                for owner in affected:
+                    run = self.running.get(owner)
+                    if run is not None:
+                        self._respond(run, now, cause.name, hardware=True, force_repair=True)
+            else:
+                state.degrade(nic=nic, loss=cause.loss, reason=cause.name)
+                self._push(now + cause.repair_s, _RECOVER, ("nic", nic))
+                self._reprice({state.owner_of(int(g)) for g in gpus}, now)
+            return
+        if cause.component == "gpu":
+            target: dict[str, Any] = {"gpu": int(index)}
+            if state.health()[index] != 0:
+                return
+        else:
+            host = topology.hosts[index % len(topology.hosts)]
+            nics = nics_of(topology)
+            host_nics = [n for n in nics.names if n.startswith(f"{host}:")]
+            if cause.component == "network" and host_nics:
+                target = {"nic": host_nics}
+            else:
+                target = {"host": host}
+        affected = state.fail(**target, reason=cause.name)
+        self._push(now + cause.repair_s, _RECOVER, next(iter(target.items())))
+        self.unusable = int(np.count_nonzero(state.health() != 0))
+        for owner in affected:
+            run = self.running.get(owner)
+            if run is not None:
+                self._respond(run, now, cause.name, hardware=True)
+
+    def _respond(
+        self, run: _Run, now: float, cause: str, *, hardware: bool, force_repair: bool = False
+    ) -> None:
+        record = run.record
+        if not hardware:
+            # Software failure: restart in place from the last checkpoint.
+            gpus = run.gpus
+            template, profile = self._shape(record.job)
+            self._interrupt(run, now, cause)
+            report = evaluate(self.topology, template, gpus, state=self.state)
+            self._start(record, gpus, now, template, profile, report, self.config.restart_s, cause)
+            return
+        if self.config.response == "repair" or force_repair:
+            template, profile = self._shape(record.job)
+            named = replace(template, name=record.job.name)
+            checkpoint = self._last_checkpoint(run, now)
+            try:
+                fixed = repair(self.state, named, max_moves=self.config.max_moves)
+            except (Infeasible, InvalidState):
+                fixed = None  # no repair exists on the healthy GPUs left: requeue
+            if fixed is not None:
+                # The repair moved the allocation; close the segment on the old GPUs' count.
+                gpus = np.asarray(fixed.placement.gpus, dtype=np.int64)
+                lost_from = max(checkpoint, run.start + run.restart)
+                self._lose(record, cause, len(run.gpus) * max(0.0, now - lost_from))
+                self._end_segment(run, now, checkpoint, release=False)
+                record.restarts += 1
+                self._start(
+                    record,
+                    gpus,
+                    now,
+                    template,
+                    profile,
+                    fixed.cost_after,
+                    self.config.restart_s,
+                    cause,
+                    allocate=False,
+                )
+                return
+        self._interrupt(run, now, cause)
+        self._enqueue(record.job)
+
+    def _reprice(self, owners: Iterable[str | None], now: float) -> None:
+        for owner in sorted(o for o in owners if o is not None):
+            run = self.running.get(owner)
+            if run is None:
+                continue
+            template, profile = self._shape(run.record.job)
+            report = evaluate(self.topology, template, run.gpus, state=self.state)
+            speed = job_speed(report, profile)
+            if speed.speed != run.timeline[-1][1]:
+                self._set_speed(run, now, speed)
+
+    def _reprice_fabric_jobs(self, now: float) -> None:
+        """Re-price every running job whose traffic leaves its NVLink domain."""
+        start = self.nvl_level + 1
+        crossing = {
+            name
+            for name, run in self.running.items()
+            if run.bytes_per_step is not None and run.bytes_per_step[start:].any()
+        }
+        self._reprice(crossing, now)
+
+    def _recover(self, now: float, target: tuple[str, Any]) -> None:
+        kind, name = target
+        affected_before = set()
+        if kind == "nic":
+            nics = nics_of(self.topology)
+            names = name if isinstance(name, list) else [name]
+            for n in names:
+                gpus = np.flatnonzero(nics.gpu_nic == nics.index[n])
+                affected_before |= {self.state.owner_of(int(g)) for g in gpus}
+        self.state.recover(**{kind: name})
+        self.unusable = int(np.count_nonzero(self.state.health() != 0))
+        self.release_epoch += 1
+        self._reprice(affected_before, now)
+
+    # ------------------------------------------------------------------ invariants
+    def _check(self) -> None:
+        self.state.check()
+        health = self.state.health()
+        seen = np.zeros(self.topology.num_gpus, dtype=np.int64)
+        for run in self.running.values():
+            seen[run.gpus] += 1
+            held = self.state.job_gpus(run.name)
+            assert held is not None and np.array_equal(np.sort(held), np.sort(run.gpus)), run.name
+            assert not np.any(health[run.gpus] == 1), f"{run.name} runs on failed hardware"
+        assert seen.max(initial=0) <= 1, "a GPU is held by two jobs"
+        assert int(seen.sum()) == self.allocated
+
+    # ------------------------------------------------------------------ main loop
+    def _sample_fragmentation(self, t: float) -> None:
+        nvl = self.state.free_counts(self.nvl_level)
+        node = self.state.free_counts(self.node_level)
+        largest = int(np.sum(nvl // 8) * 8)
+        # FGD (Weng et al., ATC'23): a node's free GPUs count as fragmented for a task it
+        # cannot hold, expected over the workload's task sizes; a task larger than a node
+        # takes whole nodes, so on each node it needs the node's size.
+        need = np.minimum(self.fgd_sizes[None, :], self.node_capacity[:, None])
+        unallocated = float(
+            np.sum(self.fgd_weights * np.sum(node[:, None] * (node[:, None] < need), axis=0))
+        )
+        self.frag.append((t, largest, unallocated))
+
+    def run(self) -> SimResult:
+        started = time.perf_counter()
+        jobs = self.workload.jobs
+        horizon = (
+            (jobs[-1].submit_s + max(j.work_s for j in jobs) * 4 + 30 * 86_400) if jobs else 0.0
+        )
+        if self.config.failures is not None:
+            counts = {
+                "gpu": self.topology.num_gpus,
+                "host": len(self.topology.hosts),
+                "nic": len(nics_of(self.topology).names),
+            }
+            for t, cause, index in self.config.failures.draw(counts, horizon, self.config.seed):
+                self._push(t, _HARDWARE, (cause, index))
+        next_job = 0
+        now = 0.0
+        last_arrival = jobs[-1].submit_s if jobs else 0.0
+        # Fragmentation is sampled about ``bins`` times over the arrivals and the typical job
+        # after them, at most once per instant (and not at all while nothing happens).
+        typical = float(np.median([j.work_s for j in jobs])) if jobs else 0.0
+        sample_every = max(last_arrival + typical, 1.0) / self.config.bins
+        next_sample = 0.0
+        total = len(jobs)
+        report_every = max(1, total // 100)
+        while True:
+            if next_job >= total and not self.running and (not self.queue or not self.recoveries):
+                break  # done, or queued jobs that no recovery can ever start
+            t_event = self.events[0][0] if self.events else math.inf
+            t_arrival = jobs[next_job].submit_s if next_job < total else math.inf
+            now = min(t_event, t_arrival)
+            if now == math.inf:
+                break  # queued jobs that can never start
+            if next_sample <= now:
+                self._sample_fragmentation(now)
+                next_sample = max(next_sample + sample_every, now)
+            allocations = self.release_epoch, self.allocated
+            while self.events and self.events[0][0] <= now:
+                t, kind, _, payload = heapq.heappop(self.events)
+                if kind == _FINISH:
+                    self._finish(payload[0], payload[1], t)
+                elif kind == _HARDWARE:
+                    self._hardware(t, *payload)
+                else:
+                    self.recoveries -= 1
+                    self._recover(t, payload)
+            while next_job < total and jobs[next_job].submit_s <= now:
+                job = jobs[next_job]
+                next_job += 1
+                if job.name in self.over_capacity:
+                    self.records[
+                        job.name
+                    ].reason = f"needs {job.gpus} GPUs, the cluster has {self.topology.num_gpus}"
+                    continue
+                self._enqueue(job)
+                if self.progress is not None and next_job % report_every == 0:
+                    self.progress(next_job / total)
+            self._schedule(now)
+            if self.config.reprice_on_change and allocations != (
+                self.release_epoch,
+                self.allocated,
+            ):
+                self._reprice_fabric_jobs(now)
+            if self.config.check:
+                self._check()
+            self.series.append(
+                (now, self.allocated, self.unusable, len(self.queue), len(self.running))
+            )
+        end = now if now != math.inf else (self.series[-1][0] if self.series else 0.0)
+        for run in list(self.running.values()):
+            self._end_segment(run, end, self._last_checkpoint(run, end))
+        for _, name in self.queue:
+            self.records[name].reason = self.records[name].reason or "still queued at the end"
+        for record in self.records.values():
+            if record.finish is None and not record.reason:
+                record.reason = "unfinished"
+        if self.progress is not None:
+            self.progress(1.0)
+        series = np.array(self.series or [(0.0, 0, 0, 0, 0)], dtype=np.float64)
+        frag = np.array(self.frag or [(0.0, 0, 0.0)], dtype=np.float64)
+        return SimResult(
+            workload=self.workload.name,
+            cluster=self.topology.name,
+            config=self.config,
+            num_gpus=self.topology.num_gpus,
+            records=list(self.records.values()),
+            times=series[:, 0],
+            allocated=series[:, 1].astype(np.int64),
+            unusable=series[:, 2].astype(np.int64),
+            queued=series[:, 3].astype(np.int64),
+            running=series[:, 4].astype(np.int64),
+            frag_times=frag[:, 0],
+            largest_tp8=frag[:, 1].astype(np.int64),
+            fgd_unallocated=frag[:, 2],
+            fabric_bytes={n: float(b) for n, b in zip(self.names, self.fabric, strict=True)},
+            lost_gpu_s=dict(sorted(self.lost.items())),
+            failures=dict(sorted(self.failure_counts.items())),
+            peak_flops=self.peak,
+            elapsed_s=time.perf_counter() - started,
+            end_s=end,
+        )
+
+
+def simulate(
+    topology: Topology,
+    workload: Workload,
+    config: SimConfig | None = None,
+    *,
+    progress: Callable[[float], None] | None = None,
+    reference: Topology | None = None,
+) -> SimResult:
+    """Replay ``workload`` on ``topology`` under ``config`` (see the module docstring).
+    ``progress`` is called with the fraction of arrivals processed. ``reference``: the cluster
+    whose empty-cluster step time defines a job's work (default ``topology``; a what-if passes
+    the cluster it compares against, see :mod:`gpuplace.sim.speed`)."""
+    return _Simulator(topology, workload, config or SimConfig(), progress, reference).run()

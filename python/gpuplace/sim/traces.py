@@ -1,0 +1,432 @@
+"""Workloads for the cluster simulator: jobs that arrive over time.
+
+A :class:`SimJob` is one submission: when it arrives, how many GPUs it gangs, its work (its
+runtime in seconds at its reference step time, see :mod:`gpuplace.sim.speed`), an optional
+runtime estimate (for EASY backfill), a priority class and its parallel layout and model.
+
+Sources:
+
+* :func:`philly` -- Microsoft's Philly trace as derived by the Pollux authors (shipped,
+  gzip-compressed, in ``gpuplace/sim/data``; provenance in its README);
+* :func:`openb` -- Alibaba's openb pod list (FGD, ATC'23), also shipped;
+* :func:`llm_mix` -- a synthetic LLM-era mix (8 to 16,384 GPUs, Llama-3-like models, tp/pp/dp
+  as people run them, durations resampled from the Philly trace's multi-GPU jobs);
+* :func:`load_workload` -- a CSV or YAML file a user writes (see ``docs/simulate.md``).
+
+Trace jobs have no model or layout: they run as :func:`gpuplace.sim.workload.training_job`
+layouts (tp up to 8) of a Llama-2-13B-like model, so placement changes their speed the way it
+changes a transformer's; a GPU count that is one GPU has no communication and runs at speed 1.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from gpuplace.errors import InvalidJob
+from gpuplace.job import Job, TransformerModel
+from gpuplace.sim.workload import DEFAULT_MODEL
+
+__all__ = [
+    "MODELS",
+    "SimJob",
+    "Workload",
+    "job_template",
+    "llm_mix",
+    "load_workload",
+    "openb",
+    "philly",
+    "trace",
+]
+
+#: Models a workload may name, Llama-3-like (Llama 3 paper, table 3: layers, model dimension);
+#: 8k-token sequences, micro-batches enough to fill a 16-stage pipeline.
+MODELS: dict[str, TransformerModel | None] = {
+    "none": None,
+    "llama2-13b": DEFAULT_MODEL,
+    "llama3-8b": TransformerModel(8e9, 32, 4096, 8192, 1, 4),
+    "llama3-70b": TransformerModel(70e9, 80, 8192, 8192, 1, 8),
+    "llama3-405b": TransformerModel(405e9, 126, 16384, 8192, 1, 16),
+}
+
+
+@dataclass(frozen=True)
+class SimJob:
+    """One submission. ``work_s``: runtime (s) at the job's reference step time;
+    ``estimate_s``: the runtime the user declared (backfill), None to use ``work_s`` times the
+    simulator's estimate factor; ``priority``: a class, higher first under the priority
+    policy; ``tp``/``pp``: layout (dp = gpus / (tp * pp)); ``model``: a key of :data:`MODELS`."""
+
+    name: str
+    submit_s: float
+    gpus: int
+    work_s: float
+    estimate_s: float | None = None
+    priority: int = 0
+    tp: int = 1
+    pp: int = 1
+    model: str = "llama2-13b"
+
+    @property
+    def shape(self) -> tuple[int, int, int, str]:
+        return (self.gpus, self.tp, self.pp, self.model)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Jobs in submission order, and where they came from."""
+
+    name: str
+    jobs: tuple[SimJob, ...]
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def head(self, count: int) -> Workload:
+        return Workload(self.name, self.jobs[:count])
+
+    def scaled(self, max_gpus: int) -> Workload:
+        """The same workload without the jobs larger than ``max_gpus`` (a smaller cluster)."""
+        return Workload(self.name, tuple(j for j in self.jobs if j.gpus <= max_gpus))
+
+
+def _sorted(name: str, jobs: Iterable[SimJob]) -> Workload:
+    return Workload(name, tuple(sorted(jobs, key=lambda j: (j.submit_s, j.name))))
+
+
+def trace_layout(gpus: int) -> tuple[int, int]:
+    """(tp, pp) of a trace job of ``gpus`` GPUs: tp the largest of 8, 4, 2, 1 dividing it."""
+    return next(t for t in (8, 4, 2, 1) if gpus % t == 0), 1
+
+
+def job_template(job: SimJob) -> Job:
+    """The :class:`gpuplace.Job` a simulated job runs as (one per shape, shared)."""
+    gpus, tp, pp, model_name = job.shape
+    return Job(
+        name=f"{model_name}-{gpus}g-tp{tp}-pp{pp}",
+        tp=tp,
+        pp=pp,
+        dp=gpus // (tp * pp),
+        model=MODELS[model_name],
+    )
+
+
+def _package_text(name: str) -> str:
+    raw = resources.files("gpuplace.sim").joinpath(f"data/{name}").read_bytes()
+    return gzip.decompress(raw).decode()
+
+
+def _open_text(path: str | Path | None, packaged: str) -> tuple[str, str]:
+    if path is None:
+        return _package_text(packaged), packaged.removesuffix(".gz")
+    p = Path(path)
+    data = p.read_bytes()
+    if p.suffix == ".gz":
+        data = gzip.decompress(data)
+    return data.decode(), str(p)
+
+
+def philly(
+    path: str | Path | None = None,
+    *,
+    min_duration_s: float = 0.0,
+    model: str = "llama2-13b",
+) -> Workload:
+    """Microsoft's Philly trace (Pollux's derivation, 82,247 jobs, Sep--Dec 2017): submit
+    times relative to the first, durations as work, GPU counts as given. ``path``: another
+    copy of ``pollux_philly.csv`` (default: the one shipped in the package). Pollux's own
+    generator drops jobs shorter than 60 s; pass ``min_duration_s=60`` to do the same."""
+    text, source = _open_text(path, "pollux_philly.csv.gz")
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if header is None or header[:3] != ["timestamp", "duration", "num_gpus"]:
+        raise InvalidJob(
+            f"{source}: expected a Philly trace with columns timestamp,duration,num_gpus,..."
+        )
+    body = [row for row in reader if row]
+    try:
+        submit = np.array([r[0] for r in body], dtype="datetime64[s]").astype(np.int64)
+        duration = np.array([r[1] for r in body], dtype=np.float64)
+        gpus = np.array([r[2] for r in body], dtype=np.int64)
+    except (ValueError, IndexError):
+        # Find the offending line for the message (slow path, only on bad input).
+        for line, row in enumerate(body, start=2):
+            try:
+                np.datetime64(row[0], "s"), float(row[1]), int(row[2])
+            except (ValueError, IndexError):
+                raise InvalidJob(
+                    f"{source} line {line}: expected 'YYYY-MM-DD HH:MM:SS,seconds,gpus,...', "
+                    f"got {','.join(row)!r}"
+                ) from None
+        raise
+    bad = np.flatnonzero((gpus < 1) | ~np.isfinite(duration) | (duration < 0))
+    if bad.size:
+        raise InvalidJob(f"{source} line {int(bad[0]) + 2}: expected gpus >= 1 and duration >= 0 s")
+    keep = duration >= min_duration_s
+    rows = list(
+        zip(submit[keep].tolist(), duration[keep].tolist(), gpus[keep].tolist(), strict=True)
+    )
+    if not rows:
+        raise InvalidJob(f"{source}: no job lasts {min_duration_s} s or more")
+    first = min(r[0] for r in rows)
+    jobs = []
+    for i, (submit, duration, gpus) in enumerate(rows):
+        tp, pp = trace_layout(gpus)
+        jobs.append(
+            SimJob(
+                f"philly-{i:05d}",
+                submit - first,
+                gpus,
+                max(duration, 1.0),
+                tp=tp,
+                pp=pp,
+                model=model,
+            )
+        )
+    return _sorted("philly", jobs)
+
+
+def openb(path: str | Path | None = None, *, model: str = "llama2-13b") -> Workload:
+    """Alibaba's openb pod list (``openb_pod_list_default.csv``, FGD, ATC'23). Pods without GPUs
+    and pods never scheduled (no ``scheduled_time``: no runtime) are skipped; a pod sharing a
+    GPU (``gpu_milli`` < 1000) takes one whole GPU, since gpuplace allocates whole GPUs. Work is
+    ``deletion_time - scheduled_time``."""
+    text, source = _open_text(path, "openb_pod_list_default.csv.gz")
+    reader = csv.DictReader(io.StringIO(text))
+    need = {"name", "num_gpu", "creation_time", "deletion_time", "scheduled_time"}
+    if not need <= set(reader.fieldnames or ()):
+        raise InvalidJob(
+            f"{source}: expected an openb pod list with columns {', '.join(sorted(need))}"
+        )
+    jobs = []
+    for line, row in enumerate(reader, start=2):
+        try:
+            gpus = int(row["num_gpu"])
+            if gpus == 0 or not row["scheduled_time"]:
+                continue
+            created = float(row["creation_time"])
+            start = float(row["scheduled_time"])
+            end = float(row["deletion_time"])
+        except (ValueError, TypeError):
+            raise InvalidJob(
+                f"{source} line {line}: expected integer num_gpu and times in seconds"
+            ) from None
+        tp, pp = trace_layout(gpus)
+        jobs.append(
+            SimJob(row["name"], created, gpus, max(end - start, 1.0), tp=tp, pp=pp, model=model)
+        )
+    return _sorted("openb", jobs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Files users write
+
+#: Columns of a workload file; ``name``, ``submit_s``, ``gpus`` and ``duration_s`` are required.
+COLUMNS = ("name", "submit_s", "gpus", "duration_s", "estimate_s", "priority", "tp", "pp", "model")
+
+
+def _job_from_fields(fields: dict[str, Any], where: str) -> SimJob:
+    def need(key: str) -> Any:
+        value = fields.get(key)
+        if value is None or value == "":
+            raise InvalidJob(f"{where}: {key}: required")
+        return value
+
+    def number(key: str, value: Any, *, minimum: float, integer: bool = False) -> Any:
+        try:
+            out = float(value)
+            if integer:
+                if not out.is_integer():
+                    raise ValueError
+                out = int(out)
+        except (TypeError, ValueError):
+            kind = "an integer" if integer else "a number"
+            raise InvalidJob(
+                f"{where}: {key}: expected {kind} >= {minimum:g}, got {value!r}"
+            ) from None
+        if not math.isfinite(out) or out < minimum:
+            kind = "an integer" if integer else "a number"
+            raise InvalidJob(f"{where}: {key}: expected {kind} >= {minimum:g}, got {value!r}")
+        return out
+
+    unknown = set(fields) - set(COLUMNS)
+    if unknown:
+        raise InvalidJob(
+            f"{where}: unknown field {sorted(unknown)[0]!r}; the fields are {', '.join(COLUMNS)}"
+        )
+    name = str(need("name"))
+    gpus = number("gpus", need("gpus"), minimum=1, integer=True)
+    tp = number("tp", fields.get("tp") or trace_layout(gpus)[0], minimum=1, integer=True)
+    pp = number("pp", fields.get("pp") or 1, minimum=1, integer=True)
+    if gpus % (tp * pp):
+        raise InvalidJob(f"{where}: gpus: {gpus} is not a multiple of tp * pp = {tp * pp}")
+    model = str(fields.get("model") or "llama2-13b")
+    if model not in MODELS:
+        raise InvalidJob(f"{where}: model: expected one of {', '.join(MODELS)}, got {model!r}")
+    estimate = fields.get("estimate_s")
+    return SimJob(
+        name=name,
+        submit_s=number("submit_s", need("submit_s"), minimum=0),
+        gpus=gpus,
+        work_s=number("duration_s", need("duration_s"), minimum=1e-9),
+        estimate_s=None if estimate in (None, "") else number("estimate_s", estimate, minimum=1e-9),
+        priority=number("priority", fields.get("priority") or 0, minimum=-1_000_000, integer=True),
+        tp=tp,
+        pp=pp,
+        model=model,
+    )
+
+
+def load_workload(path: str | Path) -> Workload:
+    """A workload file: CSV with a header row of :data:`COLUMNS` (one job per line), or YAML /
+    JSON ``{jobs: [{name: ..., submit_s: ..., gpus: ..., duration_s: ...}, ...]}``. A bad line
+    raises :class:`InvalidJob` naming the file, the line (CSV) or job index (YAML) and field."""
+    p = Path(path)
+    text = p.read_text()
+    jobs: list[SimJob] = []
+    if p.suffix.lower() in (".yaml", ".yml", ".json"):
+        try:
+            document = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" line {mark.line + 1}" if mark is not None else ""
+            raise InvalidJob(f"{p}{at}: not valid YAML") from None
+        if not isinstance(document, dict) or not isinstance(document.get("jobs"), list):
+            raise InvalidJob(f"{p}: expected a mapping with a list 'jobs'")
+        for i, entry in enumerate(document["jobs"]):
+            if not isinstance(entry, dict):
+                raise InvalidJob(f"{p}: jobs[{i}]: expected a mapping")
+            jobs.append(_job_from_fields(entry, f"{p}: jobs[{i}]"))
+    else:
+        reader = csv.DictReader(io.StringIO(text))
+        if reader.fieldnames is None:
+            raise InvalidJob(
+                f"{p}: empty workload file; expected a header row of {', '.join(COLUMNS)}"
+            )
+        for row in reader:
+            line = reader.line_num
+            if None in row:
+                raise InvalidJob(
+                    f"{p} line {line}: more fields than the header's {len(reader.fieldnames)}"
+                )
+            fields = {k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in row.items()}
+            if not any(fields.values()):
+                continue
+            jobs.append(_job_from_fields(fields, f"{p} line {line}"))
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise InvalidJob(f"{p}: job name {dup!r} appears twice")
+    if not jobs:
+        raise InvalidJob(f"{p}: no jobs")
+    return _sorted(p.stem, jobs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthetic LLM-era mix
+
+#: Job sizes of the LLM mix and their weights: a power law in the size, P(n) ~ n^-0.6, so most
+#: jobs are small but most GPU-time is in large jobs (as on LLM clusters: Meta's RSC and
+#: Research SuperCluster reports, Acme/Kalos in the shared traces' summary tables).
+LLM_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+LLM_SIZE_EXPONENT = 0.6
+
+
+def llm_layout(gpus: int) -> tuple[str, int, int]:
+    """(model, tp, pp) as people run them: 8B models data-parallel with tp 2 up to 64 GPUs,
+    70B with tp 8 and pp 4 (Llama 3 70B style) up to 1,024 GPUs, 405B with tp 8 and pp 16
+    (the Llama 3 405B layout on 16,384 GPUs) above."""
+    if gpus <= 64:
+        return "llama3-8b", 2, 1
+    if gpus <= 1024:
+        return "llama3-70b", 8, 4
+    return "llama3-405b", 8, 16
+
+
+def _philly_multi_gpu_durations() -> np.ndarray:
+    text = _package_text("pollux_philly.csv.gz")
+    durations = [
+        float(row[1])
+        for row in csv.reader(io.StringIO(text))
+        if row and row[0] != "timestamp" and int(row[2]) >= 8 and float(row[1]) >= 60
+    ]
+    return np.asarray(durations)
+
+
+def llm_mix(
+    count: int,
+    *,
+    cluster_gpus: int,
+    load: float = 0.9,
+    seed: int = 0,
+    max_gpus: int | None = None,
+) -> Workload:
+    """``count`` synthetic LLM training jobs for a cluster of ``cluster_gpus`` GPUs. Sizes are
+    drawn from :data:`LLM_SIZES` (up to ``max_gpus``, default half the cluster: a job needing
+    every GPU could only start when no GPU is broken, and Llama 3 405B's 16,384 GPUs were part
+    of a 24,576-GPU cluster) with weights
+    n^-:data:`LLM_SIZE_EXPONENT`; layouts from :func:`llm_layout`; durations resampled from the
+    Philly trace's jobs of 8 GPUs or more lasting 60 s or more; arrivals Poisson with the rate
+    that offers ``load`` times the cluster's GPU-time. Deterministic for a seed."""
+    if count < 1 or cluster_gpus < 8:
+        raise InvalidJob("llm_mix: needs count >= 1 and a cluster of at least 8 GPUs")
+    cap = min(max_gpus or cluster_gpus // 2, cluster_gpus)
+    sizes = np.array([s for s in LLM_SIZES if s <= cap], dtype=np.int64)
+    weights = sizes.astype(float) ** -LLM_SIZE_EXPONENT
+    rng = np.random.default_rng(seed)
+    drawn = rng.choice(sizes, size=count, p=weights / weights.sum())
+    durations = rng.choice(_philly_multi_gpu_durations(), size=count)
+    offered = float(np.sum(drawn * durations))
+    rate = count / (offered / (load * cluster_gpus))  # arrivals per second
+    submits = np.cumsum(rng.exponential(1.0 / rate, size=count))
+    submits -= submits[0]
+    jobs = []
+    for i in range(count):
+        model, tp, pp = llm_layout(int(drawn[i]))
+        jobs.append(
+            SimJob(
+                f"llm-{i:05d}",
+                float(submits[i]),
+                int(drawn[i]),
+                float(durations[i]),
+                tp=tp,
+                pp=pp,
+                model=model,
+            )
+        )
+    return _sorted("llm-mix", jobs)
+
+
+def trace(name: str, **kwargs: Any) -> Workload:
+    """A named trace (``philly``, ``openb``) or a workload file."""
+    if name == "philly":
+        return philly(**kwargs)
+    if name == "openb":
+        return openb(**kwargs)
+    path = Path(name)
+    if not path.exists():
+        raise InvalidJob(
+            f"unknown trace {name!r}: neither philly, openb, llm-mix nor an existing workload file"
+        )
+    return load_workload(path)
+
+
+def with_estimates(workload: Workload, factor: float) -> Workload:
+    """The workload with every missing runtime estimate set to ``factor`` times the work."""
+    return Workload(
+        workload.name,
+        tuple(
+            j if j.estimate_s is not None else replace(j, estimate_s=j.work_s * factor)
+            for j in workload.jobs
+        ),
+    )

@@ -1,0 +1,314 @@
+//! Solving and pricing: the cost model, the Rust solvers behind the placement gate, refine and
+//! the rank-mapping (quadratic assignment) search.
+
+use std::sync::Arc;
+
+use gpuplace_core::solvers::{self, SolveOptions};
+use gpuplace_core::{CoreError, CostReport};
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+
+use crate::convert::{f64s, gpus_from, id_array, ids};
+use crate::errors::{enter, invalid_job, invalid_state, Stop};
+use crate::job::PyJobSpec;
+use crate::state::PyClusterState;
+use crate::topology::PyTopology;
+
+/// The cost model's verdict on one placement (see `cost::CostReport` in the core).
+#[pyclass(frozen, module = "gpuplace._core", name = "CostReport")]
+pub(crate) struct PyCostReport {
+    pub(crate) inner: CostReport,
+}
+
+#[pymethods]
+impl PyCostReport {
+    /// Communication time per step (s).
+    #[getter]
+    fn comm_seconds(&self) -> f64 {
+        self.inner.comm_seconds
+    }
+    /// Time per collective class (s), in the order of the job's `class_names`.
+    #[getter]
+    fn class_seconds(&self) -> Vec<f64> {
+        self.inner.class_seconds.clone()
+    }
+    /// Time of the explicit traffic (s), included in `comm_seconds`.
+    #[getter]
+    fn traffic_seconds(&self) -> f64 {
+        self.inner.traffic_seconds
+    }
+    /// Bytes per step whose path's lowest common level is each level.
+    #[getter]
+    fn bytes_by_level<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<f64>> {
+        self.inner.bytes_by_level.clone().into_pyarray(py)
+    }
+    /// The lowest level whose one domain holds every GPU of the job (None for one GPU).
+    #[getter]
+    fn span_level(&self) -> Option<usize> {
+        self.inner.span_level
+    }
+    #[getter]
+    fn confinement_ok(&self) -> bool {
+        self.inner.confinement_ok
+    }
+    /// What broke confinement, in words.
+    #[getter]
+    fn violations(&self) -> Vec<String> {
+        self.inner.violations.clone()
+    }
+}
+
+/// Evaluate a placement with the one cost model, on the hardware of `state` (degraded
+/// components included) and against its running jobs' load on the fabric, when given.
+#[pyfunction]
+#[pyo3(signature = (topology, job, gpus, state=None))]
+pub(crate) fn evaluate<'py>(
+    py: Python<'py>,
+    topology: &PyTopology,
+    job: &PyJobSpec,
+    gpus: PyReadonlyArray1<'_, i64>,
+    state: Option<PyRef<'py, PyClusterState>>,
+) -> PyResult<PyCostReport> {
+    let gpus = gpus_from(&gpus)?;
+    if !Arc::ptr_eq(&topology.inner, &job.topology) {
+        return Err(invalid_job("the job was compiled for another topology"));
+    }
+    let (topo, spec) = (topology.inner.clone(), job.inner.clone());
+    if let Some(st) = &state {
+        if !Arc::ptr_eq(st.inner.topology(), &topo) {
+            return Err(invalid_state("the state belongs to another topology"));
+        }
+    }
+    // In a state: its degraded hardware and its running jobs' load on the fabric.
+    let report = match &state {
+        Some(st) => {
+            let inner = &st.inner;
+            enter(py, Stop::Never, || {
+                gpuplace_core::cost::evaluate_in(inner, &spec, &gpus)
+            })?
+        }
+        None => enter(py, Stop::Never, || {
+            gpuplace_core::cost::evaluate(&topo, &spec, &gpus)
+        })?,
+    };
+    Ok(PyCostReport { inner: report })
+}
+
+/// The placement gate: check `gpus` proposed by `solver` against the state (length, no GPU
+/// twice, free and healthy GPUs, confinement when the solver promises it) and price them on
+/// the state's hardware. Raises InvalidState naming what is wrong.
+#[pyfunction]
+#[pyo3(signature = (state, job, gpus, solver, confining))]
+pub(crate) fn admit<'py>(
+    py: Python<'py>,
+    state: PyRef<'py, PyClusterState>,
+    job: &PyJobSpec,
+    gpus: PyReadonlyArray1<'_, i64>,
+    solver: &str,
+    confining: bool,
+) -> PyResult<PyCostReport> {
+    job.check_state(&state)?;
+    let what = format!("solver '{solver}' returned an invalid placement: GPU id");
+    let gpus = ids(&what, &gpus, CoreError::InvalidState)?;
+    let spec = job.inner.clone();
+    let inner = &state.inner;
+    let report = enter(py, Stop::Never, || {
+        gpuplace_core::gate::admit(inner, &spec, &gpus, solver, confining)
+    })?;
+    Ok(PyCostReport { inner: report })
+}
+
+/// Run a Rust solver and pass its placement through the gate; returns the GPU of each rank
+/// and its cost report, in one call. The state is not changed. Ctrl-C stops a search.
+/// Where running jobs load the fabric, a candidate is priced with that load and, with
+/// `neighbours`, with the time it adds to the running jobs.
+#[pyfunction]
+#[pyo3(signature = (state, job, solver, seed=0, time_limit=None, neighbours=true))]
+pub(crate) fn place<'py>(
+    py: Python<'py>,
+    state: PyRef<'py, PyClusterState>,
+    job: &PyJobSpec,
+    solver: &str,
+    seed: u64,
+    time_limit: Option<f64>,
+    neighbours: bool,
+) -> PyResult<(Bound<'py, PyArray1<i64>>, PyCostReport)> {
+    job.check_state(&state)?;
+    let spec = job.inner.clone();
+    let inner = &state.inner;
+    let opts = SolveOptions {
+        seed,
+        time_limit,
+        ignore_neighbours: !neighbours,
+    };
+    // Only the searching solvers run long enough to need a Ctrl-C check.
+    let stop = if solvers::searches(solver) {
+        Stop::OnSignal
+    } else {
+        Stop::Never
+    };
+    let (gpus, report) = enter(py, stop, || {
+        gpuplace_core::gate::place(inner, &spec, solver, &opts)
+    })?;
+    Ok((id_array(py, &gpus), PyCostReport { inner: report }))
+}
+
+/// What `refine` returns: (gpus, start seconds, final seconds, iterations, accepted moves).
+type RefineOut<'py> = (Bound<'py, PyArray1<i64>>, PyCostReport, f64, u64, u64);
+
+/// Improve a placement by local search; returns (gpus, their cost report on the state's
+/// hardware among its running jobs, start seconds, iterations, accepted moves). The GPUs of
+/// `start` count as usable even if allocated. Ctrl-C stops the search.
+#[pyfunction]
+#[pyo3(signature = (state, job, start, time_limit=0.5, seed=0, max_iterations=200_000))]
+pub(crate) fn refine<'py>(
+    py: Python<'py>,
+    state: PyRef<'py, PyClusterState>,
+    job: &PyJobSpec,
+    start: PyReadonlyArray1<'_, i64>,
+    time_limit: f64,
+    seed: u64,
+    max_iterations: u64,
+) -> PyResult<RefineOut<'py>> {
+    job.check_state(&state)?;
+    let start = gpus_from(&start)?;
+    let spec = job.inner.clone();
+    let inner = &state.inner;
+    let opts = gpuplace_core::refine::RefineOptions {
+        time_limit: std::time::Duration::from_secs_f64(time_limit.max(0.0)),
+        max_iterations,
+        seed,
+    };
+    let (out, report) = enter(py, Stop::OnSignal, || {
+        let out = gpuplace_core::refine::refine(inner, &spec, &start, &opts)?;
+        let report = gpuplace_core::cost::evaluate_in(inner, &spec, &out.gpus)?;
+        Ok((out, report))
+    })?;
+    Ok((
+        id_array(py, &out.gpus),
+        PyCostReport { inner: report },
+        out.start_seconds,
+        out.iterations,
+        out.accepted,
+    ))
+}
+
+/// Bandwidth factor of a path with packet loss rate `loss` (0.01 = 1 %), per the cost model.
+#[pyfunction]
+pub(crate) fn loss_factor(loss: f64) -> f64 {
+    gpuplace_core::cost::loss_factor(loss)
+}
+
+/// Quadratic assignment: minimise sum_ij traffic[i,j] * distance[perm[i], perm[j]]. Traffic is
+/// either dense (`n x n`) or sparse rows (src, dst, weight) with `n`; distance is `m x m`.
+/// Returns (perm, cost, iterations, elapsed seconds).
+#[pyfunction]
+#[pyo3(signature = (distance, n, traffic_dense=None, traffic_src=None, traffic_dst=None, traffic_weight=None, time_limit=1.0, seed=0, threads=1, initial=None, max_iterations=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn map_ranks<'py>(
+    py: Python<'py>,
+    distance: PyReadonlyArray2<'_, f64>,
+    n: usize,
+    traffic_dense: Option<PyReadonlyArray2<'_, f64>>,
+    traffic_src: Option<PyReadonlyArray1<'_, i64>>,
+    traffic_dst: Option<PyReadonlyArray1<'_, i64>>,
+    traffic_weight: Option<PyReadonlyArray1<'_, f64>>,
+    time_limit: f64,
+    seed: u64,
+    threads: usize,
+    initial: Option<PyReadonlyArray1<'_, i64>>,
+    max_iterations: Option<u64>,
+) -> PyResult<(Bound<'py, PyArray1<i64>>, f64, u64, f64)> {
+    use gpuplace_core::qap::{QapOptions, Traffic};
+    let shape = distance.shape();
+    if shape[0] != shape[1] {
+        return Err(invalid_job(format!(
+            "distance must be a square matrix, got {} x {}",
+            shape[0], shape[1]
+        )));
+    }
+    let m = shape[0];
+    let distance: Vec<f64> = distance.as_array().iter().copied().collect();
+    let traffic = match (traffic_dense, traffic_src, traffic_dst, traffic_weight) {
+        (Some(dense), None, None, None) => {
+            let t = dense.shape();
+            if t[0] != t[1] || t[0] != n {
+                return Err(invalid_job(format!(
+                    "traffic must be a square n x n matrix, got {} x {}",
+                    t[0], t[1]
+                )));
+            }
+            Traffic::Dense {
+                n,
+                values: dense.as_array().iter().copied().collect(),
+            }
+        }
+        (None, Some(src), Some(dst), Some(w)) => {
+            let src = ids("traffic source rank", &src, CoreError::InvalidJob)?;
+            let dst = ids("traffic destination rank", &dst, CoreError::InvalidJob)?;
+            let w = f64s(&w);
+            if src.len() != dst.len() || src.len() != w.len() {
+                return Err(invalid_job("traffic rows differ in length"));
+            }
+            Traffic::Sparse {
+                n,
+                edges: src
+                    .into_iter()
+                    .zip(dst)
+                    .zip(w)
+                    .map(|((a, b), t)| (a, b, t))
+                    .collect(),
+            }
+        }
+        _ => {
+            return Err(invalid_job(
+                "give either a dense traffic matrix or sparse rows",
+            ))
+        }
+    };
+    let initial = match initial {
+        None => None,
+        Some(a) => Some(
+            ids("initial", &a, CoreError::InvalidJob)?
+                .into_iter()
+                .map(|v| v as usize)
+                .collect(),
+        ),
+    };
+    if !(time_limit.is_finite() && time_limit >= 0.0) {
+        return Err(invalid_job(format!(
+            "time_limit must be >= 0 seconds, got {time_limit}"
+        )));
+    }
+    let opts = QapOptions {
+        time_limit: std::time::Duration::from_secs_f64(time_limit),
+        seed,
+        threads,
+        initial,
+        max_iterations,
+    };
+    let mapping = enter(py, Stop::OnSignal, || {
+        gpuplace_core::qap::map_ranks(&traffic, &distance, m, &opts).map_err(CoreError::from)
+    })?;
+    let perm = mapping
+        .perm
+        .into_iter()
+        .map(|p| p as i64)
+        .collect::<Vec<_>>()
+        .into_pyarray(py);
+    Ok((
+        perm,
+        mapping.cost,
+        mapping.iterations,
+        mapping.elapsed.as_secs_f64(),
+    ))
+}
+
+/// The solvers implemented in Rust: (name, description, keeps confinement).
+#[pyfunction]
+pub(crate) fn rust_solvers() -> Vec<(&'static str, &'static str, bool)> {
+    solvers::SOLVERS
+        .iter()
+        .map(|&(name, description)| (name, description, solvers::confining(name)))
+        .collect()
+}

@@ -1,0 +1,470 @@
+"""`gpuplace slurm` against real Slurm 22.05 (slurmctld, one slurmd per node, munge) on loopback,
+with `Gres=gpu:8` backed by empty device files: sync reads busy and drained nodes, a submitted
+job runs on exactly gpuplace's nodes with its srun ranks in gpuplace's order, Slurm refusing is
+a clear error with nothing left queued, and the job_submit/lua example pins a plain sbatch (and
+falls back, with a log line, when gpuplace does not answer). Skipped, saying why, without Slurm
+and munge or without root."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import gpuplace
+import numpy as np
+import pytest
+from gpuplace import slurm as sl
+from gpuplace.topology import Topology
+from slurm_harness import LoopbackSlurm, missing_daemons
+
+pytestmark = pytest.mark.slurm
+
+ROOT = Path(__file__).parent.parent
+CLI = [sys.executable, "-m", "gpuplace.cli"]
+GPUS = 8
+#: What every rank prints: its rank, the node it runs on and the GPU it takes.
+RANK_SCRIPT = """#!/bin/sh
+srun sh -c 'if [ -n "$GPUPLACE_PER_RANK_CUDA" ]; then
+  CUDA_VISIBLE_DEVICES=$(awk -v r="$SLURM_PROCID" "\\$1 == r {print \\$3}" "$GPUPLACE_RANKS")
+fi
+echo "rank $SLURM_PROCID $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES"'
+"""
+
+
+def _skip_reason() -> str | None:
+    missing = missing_daemons()
+    if missing:
+        return f"Slurm/munge not installed ({', '.join(missing)} missing)"
+    if os.geteuid() != 0:
+        return "slurmd must run as root to start jobs"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    # Two leaves of three nodes; slurm.conf lists them out of name order.
+    order = ["n04", "n01", "n05", "n02", "n06", "n03"]
+    with LoopbackSlurm(
+        tmp_path_factory.mktemp("slurm-submit"), 2, 3, gpus=GPUS, gpu_type="h100", node_order=order
+    ) as slurm:
+        yield slurm
+
+
+def cli(slurm: LoopbackSlurm, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], env=slurm.env, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def wait_output(path: Path, lines: int, timeout: float = 30) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            got = [ln for ln in path.read_text().splitlines() if ln.startswith("rank ")]
+            if len(got) >= lines:
+                return got
+        time.sleep(0.2)
+    raise AssertionError(
+        f"{path}: job output incomplete: {path.read_text() if path.exists() else ''}"
+    )
+
+
+def queued(slurm: LoopbackSlurm) -> list[str]:
+    return slurm.run("squeue", "-h", "-o", "%i %j %T").stdout.split("\n")[:-1]
+
+
+def drain_queue(slurm: LoopbackSlurm) -> None:
+    slurm.run("scancel", "--partition=gpu", check=False)
+    slurm._wait(lambda: not slurm.run("squeue", "-h").stdout.strip(), 30, "jobs ended")
+
+
+def test_sync_reads_gpus_jobs_busy_and_drained_nodes(cluster: LoopbackSlurm, tmp_path: Path):
+    slurm = cluster
+    job = slurm.run(
+        "sbatch",
+        "--parsable",
+        "-w",
+        "n02",
+        "--gres=gpu:h100:3",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "sleep 300",
+    ).stdout.strip()
+    slurm._wait(
+        lambda: "RUNNING" in slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout,
+        20,
+        "job started",
+    )
+    slurm.run("scontrol", "update", "nodename=n05", "state=drain", "reason=gpuplace-test")
+    try:
+        result = cli(
+            slurm, "slurm", "sync", "-o", "state.json", "--host-type", "dgx-h100", cwd=tmp_path
+        )
+        assert result.returncode == 0, result.stderr
+        state = gpuplace.ClusterState.load(
+            Topology.load(tmp_path / "state.topology.yaml"), tmp_path / "state.json"
+        )
+        topo = state.topology
+        # Slurm's node order, the switch tree, the host type and GRES count.
+        assert list(topo.hosts) == ["n01", "n02", "n03", "n04", "n05", "n06"]
+        assert topo.domain_of(int(topo.host_gpus("n01")[0]), "leaf") == "leaf1"
+        assert topo.domain_of(int(topo.host_gpus("n04")[0]), "leaf") == "leaf2"
+        assert set(topo.host_types) == {"dgx-h100"} and topo.num_gpus == 6 * GPUS
+        # The running job holds exactly its 3 GPUs on n02 (Slurm gave indices 0-2).
+        held = state.jobs[f"slurm-{job}"]
+        assert sorted(held.tolist()) == topo.host_gpus("n02")[:3].tolist()
+        # The drained node is out of service.
+        unhealthy = state.unhealthy()
+        assert [(u["name"], u["condition"]) for u in unhealthy] == [("n05", "drained")]
+        assert state.free_gpus == 6 * GPUS - 3 - GPUS
+    finally:
+        slurm.run("scontrol", "update", "nodename=n05", "state=resume")
+        drain_queue(slurm)
+
+
+def test_submitted_job_runs_on_gpuplaces_nodes_in_rank_order(cluster: LoopbackSlurm, tmp_path):
+    slurm = cluster
+    (tmp_path / "job.sh").write_text(RANK_SCRIPT)
+    (tmp_path / "job.yaml").write_text("name: train\nparallelism: {tp: 8, dp: 2}\n")
+    # Half of leaf1 busy, so the placement has a choice to make.
+    busy = slurm.occupy(["n01"])
+    try:
+        result = cli(slurm, "slurm", "sync", "-o", "state.json", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        state = gpuplace.ClusterState.load(
+            Topology.load(tmp_path / "state.topology.yaml"), tmp_path / "state.json"
+        )
+        # An exclusive job without GRES holds its node whole.
+        assert state.free_mask()[state.topology.host_gpus("n01")].sum() == 0
+        expected = gpuplace.place(state, gpuplace.Job.load(tmp_path / "job.yaml"), "greedy")
+
+        dry = cli(
+            slurm,
+            "slurm",
+            "submit",
+            "--job",
+            "job.yaml",
+            "--state",
+            "state.json",
+            "--dry-run",
+            "--",
+            "-o",
+            "out.txt",
+            "job.sh",
+            cwd=tmp_path,
+        )
+        assert dry.returncode == 0, dry.stderr
+        assert f"--nodelist={expected.hostlist()}" in dry.stdout
+        assert "--exclusive" in dry.stdout and "--ntasks=16" in dry.stdout
+        assert queued(slurm) == [f"{busy} wrap RUNNING"]  # the dry run submitted nothing
+        assert not list(tmp_path.glob("*.hostfile"))
+
+        real = cli(
+            slurm,
+            "slurm",
+            "submit",
+            "--job",
+            "job.yaml",
+            "--state",
+            "state.json",
+            "--",
+            "-o",
+            "out.txt",
+            "job.sh",
+            cwd=tmp_path,
+        )
+        assert real.returncode == 0, real.stderr
+        ranks = wait_output(tmp_path / "out.txt", 16)
+        by_rank = {int(line.split()[1]): line.split()[2] for line in ranks}
+        assert by_rank == {
+            r: expected.topology.host_of(int(g)) for r, g in enumerate(expected.gpus)
+        }
+    finally:
+        drain_queue(slurm)
+
+
+def test_srun_ranks_follow_an_unsorted_placement(
+    cluster: LoopbackSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Rank order is gpuplace's even when it is not Slurm's node order, and where ranks do not
+    fill their nodes each takes the GPU gpuplace chose."""
+    slurm = cluster
+    for key in [k for k in os.environ if k.startswith(("SLURM_", "SBATCH_"))]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    state = sl.sync(sl.run_json("sinfo"), sl.run_json("squeue"), str(slurm.dir / "topology.conf"))
+    placement = gpuplace.place(state, gpuplace.Job(name="mixed", tp=4, dp=3), "greedy")
+    # Reverse the ranks: rank 0 now runs on the last node gpuplace used.
+    reordered = dataclasses.replace(placement, gpus=np.asarray(placement.gpus[::-1]))
+    assert reordered.nodes != sorted(reordered.nodes)
+    (tmp_path / "job.sh").write_text(RANK_SCRIPT)
+    sub = sl.submission(
+        reordered, ["-o", str(tmp_path / "out.txt"), str(tmp_path / "job.sh")], directory=tmp_path
+    )
+    assert sub.env.get("GPUPLACE_PER_RANK_CUDA") == "1"
+    try:
+        sl.submit(sub)
+        ranks = wait_output(tmp_path / "out.txt", len(reordered.gpus))
+        got = sorted((int(x.split()[1]), x.split()[2], x.split()[3]) for x in ranks)
+        assert got == [(r["rank"], r["host"], str(r["device"])) for r in reordered.rank_table()]
+    finally:
+        drain_queue(slurm)
+
+
+def test_slurm_refusing_leaves_nothing_submitted(cluster: LoopbackSlurm, tmp_path: Path):
+    slurm = cluster
+    (tmp_path / "job.sh").write_text("#!/bin/sh\ntrue\n")
+    (tmp_path / "job.yaml").write_text("name: late\nparallelism: {tp: 8, dp: 1}\n")
+    result = cli(slurm, "slurm", "sync", "-o", "state.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    state = gpuplace.ClusterState.load(
+        Topology.load(tmp_path / "state.topology.yaml"), tmp_path / "state.json"
+    )
+    chosen = gpuplace.place(state, gpuplace.Job.load(tmp_path / "job.yaml"), "greedy").nodes
+    taker = slurm.occupy(chosen)  # someone takes the node between sync and submit
+    try:
+        refused = cli(
+            slurm,
+            "slurm",
+            "submit",
+            "--job",
+            "job.yaml",
+            "--state",
+            "state.json",
+            "--",
+            "job.sh",
+            cwd=tmp_path,
+        )
+        assert refused.returncode == 2, refused.stdout
+        lines = refused.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("gpuplace: error: "), refused.stderr
+        assert "a node was taken since the state was read" in lines[0]
+        assert queued(slurm) == [f"{taker} wrap RUNNING"]
+        assert not list(tmp_path.glob("late.*"))
+        # A drained node is refused by Slurm itself; the hostfile an earlier submission of
+        # the same job left (its job may still read it) is put back as it was.
+        slurm.release(taker)
+        slurm.run("scontrol", "update", f"nodename={chosen[0]}", "state=drain", "reason=t")
+        (tmp_path / "late.hostfile").write_text("n99\n")
+        drained = cli(
+            slurm,
+            "slurm",
+            "submit",
+            "--job",
+            "job.yaml",
+            "--state",
+            "state.json",
+            "--",
+            "job.sh",
+            cwd=tmp_path,
+        )
+        assert drained.returncode == 2
+        assert "Slurm refused the job" in drained.stderr
+        assert "Requested node configuration is not available" in drained.stderr
+        assert queued(slurm) == []
+        assert [p.name for p in tmp_path.glob("late.*")] == ["late.hostfile"]
+        assert (tmp_path / "late.hostfile").read_text() == "n99\n"
+    finally:
+        slurm.run("scontrol", "update", f"nodename={chosen[0]}", "state=resume", check=False)
+        drain_queue(slurm)
+
+
+@pytest.fixture(scope="module")
+def lua_cluster(tmp_path_factory: pytest.TempPathFactory):
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    if shutil.which("timeout") is None:
+        pytest.skip("coreutils timeout not on PATH")
+    # slurmrestd refuses to run as root: it runs as nobody, who must reach slurm.conf and the
+    # munge socket, so this cluster lives in a world-readable directory of its own.
+    base = tempfile.mkdtemp(prefix="gpuplace-slurm-lua-")
+    os.chmod(base, 0o755)
+    workdir = Path(base)
+    shutil.copy(ROOT / "contrib" / "slurm" / "job_submit.lua", workdir / "job_submit.lua")
+    slurm = LoopbackSlurm(workdir, 2, 3, gpus=GPUS, extra_conf=("JobSubmitPlugins=lua",))
+    slurm.env["GPUPLACE_BIN"] = " ".join(CLI)
+    slurm.env["GPUPLACE_STATE"] = str(workdir / "gpuplace-state.json")
+    slurm.env["GPUPLACE_TIMEOUT"] = "20"
+    try:
+        with slurm:
+            yield slurm
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_lua_plugin_pins_a_plain_sbatch(lua_cluster: LoopbackSlurm, tmp_path: Path):
+    slurm = lua_cluster
+    state_file = slurm.env["GPUPLACE_STATE"]
+    busy = slurm.occupy(["n02"])
+    try:
+        result = cli(slurm, "slurm", "sync", "-o", state_file, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        pick = cli(slurm, "slurm", "pick", "--state", state_file, "--nodes", "2", cwd=tmp_path)
+        assert pick.returncode == 0, pick.stderr
+        planned = pick.stdout.strip().split(",")
+        assert len(planned) == 2 and "n02" not in planned
+        job = slurm.run(
+            "sbatch",
+            "--parsable",
+            "-N",
+            "2",
+            "--exclusive",
+            "--comment=gpuplace",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 300",
+        ).stdout.strip()
+        slurm._wait(
+            lambda: "RUNNING" in slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout,
+            20,
+            "pinned job started",
+        )
+        ran_on = slurm.run("squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
+        assert slurm.run("scontrol", "show", "hostnames", ran_on).stdout.split() == sorted(planned)
+        log = (slurm.dir / "log" / "slurmctld.log").read_text()
+        assert f"gpuplace: job wrap pinned to {','.join(planned)}" in log
+
+        # gpuplace cannot answer: the job keeps Slurm's choice, and the log says why.
+        os.rename(state_file, state_file + ".away")
+        try:
+            other = slurm.run(
+                "sbatch",
+                "--parsable",
+                "-N",
+                "1",
+                "--comment=gpuplace",
+                "-o",
+                "/dev/null",
+                "--wrap",
+                "true",
+            ).stdout.strip()
+        finally:
+            os.rename(state_file + ".away", state_file)
+        assert other.isdigit()
+        log = (slurm.dir / "log" / "slurmctld.log").read_text()
+        assert "gpuplace: falling back to Slurm's choice for job wrap" in log
+        # Jobs that do not ask are left alone.
+        assert log.count("gpuplace: job") == 1
+    finally:
+        del busy
+        drain_queue(slurm)
+
+
+def test_lua_plugin_pins_a_slurmrestd_submission(lua_cluster: LoopbackSlurm, tmp_path: Path):
+    """slurmrestd cannot pin nodes itself ("Disabled key: required_nodes"); the plugin does."""
+    slurm = lua_cluster
+    if shutil.which("slurmrestd", path=slurm.env["PATH"]) is None:
+        pytest.skip("slurmrestd not installed (apt-get install slurmrestd)")
+    if shutil.which("setpriv") is None or shutil.which("curl") is None:
+        pytest.skip("setpriv and curl are needed to run slurmrestd and its client as nobody")
+    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    sockets = slurm.dir / "rest"
+    sockets.mkdir(exist_ok=True)
+    sockets.chmod(0o777)
+    sock = sockets / "slurmrestd.sock"
+    log = open(slurm.dir / "log" / "slurmrestd.out", "wb")
+    rest = subprocess.Popen(
+        [
+            *as_nobody,
+            "slurmrestd",
+            "-a",
+            "rest_auth/local",
+            "-s",
+            "openapi/v0.0.38",
+            f"unix:{sock}",
+        ],
+        env=slurm.env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    log.close()
+    state_file = slurm.env["GPUPLACE_STATE"]
+    busy = slurm.occupy(["n05"])
+    try:
+        slurm._wait(lambda: sock.exists(), 20, "slurmrestd did not create its socket")
+        assert cli(slurm, "slurm", "sync", "-o", state_file, cwd=tmp_path).returncode == 0
+        pick = cli(slurm, "slurm", "pick", "--state", state_file, "--nodes", "2", cwd=tmp_path)
+        planned = pick.stdout.strip().split(",")
+        assert len(planned) == 2 and "n05" not in planned, pick.stderr
+        body = {
+            "job": {
+                "name": "viarest",
+                "nodes": 2,
+                "comment": "gpuplace",
+                "current_working_directory": "/tmp",
+                "environment": {"PATH": "/bin:/usr/bin"},
+                "standard_output": "/dev/null",
+            },
+            "script": "#!/bin/sh\nsleep 300\n",
+        }
+        answer = subprocess.run(
+            [
+                *as_nobody,
+                "curl",
+                "-s",
+                "--unix-socket",
+                str(sock),
+                "-X",
+                "POST",
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                json.dumps(body),
+                "http://localhost/slurm/v0.0.38/job/submit",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        reply = json.loads(answer.stdout)
+        assert reply["errors"] == [], reply
+        job = str(reply["job_id"])
+        slurm._wait(
+            lambda: "RUNNING" in slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout,
+            30,
+            "slurmrestd job started",
+        )
+        ran_on = slurm.run("squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
+        assert slurm.run("scontrol", "show", "hostnames", ran_on).stdout.split() == sorted(planned)
+        text = (slurm.dir / "log" / "slurmctld.log").read_text()
+        assert f"gpuplace: job viarest pinned to {','.join(planned)}" in text
+    finally:
+        del busy
+        drain_queue(slurm)
+        os.killpg(rest.pid, signal.SIGTERM)
+        rest.wait(timeout=10)
+
+
+def test_synced_state_keeps_slurms_node_order(cluster: LoopbackSlurm, tmp_path: Path):
+    """slurm.conf lists the nodes out of name order; with the synced state the slurm-tree
+    baseline names the nodes Slurm itself picks (`sbatch --test-only`), which it only does
+    when the hosts are in Slurm's node order."""
+    slurm = cluster
+    busy = slurm.occupy(["n02", "n06"])
+    try:
+        assert cli(slurm, "slurm", "sync", "-o", "state.json", cwd=tmp_path).returncode == 0
+        state = gpuplace.ClusterState.load(
+            Topology.load(tmp_path / "state.topology.yaml"), tmp_path / "state.json"
+        )
+        for count in (1, 2, 3, 4):
+            expected, answer = slurm.choose(count)
+            job = gpuplace.Job(name=f"probe{count}", dp=count * GPUS)
+            chosen = sorted(gpuplace.place(state, job, "slurm-tree").nodes)
+            assert chosen == expected, answer
+    finally:
+        slurm.release(busy)

@@ -1,0 +1,196 @@
+"""`gpuplace slurm` without a Slurm cluster: reading sinfo/squeue JSON in the forms Slurm 22.05
+prints (typed and untyped GRES, IDX lists, drained and down nodes), refusing malformed answers
+with a clear error, and `submit --dry-run` printing the exact command and files. The same paths
+against real Slurm are in test_slurm_submit.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gpuplace import slurm as sl
+from gpuplace.errors import InvalidState, InvalidTopology
+
+TOPOLOGY = (
+    Path(__file__).parent / "data" / "topologies" / "slurm-topology-conf-tree-manpage-example.conf"
+)
+CLI = [sys.executable, "-m", "gpuplace.cli"]
+#: scontrol show topology as Slurm 22.05 prints it for a two-leaf tree.
+SCONTROL = """SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=dev[0-5]
+SwitchName=leaf2 Level=0 LinkSpeed=1 Nodes=dev[6-11]
+SwitchName=leaf3 Level=0 LinkSpeed=1 Nodes=dev[12-17]
+SwitchName=top Level=1 LinkSpeed=1 Nodes=dev[0-17] Switches=leaf[1-3]
+"""
+
+
+def node(name: str, state: str = "idle", flags=(), gres="gpu:h100:8(S:0-1)", used=None) -> dict:
+    return {
+        "name": name,
+        "state": state,
+        "state_flags": list(flags),
+        "gres": gres,
+        "gres_used": used or "gpu:h100:0(IDX:N/A)",
+        "partitions": ["gpu"],
+    }
+
+
+def sinfo(**overrides: dict) -> dict:
+    nodes = [overrides.get(f"dev{i}", node(f"dev{i}")) for i in range(18)]
+    return {"meta": {}, "errors": [], "nodes": nodes}
+
+
+def test_gres_strings_as_slurm_prints_them() -> None:
+    assert sl._gres_gpus("gpu:h100:8(S:0-1)", "x") == (8, "h100", [])
+    assert sl._gres_gpus("gpu:8", "x") == (8, None, [])
+    assert sl._gres_gpus("gpu:h100:3(IDX:0-2)", "x") == (3, "h100", [0, 1, 2])
+    assert sl._gres_gpus("gpu:a:1(IDX:0),gpu:b:2(IDX:4-5),nic:2", "x") == (3, "a", [0, 4, 5])
+    assert sl._gres_gpus("(null)", "x") == (0, None, [])
+    with pytest.raises(InvalidState, match="cannot read GRES"):
+        sl._gres_gpus("gpu:h100:x", "sinfo.json")
+
+
+def test_sync_reads_jobs_busy_drained_and_down_nodes() -> None:
+    info = sinfo(
+        dev1=node("dev1", "mixed", used="gpu:h100:3(IDX:0-2)"),
+        dev2=node("dev2", "allocated", used="gpu:h100:0(IDX:N/A)"),
+        dev3=node("dev3", "idle", flags=["DRAIN"]),
+        dev4=node("dev4", "down"),
+        dev5=node("dev5", "mixed", used="gpu:h100:2(IDX:6-7)"),
+    )
+    queue = {
+        "jobs": [
+            {
+                "job_id": 7,
+                "name": "a",
+                "job_state": "RUNNING",
+                "nodes": "dev[1-2]",
+                "gres_detail": ["gpu:h100:3(IDX:0-2)", "gpu:h100:0(IDX:N/A)"],
+            },
+            {"job_id": 8, "name": "b", "job_state": "PENDING", "nodes": ""},
+            {"job_id": 9, "name": "c", "job_state": "RUNNING", "nodes": "dev2"},
+        ]
+    }
+    state = sl.sync(info, queue, io.StringIO(SCONTROL))
+    topo = state.topology
+    assert list(topo.hosts) == [f"dev{i}" for i in range(18)]
+    assert sorted(state.jobs["slurm-7"].tolist()) == topo.host_gpus("dev1")[:3].tolist()
+    # Job 9 holds dev2 whole: no GRES detail and the node is allocated.
+    assert sorted(state.jobs["slurm-9"].tolist()) == topo.host_gpus("dev2").tolist()
+    # dev5's GPUs 6-7 are used by no job squeue listed.
+    assert sorted(state.jobs["slurm-busy-dev5"].tolist()) == topo.host_gpus("dev5")[6:].tolist()
+    assert "slurm-8" not in state.jobs
+    conditions = {u["name"]: u["condition"] for u in state.unhealthy()}
+    assert conditions == {"dev3": "drained", "dev4": "failed"}
+    assert state.free_gpus == 18 * 8 - 3 - 8 - 2 - 8 - 8
+    assert topo.domain_of(int(topo.host_gpus("dev7")[0]), "leaf") == "leaf2"
+
+
+def test_sync_with_a_topology_conf_and_a_host_type() -> None:
+    state = sl.sync(sinfo(), None, str(TOPOLOGY), host_type="dgx-h100")
+    assert set(state.topology.host_types) == {"dgx-h100"}
+    assert state.free_gpus == 18 * 8
+    with pytest.raises(InvalidTopology, match="unknown host type 'dgx-z'"):
+        sl.sync(sinfo(), None, str(TOPOLOGY), host_type="dgx-z")
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"nodes": "x"}, 'expected an object with "nodes"'),
+        ({"nodes": [{"state": "idle"}]}, "nodes\\[0\\]: expected a node with a name"),
+        ({"nodes": [node("dev0", used="gpu:h100:1(IDX:9)")]}, "gres_used names GPUs beyond 8"),
+        ({"nodes": [node("dev0", used="gpu:h100:1(IDX:a-b)")]}, "expected GPU indices"),
+    ],
+)
+def test_malformed_sinfo_is_refused_naming_the_field(document: dict, message: str) -> None:
+    with pytest.raises(InvalidState, match=message):
+        sl.read_sinfo(document)
+
+
+def test_nodes_missing_from_the_topology_are_named() -> None:
+    info = sinfo()
+    info["nodes"].append(node("gpu99"))
+    with pytest.raises(InvalidTopology, match="not in the topology: gpu99"):
+        sl.sync(info, None, str(TOPOLOGY))
+
+
+def test_dry_run_prints_the_command_and_files_and_writes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "sinfo.json").write_text(json.dumps(sinfo(dev0=node("dev0", "allocated"))))
+    (tmp_path / "squeue.json").write_text(json.dumps({"jobs": []}))
+    (tmp_path / "topology.conf").write_text(SCONTROL)
+    (tmp_path / "job.yaml").write_text("name: train\nparallelism: {tp: 4, dp: 3}\n")
+    result = subprocess.run(
+        [
+            *CLI,
+            "slurm",
+            "submit",
+            "--job",
+            "job.yaml",
+            "--sinfo",
+            "sinfo.json",
+            "--squeue",
+            "squeue.json",
+            "--topology",
+            "topology.conf",
+            "--dry-run",
+            "--partition",
+            "gpu",
+            "--",
+            "-t",
+            "10",
+            "train.sh",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    hostfile = tmp_path / "train.hostfile"
+    assert lines[0].startswith(
+        f"SLURM_HOSTFILE={hostfile} GPUPLACE_RANKS={tmp_path / 'train.ranks'}"
+    )
+    assert "GPUPLACE_PER_RANK_CUDA=1" in lines[0]  # 12 ranks do not fill two 8-GPU nodes
+    assert lines[0].endswith(
+        "sbatch --parsable --exclusive '--nodelist=dev[1-2]' --nodes=2 --ntasks=12 "
+        "--distribution=arbitrary --gres=gpu:8 --job-name=train --partition=gpu -t 10 train.sh"
+    )
+    at = lines.index(f"--- {hostfile}")
+    assert lines[at + 1 : at + 13] == ["dev1"] * 8 + ["dev2"] * 4
+    assert f"--- {tmp_path / 'train.ranks'}" in lines
+    assert "0 dev1 0" in lines and "11 dev2 3" in lines
+    assert not hostfile.exists()
+
+    refused = subprocess.run(
+        [
+            *CLI,
+            "slurm",
+            "submit",
+            "--job",
+            "job.yaml",
+            "--sinfo",
+            "sinfo.json",
+            "--squeue",
+            "squeue.json",
+            "--topology",
+            "topology.conf",
+            "--dry-run",
+            "--",
+            "-w",
+            "dev9",
+            "x.sh",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        "gpuplace: error: -w is set by gpuplace from the placement; leave it out"
+    )
