@@ -149,8 +149,11 @@ def repair(
     state.specs[name] = job
     gpus = np.asarray(plan.gpus, dtype=np.int64)
     cost_before = _cost_report(topology, spec, plan.report_before, **shared_before)
-    cost_after = _cost_report(
-        topology, spec, plan.report_after, **_shared_costs(topology, job, gpus, state)
+    # Nothing moved: the state and the placement are as they were, and so is the cost.
+    cost_after = (
+        _cost_report(topology, spec, plan.report_after, **_shared_costs(topology, job, gpus, state))
+        if plan.moves
+        else cost_before
     )
     confined = {d: topology.level_index(lv) for d, lv in job.confine.items() if getattr(job, d) > 1}
     unhealthy = {(c["kind"], c["name"]): c for c in state.unhealthy()}
