@@ -326,9 +326,10 @@ def refine(
     view = fenced_view(
         state, allowed_gpus(state, placement.job) if has_rules(state, placement.job) else None
     )
-    gpus, _, _, iterations, accepted = _core.refine(
+    spec = placement.job.compile(state.topology)
+    gpus, raw, _, iterations, accepted = _core.refine(
         view._core,
-        placement.job.compile(state.topology),
+        spec,
         np.asarray(placement.gpus, dtype=np.int64),
         float(time_limit),
         int(seed),
@@ -339,7 +340,10 @@ def refine(
         job=placement.job,
         topology=state.topology,
         gpus=np.asarray(gpus, dtype=np.int64),
-        cost=evaluate(state.topology, placement.job, gpus),
+        # Priced on the state in the same call into the core.
+        cost=_cost_report(
+            state.topology, spec, raw, **_shared_costs(state.topology, placement.job, gpus, state)
+        ),
         solver=f"{placement.solver}+refine",
         elapsed_s=placement.elapsed_s + elapsed,
         details={"refine_iterations": iterations, "refine_accepted": accepted},

@@ -1,10 +1,12 @@
-"""Repairing a running job after hardware under it failed or was drained.
+"""Repairing a running job after hardware under it failed, was drained or degraded.
 
 :func:`repair` keeps every surviving rank where it is and gives the lost ranks free healthy
 GPUs at minimum cost (the Rust repair solver, ``rust/core/src/repair.rs``: confinement first,
 greedy by proximity to the job's other ranks, then local improvement priced by the one cost
 model). A confined group (by default a tp group inside its NVLink domain) whose domain has no
-room for its lost ranks moves whole, and the result says so. The state is changed all or
+room for its lost ranks moves whole, and the result says so. Under ``max_moves``, groups on a
+degraded GPU, host, NIC or switch are evacuated whole when that lowers the cost, also when
+nothing was lost, and each move names the component it left. The state is changed all or
 nothing: a job that cannot be repaired raises :class:`gpuplace.Infeasible` naming what is
 missing, and the state is left as it was.
 """
@@ -20,7 +22,7 @@ import numpy as np
 from gpuplace import _core
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
 from gpuplace.job import Job
-from gpuplace.placement import CostReport, Placement, evaluate
+from gpuplace.placement import CostReport, Placement, _cost_report, _shared_costs
 from gpuplace.policy import allowed_gpus, can_borrow, fenced, has_rules
 
 if TYPE_CHECKING:
@@ -45,7 +47,10 @@ class MovedRank:
     old_gpu: int
     new_gpu: int
     #: ``lost`` (its GPU failed or was drained), ``group moved`` (its confined group had no
-    #: room left in its domain) or ``improvement`` (moved under ``max_moves`` to lower cost).
+    #: room left in its domain), ``evacuated`` (moved under ``max_moves`` off degraded
+    #: hardware, whole with its confined group, because that lowered the cost) or
+    #: ``improvement`` (moved under ``max_moves`` to lower cost): the label of its
+    #: :class:`gpuplace.MoveReason`.
     kind: str
     reason: str
 
@@ -92,7 +97,10 @@ def repair(
     ``job_name`` names an allocated job; its spec is the one it was allocated with (a job
     allocated from bare GPU ids is repaired as one without communication or confinement), or
     pass the :class:`Job` itself. ``max_moves=k`` lets k surviving ranks move too when that
-    lowers the cost. ``spares``: None or True lets the repair take reserved spares as well as
+    lowers the cost, a confined group (a tp group) moving whole and counting as its size; it
+    also works when nothing failed: groups on a degraded NIC, host or switch are evacuated to
+    healthy hardware when that lowers the cost, and each such move names the component.
+    ``spares``: None or True lets the repair take reserved spares as well as
     free GPUs (whichever costs less), False forbids them, ``"only"`` takes spares only.
     ``solver``: ``auto`` and ``heuristic`` run the Rust repair heuristic. ``time_limit``
     bounds its improvement steps (s).
@@ -120,14 +128,17 @@ def repair(
         raise InvalidJob(f"job {name!r} holds {len(old)} GPUs but its spec has {job.gpus} ranks")
     topology = state.topology
     health = state.health()
-    cost_before = evaluate(topology, job, old, state=state)
+    spec = job.compile(topology)
+    # What the old placement shares with others, seen before it moves; the core prices both
+    # placements in the repair itself.
+    shared_before = _shared_costs(topology, job, old, state)
     start = time.perf_counter()
     before = state._core.copy() if topology.power_domains else None
     allowed = (
         allowed_gpus(state, job, borrow=can_borrow(state, job)) if has_rules(state, job) else None
     )
     with fenced(state, allowed):
-        plan = state._core.repair(job.compile(topology), name, max_moves, policy, 24, time_limit)
+        plan = state._core.repair(spec, name, max_moves, policy, 24, time_limit)
     elapsed = time.perf_counter() - start
     if before is not None:
         # All or nothing: a repair that would exceed a power budget changes nothing.
@@ -142,8 +153,15 @@ def repair(
             )
     state.specs[name] = job
     gpus = np.asarray(plan.gpus, dtype=np.int64)
-    cost_after = evaluate(topology, job, gpus, state=state)
+    cost_before = _cost_report(topology, spec, plan.report_before, **shared_before)
+    # Nothing moved: the state and the placement are as they were, and so is the cost.
+    cost_after = (
+        _cost_report(topology, spec, plan.report_after, **_shared_costs(topology, job, gpus, state))
+        if plan.moves
+        else cost_before
+    )
     confined = {d: topology.level_index(lv) for d, lv in job.confine.items() if getattr(job, d) > 1}
+    unhealthy = {(c["kind"], c["name"]): c for c in state.unhealthy()}
     moved = []
     for m in plan.moves:
         where = f"{topology.host_of(m.old_gpu)}:{topology.local_index(m.old_gpu)}"
@@ -155,6 +173,16 @@ def repair(
             reason = (
                 f"its {'/'.join(dims)} group could not stay inside one "
                 f"{topology.levels[m.level].name} next to its lost ranks, so the whole group moved"
+            )
+        elif m.reason == _core.MoveReason.Evacuated:
+            assert m.component is not None
+            kind, what = m.component[0].label, state.component_name(*m.component)
+            why = unhealthy.get((kind, what), {}).get("reason", "degraded")
+            dims = [d for d, lv in confined.items() if lv == min(confined.values())]
+            group = f"with its {'/'.join(dims)} group " if dims else ""
+            reason = (
+                f"evacuated {group}off degraded {kind} {what} ({why}) to "
+                f"{topology.host_of(m.new_gpu)}, which lowered the cost (max_moves)"
             )
         else:
             reason = "moved to lower the cost (max_moves)"

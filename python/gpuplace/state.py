@@ -37,6 +37,7 @@ from gpuplace.topology import Nics, nics_of
 if TYPE_CHECKING:
     from gpuplace.job import Job
     from gpuplace.placement import Placement
+    from gpuplace.pricing import PricingView
     from gpuplace.topology import Topology
 
 __all__ = ["STATE_FORMAT", "ClusterState", "Nics", "nics_of"]
@@ -83,6 +84,13 @@ class ClusterState:
 
     def free_mask(self) -> np.ndarray:
         return self._core.free_mask()
+
+    def pricing_view(self) -> PricingView:
+        """What solvers price on: usable GPUs, degraded GPUs, side factors and path
+        bandwidths, derived by the core (see :mod:`gpuplace.pricing`)."""
+        from gpuplace.pricing import pricing_view
+
+        return pricing_view(self)
 
     def free_counts(self, level: int | str) -> np.ndarray:
         """Free healthy GPUs per domain of a level."""

@@ -260,7 +260,8 @@ def _pair(text: str | None, what: str) -> tuple[float, float] | None:
     type=int,
     default=0,
     show_default=True,
-    help="Surviving ranks that may move too when that lowers the cost.",
+    help="Surviving ranks that may move too when that lowers the cost (a tp group counts as "
+    "its size); with nothing failed, this evacuates groups from degraded hardware.",
 )
 @click.option(
     "--spares",
@@ -284,7 +285,8 @@ def repair_cmd(
     time_limit: float | None,
     fmt: str,
 ) -> None:
-    """Repair a job: keep surviving ranks, give lost ranks free healthy GPUs."""
+    """Repair a job: keep surviving ranks, give lost ranks free healthy GPUs; with
+    --max-moves, also move whole groups off degraded hardware when that lowers the cost."""
     policy = {"allow": True, "forbid": False, "only": "only"}[spares]
     with exclusive_lock(state_path):
         state = open_state(state_path, cluster, nodes, racks)
@@ -306,7 +308,7 @@ def repair_cmd(
         )
     _out.print(table)
     _out.print(
-        f"comm per step: {result.cost_before.comm_seconds * 1e3:.3f} ms before the failure, "
+        f"comm per step: {result.cost_before.comm_seconds * 1e3:.3f} ms before the repair, "
         f"{result.cost_after.comm_seconds * 1e3:.3f} ms after the repair; "
         f"{len(result.moved)} ranks moved in {result.elapsed_s * 1e3:.2f} ms; saved {state_path}"
     )

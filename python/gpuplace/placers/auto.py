@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from gpuplace.errors import GpuplaceError
 from gpuplace.placement import _REGISTRY, SolveResult, register_solver
-from gpuplace.placers import cpsat
+from gpuplace.placers import cpsat, cpsat_gpus
 
 if TYPE_CHECKING:
     from gpuplace.job import Job
@@ -47,6 +47,9 @@ def cpsat_fits(state: ClusterState, job: Job) -> tuple[bool, str]:
         return False, str(exc)
     if inst.infeasible is not None:
         return True, "infeasible: cpsat says why"
+    candidates = cpsat.candidate_gpus(inst)
+    if state.pricing_view().any_degraded(candidates) and cpsat_gpus.fits(job.gpus, len(candidates)):
+        return True, f"GPU-level model over {len(candidates)} GPUs, some of them degraded"
     limit = RULE[inst.formulation]
     if inst.size > _PRESCREEN:
         return False, f"{inst.formulation} model with {inst.size} main variables"

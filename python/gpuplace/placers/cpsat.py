@@ -85,6 +85,16 @@ cost of any placement), and ``optimal=True`` means CP-SAT proved optimality for 
 objective: the cost is then within ``K * q`` of the true optimum (a relative ``K * 1e-8``).
 The placement's reported cost is always recomputed by the Rust evaluator.
 
+Degraded hardware
+-----------------
+Everything above assumes GPUs of one site are interchangeable, which degraded hardware breaks
+(the state's pricing view, :mod:`gpuplace.pricing`, says which GPUs are slowed). When some
+candidate GPU is degraded, :func:`solve` uses the GPU-level model of
+:mod:`gpuplace.placers.cpsat_gpus` (exact on the real prices) when it fits, and otherwise the
+cheapest on the real prices of: this model on the GPUs no degradation touches, this model on
+every candidate priced healthy (every price a lower bound, so its bound stays valid) and
+``refine``; ``optimal`` is then claimed only when that cost meets the bound.
+
 Limits
 ------
 Hosts with a GPU-GPU bandwidth matrix (``bandwidth_gbps`` in the node type) are not modelled:
@@ -114,9 +124,11 @@ from ortools.sat.python import cp_model
 
 from gpuplace.errors import GpuplaceError, Infeasible
 from gpuplace.placement import SolveResult, evaluate, place, register_solver
+from gpuplace.placers import cpsat_gpus
 
 if TYPE_CHECKING:
     from gpuplace.job import Job
+    from gpuplace.pricing import PricingView
     from gpuplace.state import ClusterState
     from gpuplace.topology import Topology
 
@@ -126,6 +138,7 @@ __all__ = [
     "WORKERS_ENV",
     "Instance",
     "analyse",
+    "candidate_gpus",
     "default_num_workers",
     "model_variables",
     "solve",
@@ -266,6 +279,16 @@ def _coordinates(job: Job, topo: Topology) -> dict[str, np.ndarray]:
     return {d: coords[:, i] for i, d in enumerate(job.rank_order)}
 
 
+def _not_enough(state: ClusterState, n: int) -> str | None:
+    """The core's "needs n GPUs but only ... are free and healthy" message, or None when n
+    GPUs are free and healthy (one message for every solver)."""
+    try:
+        state._core.check_capacity(n)
+    except Infeasible as exc:
+        return str(exc)
+    return None
+
+
 def _matrix_hosts(topology: Topology) -> np.ndarray:
     """Boolean per host: its node type has a bandwidth matrix."""
     flags = {t: nt.bandwidth_gbps is not None for t, nt in topology.node_types.items()}
@@ -359,7 +382,7 @@ def analyse(state: ClusterState, job: Job) -> Instance:
     site_domain = np.array([path[first_gpu[int(s)]] for s in site_ids], dtype=np.int64).T.reshape(
         nl, len(site_ids)
     )
-    infeasible = None
+    infeasible = _not_enough(state, n)
     if len(site_ids):
         top_cap: dict[int, int] = defaultdict(int)
         for s, cap in zip(site_domain[max_span], site_blocks, strict=True):
@@ -367,12 +390,7 @@ def analyse(state: ClusterState, job: Job) -> Instance:
         allowed = {d for d, cap in top_cap.items() if cap >= num_blocks}
         mask = np.array([int(d) in allowed for d in site_domain[max_span]], dtype=bool)
         site_ids, site_blocks, site_domain = site_ids[mask], site_blocks[mask], site_domain[:, mask]
-    if state.free_gpus < n:
-        infeasible = (
-            f"needs {n} GPUs but only {state.free_gpus} of the cluster's {topo.num_gpus} GPUs "
-            "are free and healthy"
-        )
-    elif int(site_blocks.sum()) < num_blocks:
+    if infeasible is None and int(site_blocks.sum()) < num_blocks:
         where = (
             "in the cluster"
             if max_span == nl - 1
@@ -714,16 +732,8 @@ class _Builder:
         ns = self.num_sites
         site_of = [sum(s * x[b][s] for s in range(1, ns)) for b in range(len(x))]
         for j in range(len(inst.interchangeable)):
-            keys = []
-            for v, blocks in enumerate(_value_blocks(inst.block_coords, inst.interchangeable, j)):
-                if len(blocks) == 1:
-                    keys.append(site_of[blocks[0]])
-                    continue
-                key = m.new_int_var(0, ns - 1, f"first_site[{j},{v}]")
-                m.add_min_equality(key, [site_of[b] for b in blocks])
-                keys.append(key)
-            for a, b in itertools.pairwise(keys):
-                m.add(a <= b)
+            values = _value_blocks(inst.block_coords, inst.interchangeable, j)
+            cpsat_gpus.order_by_first_position(m, site_of, values, ns - 1, f"first_site[{j}]")
 
     def symmetry_sites(self, load: list[Any]) -> None:
         """Order the loads of interchangeable sibling sites and sibling domains."""
@@ -990,7 +1000,6 @@ def solve(
     start = time.perf_counter()
     limit = DEFAULT_TIME_LIMIT_S if time_limit is None else float(time_limit)
     workers = default_num_workers() if num_workers is None else int(num_workers)
-    topo = state.topology
 
     greedy_gpus: np.ndarray | None = None
     greedy_error: str | None = None
@@ -1002,7 +1011,37 @@ def solve(
     inst = analyse(state, job)
     if inst.infeasible is not None:
         raise Infeasible(f"{job.name}: {greedy_error or inst.infeasible}")
+    view = state.pricing_view()
+    candidates = candidate_gpus(inst)
+    if view.any_degraded(candidates):
+        return _solve_degraded(
+            state, job, inst, view, candidates, greedy_gpus, greedy_error, limit, workers, seed
+        )
+    return _solve_blocks(state, job, inst, greedy_gpus, greedy_error, limit, workers, seed, start)
 
+
+def candidate_gpus(inst: Instance) -> np.ndarray:
+    """Every GPU a placement of the instance can use: the free GPUs of the sites that hold a
+    block, inside the domains of the job's max_span level that hold the job."""
+    if not inst.site_gpus:
+        return np.zeros(0, dtype=np.int64)
+    return np.sort(np.concatenate(inst.site_gpus)).astype(np.int64)
+
+
+def _solve_blocks(
+    state: ClusterState,
+    job: Job,
+    inst: Instance,
+    greedy_gpus: np.ndarray | None,
+    greedy_error: str | None,
+    limit: float,
+    workers: int,
+    seed: int,
+    start: float,
+) -> SolveResult:
+    """The block (count or assignment) model, priced at the healthy level bandwidths: exact
+    when no candidate GPU is degraded, else a relaxation (every price a lower bound)."""
+    topo = state.topology
     hint_blocks = None if greedy_gpus is None else _hint_sites(inst, greedy_gpus)
     builder = _Builder(inst)
     builder.set_quantum()
@@ -1088,10 +1127,11 @@ def solve(
         gpus = _gpus_from_blocks(inst, block_site)
     chosen = "cpsat"
     if greedy_gpus is not None:
-        greedy_cost = evaluate(topo, job, greedy_gpus)
+        greedy_cost = evaluate(topo, job, greedy_gpus, state=state)
         if greedy_cost.confinement_ok:
             details["greedy_cost_s"] = greedy_cost.comm_seconds
-            if gpus is None or evaluate(topo, job, gpus).comm_seconds > greedy_cost.comm_seconds:
+            cost = None if gpus is None else evaluate(topo, job, gpus, state=state).comm_seconds
+            if cost is None or cost > greedy_cost.comm_seconds:
                 gpus, chosen = greedy_gpus, "greedy"
     if gpus is None:
         raise GpuplaceError(
@@ -1102,9 +1142,158 @@ def solve(
     details["wall_s"] = time.perf_counter() - start
     optimal = status == cp_model.OPTIMAL
     if bound is not None:
-        cost = evaluate(topo, job, gpus).comm_seconds
+        cost = evaluate(topo, job, gpus, state=state).comm_seconds
         details["gap"] = 0.0 if cost <= 0 else float(max(0.0, (cost - bound) / cost))
     return SolveResult(gpus=gpus, optimal=optimal, bound=bound, solver="cpsat", details=details)
+
+
+def _interchangeable_ranks(job: Job, topo: Topology) -> list[list[list[int]]]:
+    """The job's symmetries for the GPU-level model: every dimension but pipelines (p2p) can
+    have its index permuted without changing any cost (see
+    :meth:`_Builder.order_interchangeable`); per such dimension, per index value, the ranks
+    whose earlier such coordinates are 0 and whose own is that value."""
+    if job.traffic is not None:
+        return []
+    comm = job.resolved_communication()
+    dims = [
+        d
+        for d in job.rank_order
+        if getattr(job, d) > 1 and (d not in comm or comm[d].kind != _KIND_P2P)
+    ]
+    if not dims:
+        return []
+    coords = _coordinates(job, topo)
+    rank_coords = np.stack([coords[d] for d in dims], axis=1)
+    columns = list(range(len(dims)))
+    return [_value_blocks(rank_coords, columns, j) for j in columns]
+
+
+def _solve_degraded(
+    state: ClusterState,
+    job: Job,
+    inst: Instance,
+    view: PricingView,
+    candidates: np.ndarray,
+    greedy_gpus: np.ndarray | None,
+    greedy_error: str | None,
+    limit: float,
+    workers: int,
+    seed: int,
+) -> SolveResult:
+    """Some candidate GPU is degraded, so GPUs of one site are no longer interchangeable.
+
+    Small instances get the exact GPU-level model (:mod:`gpuplace.placers.cpsat_gpus`), whose
+    ``optimal`` is a proof on the real prices. Larger ones get three candidates, the cheapest
+    on the real prices winning: the block model on the GPUs no degradation touches (exact
+    there), the block model on every candidate priced healthy (a relaxation: every price is a
+    lower bound, so its bound is valid for the real prices), and ``refine``. ``optimal`` is
+    then claimed only when the winner's real cost meets that bound."""
+    start = time.perf_counter()
+    topo = state.topology
+
+    def real_cost(gpus: np.ndarray) -> float:
+        report = evaluate(topo, job, gpus, state=state)
+        return report.comm_seconds if report.confinement_ok else math.inf
+
+    options: list[tuple[float, np.ndarray, str]] = []
+    if greedy_gpus is not None:
+        options.append((real_cost(greedy_gpus), greedy_gpus, "greedy"))
+    details: dict[str, Any] = {"degraded_candidates": int(view.degraded[candidates].sum())}
+    if cpsat_gpus.fits(job.gpus, len(candidates)):
+        exact = cpsat_gpus.solve_gpus(
+            view,
+            job,
+            topo,
+            candidates,
+            max_span=inst.max_span,
+            time_limit=limit,
+            num_workers=workers,
+            seed=seed,
+            hint=greedy_gpus,
+            interchangeable=_interchangeable_ranks(job, topo),
+        )
+        details.update(exact.details)
+        if exact.status == "INFEASIBLE":
+            if greedy_gpus is not None:
+                raise GpuplaceError(
+                    f"cpsat: the GPU model of {job.name} is infeasible although greedy placed "
+                    "it (a bug in gpuplace's model)"
+                )
+            raise Infeasible(
+                greedy_error
+                or f"{job.name}: no placement satisfies the confinement rules "
+                f"({dict(job.confine)}, max_span={job.max_span}) on the free GPUs"
+            )
+        if exact.gpus is not None:
+            options.append((real_cost(exact.gpus), exact.gpus, "cpsat"))
+        bound, proven = exact.bound, exact.optimal
+    else:
+        details["formulation"] = inst.formulation + " (relaxed: degraded hardware priced healthy)"
+        share = limit / 2
+        bound, proven = None, False
+        try:
+            relaxed = _solve_blocks(
+                state,
+                job,
+                inst,
+                greedy_gpus,
+                greedy_error,
+                share,
+                workers,
+                seed,
+                time.perf_counter(),
+            )
+        except Infeasible:
+            raise  # the relaxation has the same rules on the same GPUs: nothing fits
+        except GpuplaceError as exc:
+            details["relaxed_model"] = str(exc)
+        else:
+            options.append((real_cost(relaxed.gpus), relaxed.gpus, "cpsat-relaxed"))
+            bound = relaxed.bound
+            details["relaxed_status"] = relaxed.details.get("status")
+            details["rounding_bound_s"] = relaxed.details.get("rounding_bound_s", 0.0)
+        healthy_state = state.copy()
+        unusable = candidates[view.degraded[candidates]]
+        healthy_state.drain_gpus(unusable)
+        try:
+            healthy_inst = analyse(healthy_state, job)
+            if healthy_inst.infeasible is None:
+                healthy = _solve_blocks(
+                    healthy_state,
+                    job,
+                    healthy_inst,
+                    None,
+                    None,
+                    share,
+                    workers,
+                    seed,
+                    time.perf_counter(),
+                )
+                options.append((real_cost(healthy.gpus), healthy.gpus, "cpsat-healthy"))
+        except GpuplaceError as exc:
+            details["healthy_model"] = str(exc)
+        refined = place(state, job, "refine", seed=seed)
+        options.append((real_cost(refined.gpus), refined.gpus, "refine"))
+    options = [o for o in options if math.isfinite(o[0])]
+    if not options:
+        raise GpuplaceError(
+            f"cpsat found no placement of {job.name} within {limit:g} s; raise time_limit or "
+            "use solver='greedy'"
+        )
+    cost, gpus, chosen = min(options, key=lambda o: o[0])
+    rounding = float(details.get("rounding_bound_s", 0.0))
+    optimal = bool(proven) or (bound is not None and cost <= bound + 2 * rounding + 1e-15)
+    details["placement_from"] = chosen
+    details["wall_s"] = time.perf_counter() - start
+    if bound is not None and math.isfinite(cost):
+        details["gap"] = 0.0 if cost <= 0 else float(max(0.0, (cost - bound) / cost))
+    return SolveResult(
+        gpus=np.asarray(gpus, dtype=np.int64),
+        optimal=optimal,
+        bound=bound,
+        solver="cpsat",
+        details=details,
+    )
 
 
 @register_solver(

@@ -141,7 +141,7 @@ impl<'a> Health<'a> {
 
     /// Bandwidth (GB/s) between two distinct GPUs, degraded hardware included.
     #[inline]
-    fn bandwidth(&self, topo: &Topology, a: usize, b: usize, lca: usize) -> f64 {
+    pub(crate) fn bandwidth(&self, topo: &Topology, a: usize, b: usize, lca: usize) -> f64 {
         let healthy = topo.pair_bandwidth(a, b);
         match self.factors {
             None => healthy,
@@ -224,8 +224,10 @@ pub(crate) fn collective_cost(
     call_seconds(kind, n, bytes, levels[span].latency_us, slowest)
 }
 
-/// Latency steps and bytes each rank sends for one call (the table in the module docs).
-fn ring_terms(kind: CollectiveKind, n: usize, bytes: f64) -> (f64, f64) {
+/// Latency steps and bytes each rank sends for one call of a collective over `n` ranks
+/// moving `bytes` per rank (the table in the module docs): an exact model prices a group as
+/// `steps * latency(span) + bytes_per_rank / bandwidth(slowest hop)`.
+pub fn ring_terms(kind: CollectiveKind, n: usize, bytes: f64) -> (f64, f64) {
     let nf = n as f64;
     match kind {
         CollectiveKind::PointToPoint => (1.0, bytes),
@@ -314,6 +316,23 @@ pub(crate) fn evaluate_in_checked(
         job,
         gpus,
     )
+}
+
+/// [`evaluate_in`] for running job `name` moved to `gpus` (what a repair compares): its own
+/// load where it runs now is not counted against it, so a trial is priced as it will run
+/// once the job has moved.
+pub fn evaluate_moved(
+    state: &ClusterState,
+    name: &str,
+    job: &JobSpec,
+    gpus: &[u32],
+) -> Result<CostReport> {
+    check_placement(state.topology(), job.num_ranks, gpus)?;
+    let health = Health {
+        fabric: Background::moving(state, name),
+        ..Health::of(state)
+    };
+    evaluate_health(state.topology(), health, job, gpus)
 }
 
 /// Communication seconds per step of a placement on the hardware of `state` against a given

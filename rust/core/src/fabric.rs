@@ -272,6 +272,17 @@ impl<'a> Background<'a> {
         })
     }
 
+    /// The background of running job `name` tried on other GPUs (a repair's trial): its own
+    /// load, where it runs now, is not counted against it (None when no job loads the fabric).
+    pub(crate) fn moving(state: &'a ClusterState, name: &str) -> Option<Background<'a>> {
+        let total = state.fabric_load()?;
+        Some(Background {
+            total,
+            minus: state.job(name).map_or(&[], |a| a.load.as_slice()),
+            plus: &[],
+        })
+    }
+
     fn neighbours(&self, slot: u32) -> f64 {
         (self.total[slot as usize] - lookup(self.minus, slot) + lookup(self.plus, slot)).max(0.0)
     }

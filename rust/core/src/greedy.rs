@@ -446,13 +446,8 @@ fn place_health_aware(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
 fn pack(state: &ClusterState, job: &JobSpec, healthy_only: bool) -> Result<Vec<u32>> {
     let topo = state.topology().as_ref();
     let n = job.num_ranks as u64;
+    state.check_capacity(job.num_ranks)?;
     let total_free = state.total_free() as u64;
-    if n > total_free {
-        return Err(CoreError::Infeasible(format!(
-            "needs {n} GPUs but only {total_free} of the cluster's {} GPUs are free and healthy",
-            topo.num_gpus()
-        )));
-    }
     let units = unit_sizes(topo, job);
     for (l, &u) in units.iter().enumerate().take(job.max_span + 1) {
         let largest = topo.domain_sizes(l).iter().copied().max().unwrap_or(0) as usize;

@@ -12,6 +12,7 @@ pub mod gate;
 pub mod greedy;
 pub mod interrupt;
 pub mod job;
+pub mod pricing;
 pub mod qap;
 pub mod refine;
 pub mod repair;

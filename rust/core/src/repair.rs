@@ -1,4 +1,4 @@
-//! Repair of a running job after hardware under it failed or was drained.
+//! Repair of a running job after hardware under it failed, was drained or degraded.
 //!
 //! Every surviving rank keeps its GPU; the lost ranks (on GPUs that are no longer usable) get
 //! free healthy GPUs, chosen in three steps:
@@ -17,10 +17,16 @@
 //! 3. **Local improvement.** Each moved piece is tried in the best alternative domain at every
 //!    level up to its constraint (and the best healthy one), priced with the one cost model
 //!    ([`crate::cost::evaluate_in`]), and kept where it is cheapest. With `max_moves = k`, up
-//!    to k surviving ranks may then move too (whole lowest-level units at a time, never
-//!    breaking confinement) when that lowers the cost: the units that talk to the repaired
-//!    ranks or sit on degraded hardware are tried next to the repaired ranks and on healthy
-//!    hardware near themselves.
+//!    to k surviving ranks may then move too (whole lowest-level units at a time, a unit
+//!    counted as its size, never breaking confinement) when that lowers the cost: the units
+//!    that talk to the repaired ranks or sit on degraded hardware are tried next to the
+//!    repaired ranks, in the nearest other domain and in the nearest healthy one.
+//!
+//! The same improvement runs when nothing was lost: a job slowed by a degraded NIC, host or
+//! switch under one of its units is *evacuated* (the whole unit, e.g. a tp group, moves to
+//! healthy hardware) when `max_moves` covers the unit and the cost goes down. Each move says
+//! why: lost, its unit had to move, evacuated from a degraded component (the one that slowed
+//! it most), or improvement.
 //!
 //! Candidates are GPUs that are unallocated and usable, plus reserved spares when allowed. A
 //! repair that cannot be completed changes nothing and says what was missing.
@@ -28,10 +34,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::cost::evaluate_in;
+use crate::cost::{evaluate_in, evaluate_moved, CostReport};
 use crate::error::{CoreError, Result};
 use crate::job::JobSpec;
-use crate::state::ClusterState;
+use crate::state::{ClusterState, Component};
 use crate::topology::Topology;
 
 /// Whether a repair may draw from the reserved spare GPUs.
@@ -75,6 +81,9 @@ pub enum MoveReason {
     UnitMoved { level: usize },
     /// Moved under `max_moves` because the cost went down.
     Improvement,
+    /// Moved under `max_moves` off degraded hardware (the component that slowed it most),
+    /// because the cost went down.
+    Evacuated { component: Component },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -94,6 +103,10 @@ pub struct RepairPlan {
     /// still worked (degradations included), and of the repaired one.
     pub cost_before: f64,
     pub cost_after: f64,
+    /// The full cost reports behind `cost_before` and `cost_after` (the search priced both
+    /// placements already; a caller need not price them again).
+    pub report_before: CostReport,
+    pub report_after: CostReport,
     pub evaluations: usize,
 }
 
@@ -105,7 +118,9 @@ pub fn repair(
     opts: &RepairOptions,
 ) -> Result<RepairPlan> {
     let plan = plan(state, job, name, opts)?;
-    state.replace_allocation(name, &plan.gpus)?;
+    if !plan.moves.is_empty() {
+        state.replace_allocation(name, &plan.gpus)?;
+    }
     Ok(plan)
 }
 
@@ -130,6 +145,8 @@ struct Ctx<'a> {
     topo: &'a Topology,
     state: &'a ClusterState,
     job: &'a JobSpec,
+    /// The job being repaired (its own fabric load is not counted against its trials).
+    name: &'a str,
     spares: SparePolicy,
     /// Distinct confinement levels below the job's span, ascending.
     levels: Vec<usize>,
@@ -431,15 +448,14 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The cost a trial is compared by: the cost model's time, with broken confinement
-    /// ranked after any placement that keeps it.
-    fn cost(&self, gpus: &[u32], evaluations: &mut usize) -> f64 {
+    /// A trial's (rank, report): the cost it is compared by (the cost model's time, broken
+    /// confinement ranked after any placement that keeps it) and its cost report (None for
+    /// an invalid placement, ranked infinite).
+    fn cost(&self, gpus: &[u32], evaluations: &mut usize) -> (f64, Option<CostReport>) {
         *evaluations += 1;
-        match evaluate_in(self.state, self.job, gpus) {
-            Ok(r) if r.confinement_ok => r.comm_seconds,
-            Ok(r) => r.comm_seconds * 1e6 + 1.0,
-            Err(_) => f64::INFINITY,
-        }
+        evaluate_moved(self.state, self.name, self.job, gpus)
+            .ok()
+            .map_or((f64::INFINITY, None), |r| (ranked(&r), Some(r)))
     }
 
     /// Where a piece could go instead: per level up to its constraint, the best domain away
@@ -483,6 +499,99 @@ impl<'a> Ctx<'a> {
         d
     }
 
+    /// The ranks that move with rank `r`: its unit at confinement index `lowest`, or itself.
+    fn unit_at(&self, lowest: Option<usize>, r: usize) -> Vec<u32> {
+        match lowest {
+            Some(i) => self.units[i][self.unit_of[i][r] as usize].clone(),
+            None => vec![r as u32],
+        }
+    }
+
+    /// The domain a surviving unit (at confinement index `lowest`) must stay inside.
+    fn unit_constraint(&self, gpus: &[u32], lowest: Option<usize>, unit: &[u32]) -> (usize, usize) {
+        match lowest {
+            Some(i) if i + 1 < self.levels.len() => {
+                let l = self.levels[i + 1];
+                (l, self.topo.domain_of(gpus[unit[0] as usize] as usize, l))
+            }
+            _ => self.job_domain,
+        }
+    }
+
+    /// Every unit slowed most by the same degraded component, moved at once to the nearest
+    /// healthy domains: one unit alone cannot lower the cost when its class is as slow as its
+    /// slowest member and other units sit on the same switch. Returns the cheapest such move
+    /// (cost, units, new GPUs in unit order) that lowers the cost below `best` within
+    /// `moves_left` ranks.
+    fn evacuate_together(
+        &mut self,
+        gpus: &[u32],
+        lowest: Option<usize>,
+        moves_left: usize,
+        best: f64,
+        evaluations: &mut usize,
+    ) -> Option<Move> {
+        let mut by_component: std::collections::BTreeMap<Component, Vec<Vec<u32>>> =
+            Default::default();
+        let mut seen = std::collections::HashSet::new();
+        for (r, &g) in gpus.iter().enumerate() {
+            if self.moving[r].is_some() {
+                continue;
+            }
+            let Some((component, _)) = self.state.slowest_component(g as usize) else {
+                continue;
+            };
+            let unit = self.unit_at(lowest, r);
+            if unit.iter().any(|&x| self.moving[x as usize].is_some()) || !seen.insert(unit[0]) {
+                continue;
+            }
+            by_component.entry(component).or_default().push(unit);
+        }
+        let level = lowest.map(|i| self.levels[i]).unwrap_or(0);
+        let mut out: Option<Move> = None;
+        for units in by_component.into_values() {
+            let size: usize = units.iter().map(Vec::len).sum();
+            if units.len() < 2 || size > moves_left {
+                continue;
+            }
+            let mark = self.taken_list.len();
+            let mut trial = gpus.to_vec();
+            let mut placed = Vec::with_capacity(size);
+            let mut anchor = gpus[units[0][0] as usize] as usize;
+            let mut complete = true;
+            for unit in &units {
+                let need = unit.len() as u32;
+                let constraint = self.unit_constraint(gpus, lowest, unit);
+                let target = self
+                    .domains_near(level, need, Some(anchor), constraint, usize::MAX)
+                    .into_iter()
+                    .find(|&x| self.healthy_avail(level, x as usize) >= need);
+                let moved =
+                    target.is_some_and(|x| self.try_inside(unit, lowest, (level, x as usize)));
+                if !moved {
+                    complete = false;
+                    break;
+                }
+                for &r in unit {
+                    trial[r as usize] = self.new[r as usize];
+                    placed.push(self.new[r as usize]);
+                }
+                anchor = self.new[unit[0] as usize] as usize;
+            }
+            if complete {
+                let (c, report) = self.cost(&trial, evaluations);
+                if c < best * (1.0 - 1e-9) && out.as_ref().is_none_or(|o| c < o.0) {
+                    out = Some((c, report, units.clone(), placed));
+                }
+            }
+            self.rollback(mark, self.pieces.len());
+            for &r in units.iter().flatten() {
+                self.new[r as usize] = gpus[r as usize];
+            }
+        }
+        out
+    }
+
     /// Place `ranks` inside level-`level` domain `x` (nested units respected), as a trial.
     fn try_inside(&mut self, ranks: &[u32], unit_level: Option<usize>, x: (usize, usize)) -> bool {
         // A unit at confinement index i is placed as in step 2: its sub-units inside x; single
@@ -492,6 +601,19 @@ impl<'a> Ctx<'a> {
         let ok = self.place_set(ranks, index, x).is_ok();
         self.pieces.truncate(pieces);
         ok
+    }
+}
+
+/// A move under `max_moves`: (rank cost, cost report, the units moved, their new GPUs rank
+/// by rank in the order of the units).
+type Move = (f64, Option<CostReport>, Vec<Vec<u32>>, Vec<u32>);
+
+/// The cost model's time, with broken confinement ranked after any placement that keeps it.
+fn ranked(report: &crate::cost::CostReport) -> f64 {
+    if report.confinement_ok {
+        report.comm_seconds
+    } else {
+        report.comm_seconds * 1e6 + 1.0
     }
 }
 
@@ -579,6 +701,7 @@ pub fn plan(
         topo,
         state,
         job,
+        name,
         spares: opts.spares,
         levels,
         unit_of,
@@ -592,13 +715,16 @@ pub fn plan(
         job_domain,
         pieces: Vec::new(),
     };
-    if ctx.moving.iter().all(Option::is_none) {
-        let cost = evaluate_in(state, job, &old)?.comm_seconds;
+    let nothing_lost = ctx.moving.iter().all(Option::is_none);
+    if nothing_lost && opts.max_moves == 0 {
+        let report = evaluate_in(state, job, &old)?;
         return Ok(RepairPlan {
             gpus: old,
             moves: Vec::new(),
-            cost_before: cost,
-            cost_after: cost,
+            cost_before: report.comm_seconds,
+            cost_after: report.comm_seconds,
+            report_before: report.clone(),
+            report_after: report,
             evaluations,
         });
     }
@@ -608,8 +734,12 @@ pub fn plan(
         )));
     }
 
-    // Steps 1 and 2: place the moving ranks, moving whole units when they must.
+    // Steps 1 and 2: place the moving ranks, moving whole units when they must (nothing to
+    // place when nothing was lost: then only max_moves may move ranks).
     loop {
+        if nothing_lost {
+            break;
+        }
         ctx.rollback(0, 0);
         for (slot, (&g, m)) in ctx.new.iter_mut().zip(old.iter().zip(&ctx.moving)) {
             *slot = if m.is_some() { NONE } else { g };
@@ -646,8 +776,20 @@ pub fn plan(
             }
         }
     }
-    let mut gpus = ctx.new.clone();
-    let mut best = ctx.cost(&gpus, &mut evaluations);
+    // The old placement, priced as if the lost hardware still worked.
+    let before = evaluate_in(state, job, &old)?;
+    let mut gpus = if nothing_lost {
+        old.clone()
+    } else {
+        ctx.new.clone()
+    };
+    // The cost the search compares by, and the report of the current placement.
+    let (mut best, mut report) = if nothing_lost {
+        evaluations += 1;
+        (ranked(&before), Some(before.clone()))
+    } else {
+        ctx.cost(&gpus, &mut evaluations)
+    };
 
     // Step 3: local improvement of each moved piece.
     let pieces = ctx.pieces.clone();
@@ -670,9 +812,9 @@ pub fn plan(
                 for &r in &piece.ranks {
                     trial[r as usize] = ctx.new[r as usize];
                 }
-                let c = ctx.cost(&trial, &mut evaluations);
+                let (c, r) = ctx.cost(&trial, &mut evaluations);
                 if c < best * (1.0 - 1e-9) {
-                    best = c;
+                    (best, report) = (c, r);
                     gpus = trial;
                     continue;
                 }
@@ -697,10 +839,7 @@ pub fn plan(
             if ctx.moving[r].is_some() || !(talks[r] || state.is_degraded(gpus[r] as usize)) {
                 continue;
             }
-            let unit: Vec<u32> = match lowest {
-                Some(i) => ctx.units[i][ctx.unit_of[i][r] as usize].clone(),
-                None => vec![r as u32],
-            };
+            let unit = ctx.unit_at(lowest, r);
             if unit.len() > moves_left
                 || unit.iter().any(|&x| ctx.moving[x as usize].is_some())
                 || !seen.insert(unit[0])
@@ -716,19 +855,13 @@ pub fn plan(
             .filter(|&r| ctx.moving[r].is_some())
             .map(|r| gpus[r] as usize)
             .collect();
-        let mut best_move: Option<(f64, Vec<u32>, Vec<u32>)> = None;
+        let mut best_move: Option<Move> = None;
         for unit in candidates {
             if evaluations >= opts.max_evaluations {
                 break;
             }
             let level = lowest.map(|i| ctx.levels[i]).unwrap_or(0);
-            let constraint = match lowest {
-                Some(i) if i + 1 < ctx.levels.len() => {
-                    let l = ctx.levels[i + 1];
-                    (l, topo.domain_of(gpus[unit[0] as usize] as usize, l))
-                }
-                _ => ctx.job_domain,
-            };
+            let constraint = ctx.unit_constraint(&gpus, lowest, &unit);
             let piece = Piece {
                 ranks: unit.clone(),
                 unit_level: lowest,
@@ -742,16 +875,23 @@ pub fn plan(
             .into_iter()
             .flatten()
             {
-                if let Some(&x) = ctx
-                    .domains_near(level, unit.len() as u32, Some(anchor), constraint, 2)
-                    .iter()
-                    .find(|&&x| {
-                        x as usize != topo.domain_of(gpus[unit[0] as usize] as usize, level)
-                    })
-                {
-                    targets.push((level, x));
-                }
+                // The nearest domain, and the nearest healthy one: evacuating degraded
+                // hardware may have to go further than its degraded neighbours.
+                let here = topo.domain_of(gpus[unit[0] as usize] as usize, level);
+                let need = unit.len() as u32;
+                let near = ctx.domains_near(level, need, Some(anchor), constraint, 2);
+                let nearest = near.iter().find(|&&x| x as usize != here);
+                let is_healthy =
+                    |x: u32| x as usize != here && ctx.healthy_avail(level, x as usize) >= need;
+                let healthy = near.iter().copied().find(|&x| is_healthy(x)).or_else(|| {
+                    ctx.domains_near(level, need, Some(anchor), constraint, usize::MAX)
+                        .into_iter()
+                        .find(|&x| is_healthy(x))
+                });
+                targets.extend(nearest.map(|&x| (level, x)));
+                targets.extend(healthy.map(|x| (level, x)));
             }
+            targets.sort_unstable();
             targets.dedup();
             for (l, x) in targets {
                 let mark = ctx.taken_list.len();
@@ -761,9 +901,9 @@ pub fn plan(
                     for (&r, &g) in unit.iter().zip(&placed) {
                         trial[r as usize] = g;
                     }
-                    let c = ctx.cost(&trial, &mut evaluations);
+                    let (c, r) = ctx.cost(&trial, &mut evaluations);
                     if c < best * (1.0 - 1e-9) && best_move.as_ref().is_none_or(|b| c < b.0) {
-                        best_move = Some((c, unit.clone(), placed));
+                        best_move = Some((c, r, vec![unit.clone()], placed));
                     }
                 }
                 ctx.rollback(mark, ctx.pieces.len());
@@ -772,21 +912,37 @@ pub fn plan(
                 }
             }
         }
-        let Some((c, unit, placed)) = best_move else {
+        if best_move.is_none() && evaluations < opts.max_evaluations {
+            best_move = ctx.evacuate_together(&gpus, lowest, moves_left, best, &mut evaluations);
+        }
+        let Some((c, r, units, placed)) = best_move else {
             break;
         };
-        for (&r, &g) in unit.iter().zip(&placed) {
-            ctx.take(g);
-            gpus[r as usize] = g;
-            ctx.new[r as usize] = g;
-            ctx.moving[r as usize] = Some(MoveReason::Improvement);
+        let mut placed = placed.into_iter();
+        for unit in &units {
+            // A unit with a rank on degraded hardware is evacuated from its slowest component.
+            let reason = unit
+                .iter()
+                .find_map(|&r| state.slowest_component(gpus[r as usize] as usize))
+                .map_or(MoveReason::Improvement, |(component, _)| {
+                    MoveReason::Evacuated { component }
+                });
+            for (&r, g) in unit.iter().zip(placed.by_ref()) {
+                ctx.take(g);
+                gpus[r as usize] = g;
+                ctx.new[r as usize] = g;
+                ctx.moving[r as usize] = Some(reason);
+            }
+            moves_left -= unit.len();
         }
-        best = c;
-        moves_left -= unit.len();
+        (best, report) = (c, r);
     }
 
-    let cost_before = evaluate_in(state, job, &old)?.comm_seconds;
-    let cost_after = evaluate_in(state, job, &gpus)?.comm_seconds;
+    let after = match report {
+        Some(report) => report,
+        // Only an invalid placement has no report: let the evaluator say what is wrong.
+        None => evaluate_moved(state, name, job, &gpus)?,
+    };
     let moves = (0..n)
         .filter(|&r| gpus[r] != old[r])
         .map(|r| RankMove {
@@ -799,8 +955,10 @@ pub fn plan(
     Ok(RepairPlan {
         gpus,
         moves,
-        cost_before,
-        cost_after,
+        cost_before: before.comm_seconds,
+        cost_after: after.comm_seconds,
+        report_before: before,
+        report_after: after,
         evaluations,
     })
 }
@@ -866,6 +1024,141 @@ mod tests {
     use crate::state::GpuStatus;
     use crate::topology::tests::tree;
     use std::sync::Arc;
+
+    #[test]
+    fn max_moves_evacuates_a_whole_group_off_a_degraded_nic_host_or_switch() {
+        use crate::state::{ComponentHealth, Condition};
+        let topo = Arc::new(tree(4, 8, 2));
+        let job = tp_dp_job(&topo, 8, 2);
+        // tp groups on node 0 (leaf 0) and node 2 (leaf 1); nodes 1 and 3 free.
+        let gpus: Vec<u32> = (0..8).chain(16..24).collect();
+        let slow = |factor: f64| ComponentHealth {
+            condition: Condition::Degraded,
+            factor,
+            reason: "loss".into(),
+        };
+        for component in [
+            Component::Nic(3),
+            Component::Node(0),
+            Component::Switch {
+                level: 1,
+                domain: 0,
+            },
+        ] {
+            let mut s = ClusterState::with_nics(topo.clone(), (0..32).collect()).unwrap();
+            s.allocate("a", &gpus).unwrap();
+            let healthy = evaluate_in(&s, &job, &gpus).unwrap().comm_seconds;
+            s.set_condition(&[component], Some(slow(0.5))).unwrap();
+            let degraded = evaluate_in(&s, &job, &gpus).unwrap().comm_seconds;
+            assert!(degraded > healthy * 1.5, "{component:?}");
+            // A tp group is 8 ranks: 7 moves cannot move it, and nothing else may move.
+            let opts = |max_moves| RepairOptions {
+                max_moves,
+                ..RepairOptions::default()
+            };
+            let plan = super::plan(&s, &job, "a", &opts(7)).unwrap();
+            assert!(plan.moves.is_empty(), "{component:?}");
+            assert_eq!(plan.cost_after, degraded);
+            let plan = repair(&mut s, &job, "a", &opts(8)).unwrap();
+            assert_eq!(plan.moves.len(), 8, "{component:?}");
+            assert!(plan.moves.iter().all(|m| m.old_gpu < 8 && m.new_gpu >= 8));
+            assert!(plan
+                .moves
+                .iter()
+                .all(|m| m.reason == MoveReason::Evacuated { component }));
+            assert_eq!(plan.cost_before, degraded);
+            assert!(plan.cost_after <= healthy * (1.0 + 1e-12), "{component:?}");
+            assert!(
+                crate::cost::evaluate(&topo, &job, &plan.gpus)
+                    .unwrap()
+                    .confinement_ok
+            );
+            s.check().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_trial_is_priced_without_the_jobs_own_load_on_the_fabric() {
+        use crate::state::{ComponentHealth, Condition};
+        // Leaf uplinks 16:1 oversubscribed: the job's dp ring alone fills them exactly, so
+        // counting its old load against a trial would halve the trial's share.
+        let topo = tree(4, 8, 2);
+        let caps: Vec<f64> = (0..topo.uplink_count())
+            .map(|u| {
+                topo.uplink_gbps()[u]
+                    / if topo.uplink_owner(u).0 == 1 {
+                        16.0
+                    } else {
+                        1.0
+                    }
+            })
+            .collect();
+        let topo = Arc::new(topo.with_uplink_gbps(caps).unwrap());
+        let job = Arc::new(tp_dp_job(&topo, 8, 2));
+        let gpus: Vec<u32> = (0..8).chain(16..24).collect();
+        let mut s = ClusterState::new(topo.clone());
+        s.allocate_job("a", &gpus, Some(job.clone())).unwrap();
+        let healthy = evaluate_in(&s, &job, &gpus).unwrap().comm_seconds;
+        let slow = ComponentHealth {
+            condition: Condition::Degraded,
+            factor: 0.5,
+            reason: "loss".into(),
+        };
+        s.set_condition(&[Component::Node(0)], Some(slow)).unwrap();
+        let opts = RepairOptions {
+            max_moves: 8,
+            ..RepairOptions::default()
+        };
+        let plan = repair(&mut s, &job, "a", &opts).unwrap();
+        assert_eq!(plan.moves.len(), 8);
+        // What the repair reports is what the state charges once the job has moved.
+        let after = evaluate_in(&s, &job, &plan.gpus).unwrap();
+        assert_eq!(plan.report_after, after);
+        assert!((plan.cost_after - healthy).abs() < 1e-12);
+        s.check().unwrap();
+    }
+
+    #[test]
+    fn groups_sharing_a_degraded_leaf_leave_it_together() {
+        use crate::state::{ComponentHealth, Condition};
+        let topo = Arc::new(tree(4, 8, 2));
+        let job = tp_dp_job(&topo, 8, 2);
+        // Both tp groups under leaf 0 (nodes 0 and 1); leaf 1 (nodes 2 and 3) is free.
+        let gpus: Vec<u32> = (0..16).collect();
+        let mut s = ClusterState::new(topo.clone());
+        s.allocate("a", &gpus).unwrap();
+        let healthy = evaluate_in(&s, &job, &gpus).unwrap().comm_seconds;
+        let leaf = Component::Switch {
+            level: 1,
+            domain: 0,
+        };
+        s.set_condition(
+            &[leaf],
+            Some(ComponentHealth {
+                condition: Condition::Degraded,
+                factor: 0.5,
+                reason: "loss".into(),
+            }),
+        )
+        .unwrap();
+        let opts = |max_moves| RepairOptions {
+            max_moves,
+            ..RepairOptions::default()
+        };
+        // One group alone would only put the dp ring over the spine: nothing moves.
+        assert!(super::plan(&s, &job, "a", &opts(8))
+            .unwrap()
+            .moves
+            .is_empty());
+        let plan = repair(&mut s, &job, "a", &opts(16)).unwrap();
+        assert_eq!(plan.moves.len(), 16);
+        assert!(plan
+            .moves
+            .iter()
+            .all(|m| m.new_gpu >= 16 && m.reason == MoveReason::Evacuated { component: leaf }));
+        assert!((plan.cost_after - healthy).abs() < 1e-12);
+        s.check().unwrap();
+    }
 
     #[test]
     fn lost_rank_stays_in_its_tp_node_when_there_is_room() {

@@ -148,21 +148,10 @@ fn free_gpus(state: &ClusterState) -> Vec<u32> {
         .collect()
 }
 
-fn not_enough(state: &ClusterState, job: &JobSpec) -> CoreError {
-    CoreError::Infeasible(format!(
-        "needs {} GPUs but only {} of the cluster's {} GPUs are free and healthy",
-        job.num_ranks,
-        state.total_free(),
-        state.topology().num_gpus()
-    ))
-}
-
 /// Baseline: the lowest free GPU ids, rank i on the i-th. Ignores topology and confinement
 /// (its report says when confinement breaks), as a topology-blind scheduler would.
 pub fn first_fit(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
-    if (state.total_free() as usize) < job.num_ranks {
-        return Err(not_enough(state, job));
-    }
+    state.check_capacity(job.num_ranks)?;
     let mut out = Vec::with_capacity(job.num_ranks);
     for g in 0..state.topology().num_gpus() {
         if out.len() == job.num_ranks {
@@ -177,9 +166,7 @@ pub fn first_fit(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
 
 /// Baseline: uniformly random free GPUs in random rank order, deterministic for a seed.
 pub fn random(state: &ClusterState, job: &JobSpec, seed: u64) -> Result<Vec<u32>> {
-    if (state.total_free() as usize) < job.num_ranks {
-        return Err(not_enough(state, job));
-    }
+    state.check_capacity(job.num_ranks)?;
     let mut free = free_gpus(state);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (chosen, _) = free.partial_shuffle(&mut rng, job.num_ranks);

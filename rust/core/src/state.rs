@@ -279,6 +279,20 @@ impl ClusterState {
         self.free[self.topo.num_levels() - 1][0]
     }
 
+    /// Ok when `num_ranks` GPUs are free and healthy; otherwise the one "not enough GPUs"
+    /// error every solver gives (Infeasible, with the counts).
+    pub fn check_capacity(&self, num_ranks: usize) -> Result<()> {
+        let free = self.total_free() as usize;
+        if num_ranks > free {
+            return Err(CoreError::Infeasible(format!(
+                "needs {num_ranks} GPUs but only {free} of the cluster's {} GPUs are free and \
+                 healthy",
+                self.topo.num_gpus()
+            )));
+        }
+        Ok(())
+    }
+
     pub fn total_free_degraded(&self) -> u32 {
         self.free_degraded[self.topo.num_levels() - 1][0]
     }
@@ -338,6 +352,37 @@ impl ClusterState {
     #[inline]
     pub fn is_degraded(&self, gpu: usize) -> bool {
         self.degraded[gpu]
+    }
+
+    /// The degraded component that slows GPU `gpu`'s paths the most (the smallest factor
+    /// among the GPU, its host, its NIC and the switches above its host), with its factor;
+    /// None when nothing on its path is degraded.
+    pub fn slowest_component(&self, gpu: usize) -> Option<(Component, f64)> {
+        if !self.degraded[gpu] {
+            return None;
+        }
+        let topo = &self.topo;
+        let mut path = vec![
+            Component::Gpu(gpu as u32),
+            Component::Node(topo.node_of(gpu) as u32),
+        ];
+        if self.gpu_nic[gpu] != NO_NIC {
+            path.push(Component::Nic(self.gpu_nic[gpu]));
+        }
+        path.extend(
+            (topo.node_level() + 1..topo.num_levels()).map(|l| Component::Switch {
+                level: l as u32,
+                domain: topo.domain_of(gpu, l) as u32,
+            }),
+        );
+        path.into_iter()
+            .filter_map(|c| {
+                self.components
+                    .get(&c)
+                    .filter(|h| h.condition == Condition::Degraded)
+                    .map(|h| (c, h.factor))
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1))
     }
 
     #[inline]

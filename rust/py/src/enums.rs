@@ -155,6 +155,9 @@ pub(crate) enum MoveReason {
     GroupMoved = 1,
     /// Moved under `max_moves` because the cost went down.
     Improvement = 2,
+    /// Moved under `max_moves`, whole with its confined group, off a degraded GPU, host,
+    /// NIC or switch (the move's `component`) because that lowered the cost.
+    Evacuated = 3,
 }
 
 #[pymethods]
@@ -166,6 +169,7 @@ impl MoveReason {
             MoveReason::Lost => "lost",
             MoveReason::GroupMoved => "group moved",
             MoveReason::Improvement => "improvement",
+            MoveReason::Evacuated => "evacuated",
         }
     }
 }

@@ -10,9 +10,11 @@
 //! - [`solve`]: the cost model, the Rust solvers behind the placement gate, refine and
 //!   rank mapping;
 //! - [`fabric`]: uplink capacities, the running jobs' load on them, contention reports and
-//!   storage traffic.
+//!   storage traffic;
 //! - [`policy`]: the fence confining one job's placement or repair to the GPUs its pool and
-//!   hardware rules allow.
+//!   hardware rules allow;
+//! - [`pricing`]: the pricing view every solver prices on (usable and degraded GPUs, side
+//!   factors, path bandwidths) and the collective terms exact models use.
 //!
 //! New bindings go in a new file with a small registration call below.
 
@@ -22,6 +24,7 @@ mod errors;
 mod fabric;
 mod job;
 mod policy;
+mod pricing;
 mod solve;
 mod state;
 mod topology;
@@ -48,6 +51,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(job::class_names, m)?)?;
     fabric::register(m)?;
     policy::register(m)?;
+    pricing::register(m)?;
     m.add("MIN_FACTOR", gpuplace_core::cost::MIN_FACTOR)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

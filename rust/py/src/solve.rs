@@ -17,7 +17,7 @@ use crate::topology::PyTopology;
 /// The cost model's verdict on one placement (see `cost::CostReport` in the core).
 #[pyclass(frozen, module = "gpuplace._core", name = "CostReport")]
 pub(crate) struct PyCostReport {
-    inner: CostReport,
+    pub(crate) inner: CostReport,
 }
 
 #[pymethods]
@@ -154,11 +154,11 @@ pub(crate) fn place<'py>(
 }
 
 /// What `refine` returns: (gpus, start seconds, final seconds, iterations, accepted moves).
-type RefineOut<'py> = (Bound<'py, PyArray1<i64>>, f64, f64, u64, u64);
+type RefineOut<'py> = (Bound<'py, PyArray1<i64>>, PyCostReport, f64, u64, u64);
 
-/// Improve a placement by local search; returns (gpus, start seconds, final seconds,
-/// iterations, accepted moves). The GPUs of `start` count as usable even if allocated.
-/// Ctrl-C stops the search.
+/// Improve a placement by local search; returns (gpus, their cost report on the state's
+/// hardware among its running jobs, start seconds, iterations, accepted moves). The GPUs of
+/// `start` count as usable even if allocated. Ctrl-C stops the search.
 #[pyfunction]
 #[pyo3(signature = (state, job, start, time_limit=0.5, seed=0, max_iterations=200_000))]
 pub(crate) fn refine<'py>(
@@ -179,13 +179,15 @@ pub(crate) fn refine<'py>(
         max_iterations,
         seed,
     };
-    let out = enter(py, Stop::OnSignal, || {
-        gpuplace_core::refine::refine(inner, &spec, &start, &opts)
+    let (out, report) = enter(py, Stop::OnSignal, || {
+        let out = gpuplace_core::refine::refine(inner, &spec, &start, &opts)?;
+        let report = gpuplace_core::cost::evaluate_in(inner, &spec, &out.gpus)?;
+        Ok((out, report))
     })?;
     Ok((
         id_array(py, &out.gpus),
+        PyCostReport { inner: report },
         out.start_seconds,
-        out.final_seconds,
         out.iterations,
         out.accepted,
     ))

@@ -13,6 +13,7 @@ use crate::enums::{ComponentKind, Condition as EnumCondition, Health, MoveReason
 use crate::errors::{enter, invalid_job, invalid_state, invalid_topology, CoreResultExt, Stop};
 use crate::fabric::{io_demands, IoTuple};
 use crate::job::PyJobSpec;
+use crate::solve::PyCostReport;
 use crate::topology::PyTopology;
 
 #[pyclass(name = "ClusterState", module = "gpuplace._core")]
@@ -50,6 +51,17 @@ fn components_from(kinds: &[i64], a: &[i64], b: &[i64]) -> PyResult<Vec<Componen
         .collect()
 }
 
+/// A component as (kind, a, b): a GPU or host (a = its id), a NIC (a = NIC id) or a switch
+/// (a = level, b = domain); the inverse of [`components_from`].
+fn component_code(c: Component) -> (ComponentKind, u32, u32) {
+    match c {
+        Component::Gpu(g) => (ComponentKind::Gpu, g, 0),
+        Component::Node(n) => (ComponentKind::Host, n, 0),
+        Component::Nic(n) => (ComponentKind::Nic, n, 0),
+        Component::Switch { level, domain } => (ComponentKind::Switch, level, domain),
+    }
+}
+
 /// One rank a repair moved.
 #[pyclass(frozen, get_all, module = "gpuplace._core", name = "RankMove")]
 pub(crate) struct PyRankMove {
@@ -59,6 +71,9 @@ pub(crate) struct PyRankMove {
     reason: MoveReason,
     /// The level of the confined group that moved whole (None unless `GroupMoved`).
     level: Option<usize>,
+    /// The degraded component it left, as in `ClusterState.components()` (None unless
+    /// `Evacuated`).
+    component: Option<(ComponentKind, u32, u32)>,
 }
 
 /// What a repair did (already applied to the state).
@@ -73,6 +88,11 @@ pub(crate) struct PyRepairPlan {
     cost_before: f64,
     #[pyo3(get)]
     cost_after: f64,
+    /// The cost reports behind `cost_before` and `cost_after` (the repair priced both).
+    #[pyo3(get)]
+    report_before: Py<PyCostReport>,
+    #[pyo3(get)]
+    report_after: Py<PyCostReport>,
     #[pyo3(get)]
     evaluations: usize,
 }
@@ -167,12 +187,7 @@ impl PyClusterState {
             .components()
             .into_iter()
             .map(|(c, h)| {
-                let (kind, a, b) = match c {
-                    Component::Gpu(g) => (ComponentKind::Gpu, g, 0),
-                    Component::Node(n) => (ComponentKind::Host, n, 0),
-                    Component::Nic(n) => (ComponentKind::Nic, n, 0),
-                    Component::Switch { level, domain } => (ComponentKind::Switch, level, domain),
-                };
+                let (kind, a, b) = component_code(c);
                 let condition = EnumCondition::from_core(Some(h.condition));
                 (kind, a, b, condition, h.factor, h.reason)
             })
@@ -241,10 +256,15 @@ impl PyClusterState {
             .moves
             .iter()
             .map(|m| {
-                let (reason, level) = match m.reason {
-                    CoreMoveReason::Lost => (MoveReason::Lost, None),
-                    CoreMoveReason::UnitMoved { level } => (MoveReason::GroupMoved, Some(level)),
-                    CoreMoveReason::Improvement => (MoveReason::Improvement, None),
+                let (reason, level, component) = match m.reason {
+                    CoreMoveReason::Lost => (MoveReason::Lost, None, None),
+                    CoreMoveReason::UnitMoved { level } => {
+                        (MoveReason::GroupMoved, Some(level), None)
+                    }
+                    CoreMoveReason::Improvement => (MoveReason::Improvement, None, None),
+                    CoreMoveReason::Evacuated { component } => {
+                        (MoveReason::Evacuated, None, Some(component_code(component)))
+                    }
                 };
                 let moved = PyRankMove {
                     rank: m.rank,
@@ -252,6 +272,7 @@ impl PyClusterState {
                     new_gpu: m.new_gpu,
                     reason,
                     level,
+                    component,
                 };
                 Py::new(py, moved)
             })
@@ -261,6 +282,18 @@ impl PyClusterState {
             moves,
             cost_before: plan.cost_before,
             cost_after: plan.cost_after,
+            report_before: Py::new(
+                py,
+                PyCostReport {
+                    inner: plan.report_before,
+                },
+            )?,
+            report_after: Py::new(
+                py,
+                PyCostReport {
+                    inner: plan.report_after,
+                },
+            )?,
             evaluations: plan.evaluations,
         })
     }
@@ -350,6 +383,12 @@ impl PyClusterState {
     #[getter]
     fn total_free(&self) -> u32 {
         self.inner.total_free()
+    }
+
+    /// Raises Infeasible (the core's message, with the counts) unless `num_ranks` GPUs are
+    /// free and healthy.
+    fn check_capacity(&self, num_ranks: usize) -> PyResult<()> {
+        self.inner.check_capacity(num_ranks).py()
     }
 
     fn owner_of(&self, gpu: usize) -> PyResult<Option<String>> {
