@@ -13,10 +13,19 @@ The model, in words:
   its host, above it the host's named domain.
 * The bandwidth between two distinct GPUs is the host matrix entry when both sit in one host
   whose type has a matrix, else the smallest level bandwidth among levels ``0..=lca`` (GB/s).
-* A ring collective (all-reduce, all-gather, reduce-scatter) over ``n`` GPUs visits them in
-  GPU-id order. Bandwidth = its slowest hop; latency = that of the highest level a hop spans.
-  all-reduce: ``2(n-1)`` latency steps and ``2(n-1)/n * S`` bytes per rank;
+* A ring collective (all-reduce, all-gather, reduce-scatter) over ``n`` GPUs visits hosts in
+  the order of their lowest rank, each host's GPUs in id order (``rust/core/src/nccl.rs``).
+  Bandwidth = its slowest hop, a hop that leaves the NVLink domain counting its bandwidth
+  times the group's GPUs on the smaller side (NIC shares); latency = that of the highest level
+  a hop spans (a host with fewer NICs than GPUs gives ``k`` GPUs ``min(k, nics)`` NICs of
+  ``gpus / nics`` shares each). all-reduce: ``2(n-1)`` latency steps and ``2(n-1)/n * S`` bytes per rank;
   all-gather / reduce-scatter: ``n-1`` steps and ``(n-1)/n * S`` bytes.
+* An all-reduce takes the fastest of the ring, NVLS (inside one NVLink domain whose hosts have
+  ``nvls_gbps``: a fixed 25 µs plus ``2(n-1)/n * S`` at that bus bandwidth) and the tree (across
+  NVLink domains: latency ``2((k_max-1) * intra + ceil(log2 H) * span)``, bytes
+  ``max(2S / intra bandwidth, 2(H-1)/H * S / inter bandwidth) / 0.92``), and CollNet where
+  every switch level up to the span has ``sharp``; each algorithm's bandwidth term is divided
+  by the topology's ``algorithm_efficiency`` of it (1 when not given).
 * all-to-all: ``n-1`` steps, ``(n-1)/n * S`` bytes, bandwidth of the slowest of all pairs,
   latency of the highest level any pair spans; every ordered pair moves ``S/n`` bytes.
 * point-to-point (between neighbouring pipeline stages): 1 step, ``S`` bytes.
@@ -45,11 +54,14 @@ read and this oracle follows it:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 LATENCY_UNIT = 1e-6  # µs -> s
 BANDWIDTH_UNIT = 1e9  # GB/s -> B/s
+NVLS_LATENCY_S = 25e-6  # NVLS all-reduce fixed latency (rust/core/src/nccl.rs)
+TREE_EFFICIENCY = 0.92  # NCCL's tree bandwidth derating
 
 
 @dataclass
@@ -138,11 +150,42 @@ def _level_of(topology: Any, name: str) -> int:
     raise KeyError(name)
 
 
+def _shares(ref: ReferenceTopology, gpu: int, k: int) -> float:
+    """NIC shares ``k`` GPUs of the group drive: one per GPU, or with fewer NICs than GPUs on
+    ``gpu``'s host type, ``min(k, nics)`` NICs of ``gpus / nics`` shares."""
+    nt = ref.topology.node_types[ref.topology.host_types[ref.gpu_host[gpu]]]
+    nics = len(nt.nics)
+    if nics == 0 or nics >= nt.gpus:
+        return float(k)
+    return min(k, nics) * nt.gpus / nics
+
+
+def _nccl_ring(ref: ReferenceTopology, members: list[int]) -> tuple[list[int], dict[int, int]]:
+    """NCCL's ring over ``members`` (rank order): NVLink domains in the order of their lowest
+    rank, each domain's GPUs consecutively in id order; and per GPU, the group's GPUs in its
+    domain."""
+    nvlink = ref.topology.nvlink_level
+    unit = {g: ref.domain(g, nvlink) for g in members}
+    order: list[Any] = []
+    for g in members:
+        if unit[g] not in order:
+            order.append(unit[g])
+    ring = sorted(members, key=lambda g: (order.index(unit[g]), g))
+    count = {h: sum(unit[g] == h for g in members) for h in order}
+    return ring, {g: count[unit[g]] for g in members}
+
+
 def _one_call(
-    ref: ReferenceTopology, kind: str, size: float, members: list[int], add_bytes: Any
+    ref: ReferenceTopology,
+    kind: str,
+    size: float,
+    members: list[int],
+    add_bytes: Any,
+    share: float = 1.0,
 ) -> float:
     """Seconds of one call of a collective over ``members`` (GPU ids); reports the bytes of
-    one call per level through ``add_bytes(level, bytes)``."""
+    one call per level through ``add_bytes(level, bytes)``. ``share`` (contention) scales the
+    bandwidth of the hops that leave the NVLink domain (p2p and all-to-all: the whole)."""
     n = len(members)
     if n < 2:
         return 0.0
@@ -150,17 +193,17 @@ def _one_call(
         src, dst = members[0], members[1]
         level = ref.lca(src, dst)
         add_bytes(level, size)
-        return ref.latency(level) + size / (ref.bandwidth(src, dst) * BANDWIDTH_UNIT)
+        return ref.latency(level) + size / (ref.bandwidth(src, dst) * share * BANDWIDTH_UNIT)
     if kind == "all-reduce":
         steps = 2 * (n - 1)
         per_rank = 2 * (n - 1) / n * size
     else:  # all-gather, reduce-scatter, all-to-all
         steps = n - 1
         per_rank = (n - 1) / n * size
-    ring = sorted(members)
     slowest = float("inf")
     highest = 0
     if kind == "all-to-all":
+        ring = sorted(members)
         for a in ring:
             for b in ring:
                 if a == b:
@@ -169,14 +212,76 @@ def _one_call(
                 add_bytes(level, size / n)
                 highest = max(highest, level)
                 slowest = min(slowest, ref.bandwidth(a, b))
+        return steps * ref.latency(highest) + per_rank / (slowest * share * BANDWIDTH_UNIT)
+    # NCCL's ring: hosts in the order of their lowest rank (members come in rank order), the
+    # GPUs of one host consecutively in id order.
+    # "Hosts" here are NCCL's nodes: NVLink domains (the host on HGX, the rack on NVL72).
+    nvlink = ref.topology.nvlink_level
+    unit = {g: ref.domain(g, nvlink) for g in members}
+    host_order: list[Any] = []
+    for g in members:
+        if unit[g] not in host_order:
+            host_order.append(unit[g])
+    ring = sorted(members, key=lambda g: (host_order.index(unit[g]), g))
+    on_host = {h: sum(unit[g] == h for g in members) for h in host_order}
+    intra = inter = float("inf")
+    for i in range(n):
+        a, b = ring[i], ring[(i + 1) % n]
+        level = ref.lca(a, b)
+        add_bytes(level, per_rank)
+        highest = max(highest, level)
+        if level > nvlink:
+            # A hop out of the NVLink domain drives one NIC share per GPU of the group on the
+            # smaller side.
+            lanes = min(_shares(ref, a, on_host[unit[a]]), _shares(ref, b, on_host[unit[b]]))
+            inter = min(inter, lanes * ref.bandwidth(a, b))
+        else:
+            intra = min(intra, ref.bandwidth(a, b))
+    inter *= share
+    slowest = min(intra, inter)
+    eff = {
+        a: ref.topology.algorithm_efficiency.get(a, 1.0)
+        for a in ("ring", "tree", "nvls", "collnet")
+    }
+    best = steps * ref.latency(highest) + per_rank / (slowest * eff["ring"] * BANDWIDTH_UNIT)
+    if kind != "all-reduce":
+        return best
+    if highest <= nvlink:
+        nvls = min(
+            ref.topology.node_types[ref.topology.host_types[ref.gpu_host[g]]].nvls_gbps or 0.0
+            for g in members
+        )
+        if nvls > 0:
+            healthy = min(ref.levels[lv].bandwidth_gbps for lv in range(highest + 1))
+            factor = min(1.0, slowest / healthy)
+            best = min(
+                best, NVLS_LATENCY_S + per_rank / (nvls * factor * eff["nvls"] * BANDWIDTH_UNIT)
+            )
     else:
-        for i in range(n):
-            a, b = ring[i], ring[(i + 1) % n]
-            level = ref.lca(a, b)
-            add_bytes(level, per_rank)
-            highest = max(highest, level)
-            slowest = min(slowest, ref.bandwidth(a, b))
-    return steps * ref.latency(highest) + per_rank / (slowest * BANDWIDTH_UNIT)
+        hosts = len(host_order)
+        k_max = max(on_host.values())
+        log2 = math.ceil(math.log2(hosts))
+        latency = 2 * (
+            (k_max - 1) * ref.latency(min(nvlink, highest)) + log2 * ref.latency(highest)
+        )
+        chain = 2 * size / (intra * BANDWIDTH_UNIT) if k_max > 1 and intra != float("inf") else 0.0
+        fabric = 2 * (hosts - 1) / hosts * size / (inter * BANDWIDTH_UNIT)
+        best = min(best, latency + max(chain, fabric) / TREE_EFFICIENCY / eff["tree"])
+        if all(ref.levels[lv].sharp for lv in range(nvlink + 1, highest + 1)):
+            # CollNet: reduce-scatter/all-gather inside hosts, each host sends S to the
+            # reducing switches once.
+            intra_lat = ref.latency(min(nvlink, highest))
+            local = (
+                2 * (k_max - 1) / k_max * size / (intra * BANDWIDTH_UNIT)
+                if k_max > 1 and intra != float("inf")
+                else 0.0
+            )
+            collnet = (
+                2 * (intra_lat + ref.latency(highest))
+                + max(local, size / (inter * BANDWIDTH_UNIT)) / eff["collnet"]
+            )
+            best = min(best, collnet)
+    return best
 
 
 def reference_evaluate(topology: Any, job: Any, gpus: Any) -> ReferenceReport:
@@ -258,14 +363,16 @@ def confinement_holds(topology: Any, job: Any, gpus: Any) -> bool:
 # * every domain from the NVLink domain up to below the top level has an uplink; its capacity
 #   (GB/s, each direction) is its GPUs times the smallest level bandwidth up to the level above,
 #   divided by its level's ``oversubscription``, unless ``topology.uplink_gbps`` names it;
-# * a collective's flows: a ring sends from every member to the next (GPU-id order) at the
-#   collective's healthy bottleneck bandwidth, an all-to-all from every member to every other at
-#   ``1/(n-1)`` of it, a point-to-point one flow; a flow between GPUs meeting at level ``L``
+# * a collective's flows: a ring sends from every member to the next in NCCL's ring order at
+#   the bandwidth the cost model gives the healthy ring (hops out of the NVLink domain at their
+#   NIC shares), an all-to-all from every member to every other at ``1/(n-1)`` of its slowest
+#   pair, a point-to-point one flow; a flow between GPUs meeting at level ``L``
 #   leaves through the sender's uplinks below ``L`` (up) and enters through the receiver's (down);
 # * a job's load on an uplink direction is its heaviest class's sum of flows there;
 # * a collective priced among neighbours gets, on every uplink direction its flows cross,
-#   ``min(1, capacity / (neighbours' load + its own flows there))``; its bandwidth is scaled by
-#   the smallest such share. On an oversubscribed fabric (some uplink below its non-blocking
+#   ``min(1, capacity / (neighbours' load + its own flows there))``; the bandwidth of its hops
+#   out of the NVLink domain (the only ones that reach an uplink) is scaled by the smallest
+#   such share. On an oversubscribed fabric (some uplink below its non-blocking
 #   capacity) "its own flows" are its class's flows there (at least its own): the concurrent
 #   collectives of a class share the uplinks too.
 
@@ -320,8 +427,17 @@ def _flows(ref: ReferenceTopology, kind: str, members: list[int]) -> list[tuple[
         ring = sorted(members)
         pairs = [(a, b, 1.0 / (n - 1)) for a in ring for b in ring if a != b]
     else:
-        ring = sorted(members)
-        pairs = [(ring[i], ring[(i + 1) % n], 1.0) for i in range(n)]
+        ring, on_host = _nccl_ring(ref, members)
+        nvlink = ref.topology.nvlink_level
+        rates = []
+        for i in range(n):
+            a, b = ring[i], ring[(i + 1) % n]
+            lanes = 1.0
+            if ref.lca(a, b) > nvlink:
+                lanes = min(_shares(ref, a, on_host[a]), _shares(ref, b, on_host[b]))
+            rates.append(lanes * ref.bandwidth(a, b))
+        rate = min(rates)
+        return [(ring[i], ring[(i + 1) % n], rate) for i in range(n)]
     rate = min(ref.bandwidth(a, b) for a, b, _ in pairs)
     return [(a, b, rate * f) for a, b, f in pairs]
 
@@ -409,10 +525,5 @@ def reference_contended(
 def _one_call_scaled(
     ref: ReferenceTopology, kind: str, size: float, members: list[int], share: float
 ) -> float:
-    """:func:`_one_call` with the bandwidth scaled by a fair share."""
-    n = len(members)
-    if n < 2:
-        return 0.0
-    latency = _one_call(ref, kind, 0.0, members, lambda *_: None)
-    bandwidth_part = _one_call(ref, kind, size, members, lambda *_: None) - latency
-    return latency + bandwidth_part / share
+    """:func:`_one_call` with the fabric hops' bandwidth scaled by a fair share."""
+    return _one_call(ref, kind, size, members, lambda *_: None, share)

@@ -36,6 +36,7 @@ def topology_dicts(draw: Any, max_hosts: int = 6, max_gpus_per_host: int = 4) ->
             "name": name,
             "bandwidth_gbps": draw(st.sampled_from(BANDWIDTHS)),
             "latency_us": draw(st.sampled_from([0.0, 0.5, 1.0, 2.5, 4.0])),
+            "sharp": draw(st.booleans()),
         }
         for name in names
     ]
@@ -93,6 +94,12 @@ def topology_dicts(draw: Any, max_hosts: int = 6, max_gpus_per_host: int = 4) ->
         "nvlink_domain": names[nvlink_level],
         "node_types": node_types,
         "nodes": hosts,
+        "algorithm_efficiency": draw(
+            st.dictionaries(
+                st.sampled_from(["ring", "tree", "nvls", "collnet"]),
+                st.sampled_from([0.5, 0.9, 1.0, 1.2]),
+            )
+        ),
     }
 
 

@@ -5,12 +5,13 @@ another solver, and ``optimal=True`` is a proof on the degraded prices."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import gpuplace
 import numpy as np
 import pytest
 from gpuplace import Communication, Job, Topology
-from gpuplace.placers import auto, cpsat
+from gpuplace.placers import auto, cpsat, cpsat_gpus
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -164,6 +165,8 @@ def test_cpsat_equals_exhaustive_enumeration_and_beats_every_solver(
         return
     found = placements(state, job)
     best = found["cpsat"]
+    # A proof on the real prices: the block model meeting its bound, the GPU-level model on
+    # exact prices, or enumeration (these instances have at most 8P4 = 1,680 placements).
     assert best.optimal is True
     assert best.cost.confinement_ok
     assert best.cost.comm_seconds == pytest.approx(expected, rel=REL_TOL)
@@ -199,7 +202,9 @@ def test_issue_scenario_avoids_the_degraded_gpus(solver: str) -> None:
     state, job = issue_scenario()
     placement = gpuplace.place(state, job, solver)
     assert sorted(placement.gpus.tolist()) == [6, 7, 14, 15]
-    assert placement.cost.comm_seconds == pytest.approx(0.030794, rel=1e-4)
+    # tp on NVLS inside each host, dp rings over the fabric (NCCL's algorithm choice).
+    assert placement.cost.class_algorithms == {"tp all-reduce": "nvls", "dp all-reduce": "ring"}
+    assert placement.cost.comm_seconds == pytest.approx(0.0285406, rel=1e-5)
     assert exhaustive(state, job) == pytest.approx(placement.cost.comm_seconds, rel=REL_TOL)
     if solver in ("cpsat", "auto"):
         assert placement.optimal is True
@@ -207,11 +212,42 @@ def test_issue_scenario_avoids_the_degraded_gpus(solver: str) -> None:
         assert placement.bound <= placement.cost.comm_seconds
 
 
-def test_auto_routes_small_degraded_instances_to_the_gpu_model() -> None:
+def test_auto_routes_tiny_degraded_instances_to_enumeration() -> None:
+    """8 free GPUs, 4 ranks: 1,680 placements, each priced by the core's evaluator."""
     state, job = issue_scenario()
     fits, why = auto.cpsat_fits(state, job)
+    assert fits and "enumeration of 1680 placements" in why
+    assert gpuplace.place(state, job, "cpsat").details["formulation"] == "enumeration"
+
+
+def test_gpu_model_proves_pipelines_and_all_to_all_on_degraded_hardware() -> None:
+    """Point-to-point and all-to-all are priced by the GPU-level model exactly as the core
+    prices them, so on too many placements to enumerate it still proves optimality."""
+    topology = Topology.preset("h100-superpod", nodes=2)
+    state = gpuplace.ClusterState(topology)
+    state.degrade(gpu=[0, 1, 2, 9], factor=0.1)
+    job = Job(
+        "moe",
+        ep=2,
+        pp=3,
+        communication={
+            "ep": Communication("all-to-all", 2e8),
+            "pp": Communication("p2p", 5e7),
+        },
+    )
+    assert cpsat_gpus.exact_prices(job, topology)
+    assert math.perm(16, 6) > cpsat.ENUMERATE_MAX
+    fits, why = auto.cpsat_fits(state, job)
     assert fits and "GPU-level" in why
-    assert gpuplace.place(state, job, "cpsat").details["formulation"] == "gpus"
+    placement = gpuplace.place(state, job, "cpsat", time_limit=30)
+    assert placement.details["formulation"] == "gpus"
+    assert placement.optimal is True
+    assert not set(placement.gpus.tolist()) & {0, 1, 2, 9}
+    # All six ranks on the healthy GPUs of one host.
+    assert placement.cost.span_level == "node"
+    for other in ("greedy", "refine", "first-fit"):
+        found = gpuplace.place(state, job, other)
+        assert placement.cost.comm_seconds <= found.cost.comm_seconds * (1 + REL_TOL), other
 
 
 def test_large_degraded_instances_claim_optimal_only_when_the_bound_meets_the_cost() -> None:
@@ -249,9 +285,10 @@ def test_pricing_view_matches_the_evaluator() -> None:
     assert matrix[0, 1] == pytest.approx(0.05 * healthy)
     assert matrix[1, 2] == pytest.approx(0.05 * healthy)
     assert np.isinf(matrix[0, 0])
-    # Two healthy GPUs 6 and 7: the evaluator charges exactly the view's prices.
-    steps, per_rank = gpuplace.pricing.collective_terms("all-reduce", 2, 1e9)
-    pair = Job("p", dp=2, communication={"dp": Communication("all-reduce", 1e9)})
+    # A point-to-point transfer from degraded GPU 2 to GPU 6: the evaluator charges exactly the
+    # view's price (ring collectives add NCCL's algorithms on top of the same bandwidths).
+    steps, per_rank = gpuplace.pricing.collective_terms("p2p", 2, 1e9)
+    pair = Job("p", pp=2, communication={"pp": Communication("p2p", 1e9)})
     latency = state.topology.levels[0].latency_us * 1e-6
     bandwidth = view.bandwidth_matrix([2, 6])[0, 1] * 1e9
     priced = gpuplace.evaluate(state.topology, pair, [2, 6], state=state).comm_seconds

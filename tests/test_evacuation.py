@@ -45,11 +45,13 @@ def llama_405b() -> tuple[gpuplace.ClusterState, Job, str]:
 def test_405b_job_leaves_the_lossy_nic_by_moving_one_tp_group() -> None:
     base, job, nic = llama_405b()
     healthy = gpuplace.evaluate(base.topology, job, base.jobs["llama"]).comm_seconds
-    assert healthy == pytest.approx(0.919, abs=5e-4)
+    # tp all-reduce on NVLS 0.516 s, dp rings over the fabric 0.252 s, pp 0.022 s.
+    assert healthy == pytest.approx(0.790, abs=5e-4)
     state = base.copy()
     state.degrade(nic=nic, loss="1%")
     slowed = gpuplace.evaluate(state.topology, job, state.jobs["llama"], state=state)
-    assert slowed.comm_seconds == pytest.approx(1.192, abs=5e-4)
+    # The lossy NIC halves the dp rings through it, and the pipeline sends from that host.
+    assert slowed.comm_seconds == pytest.approx(1.063, abs=5e-4)
 
     # A tp group is 8 ranks: 7 moves cannot take it off the NIC, and nothing else may move.
     stuck = gpuplace.repair(state.copy(), "llama", max_moves=7)

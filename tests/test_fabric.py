@@ -255,6 +255,27 @@ def test_rust_contention_equals_the_python_oracle(seed: int, ratio: float) -> No
         assert values.sum() == pytest.approx(sum(reference_load(t, job, gpus).values()))
 
 
+@pytest.mark.parametrize("ratio", [1.0, 2.0, 4.0])
+def test_packed_rings_load_and_contend_at_their_nic_shares(ratio: float) -> None:
+    # tp 4 x dp 4 over two hosts under different leaves: every dp ring has two GPUs per host
+    # and runs (and loads the uplinks) at two NIC shares, in NCCL's ring order.
+    t = _small(ratio)
+    state = gpuplace.ClusterState(t)
+    placed = []
+    for i, hosts in enumerate([(0, 2), (1, 3)]):
+        job = gpuplace.Job(name=f"j{i}", tp=4, dp=4, model=DEFAULT_MODEL)
+        gpus = _host_gpus(t, *hosts)
+        state.allocate(gpuplace.Placement(job, t, gpus, gpuplace.evaluate(t, job, gpus), "x", 0))
+        placed.append((job, gpus))
+    for k, (job, gpus) in enumerate(placed):
+        others = [p for j, p in enumerate(placed) if j != k]
+        want = reference_contended(t, job, gpus, others)
+        got = gpuplace.evaluate(t, job, gpus, state=state).comm_seconds
+        assert got == pytest.approx(want, rel=1e-9)
+        _slots, values = _core.job_load(job.compile(t), np.asarray(gpus, dtype=np.int64))
+        assert values.sum() == pytest.approx(sum(reference_load(t, job, gpus).values()))
+
+
 # --------------------------------------------------------------------------- placement
 def test_a_new_job_steers_clear_of_a_hot_uplink_and_counts_its_neighbours() -> None:
     t = _small(4.0)

@@ -226,9 +226,13 @@ def tp8_job() -> Job:
 def test_tp8_all_reduce_inside_one_dgx_h100():
     topo = Topology.preset("h100-superpod", nodes=64)
     report = gpuplace.evaluate(topo, tp8_job(), list(range(8)))
-    # Ring all-reduce of 1 GB over 8 ranks: 2*7 latency steps of 1 µs, 2*7/8 GB per rank
-    # over NVLink at 18 x 20.6 = 370.8 GB/s.
-    expected = 14 * 1.0e-6 + (2 * 7 / 8 * 1e9) / (370.8 * 1e9)
+    # The ring would take 2*7 latency steps of 1 µs and 2*7/8 GB per rank over NVLink at
+    # 18 x 20.6 = 370.8 GB/s; NVLS (the preset's measured 470 GB/s bus bandwidth after a fixed
+    # 25 µs) is faster for 1 GB, as NCCL chooses it.
+    ring = 14 * 1.0e-6 + (2 * 7 / 8 * 1e9) / (370.8 * 1e9)
+    expected = 25e-6 + (2 * 7 / 8 * 1e9) / (470 * 1e9)
+    assert expected < ring
+    assert report.class_algorithms == {"tp all-reduce": "nvls"}
     assert report.comm_seconds == pytest.approx(expected, rel=1e-12)
     assert report.class_seconds == {"tp all-reduce": pytest.approx(expected, rel=1e-12)}
     assert report.span_level == "node"
@@ -242,9 +246,14 @@ def test_tp8_all_reduce_split_across_two_nodes_of_one_leaf():
     topo = Topology.preset("h100-superpod", nodes=64)
     gpus = [0, 1, 2, 3, 8, 9, 10, 11]  # 4 GPUs of dgx001, 4 of dgx002
     report = gpuplace.evaluate(topo, tp8_job(), gpus)
-    # The ring 0-1-2-3-8-9-10-11-0 crosses the leaf twice: its slowest hop is one NDR port
-    # (50 GB/s), its latency the leaf's 2.5 µs.
-    expected = 14 * 2.5e-6 + (2 * 7 / 8 * 1e9) / (50 * 1e9)
+    # The ring 0-1-2-3-8-9-10-11-0 crosses the leaf twice, each crossing over four NDR ports
+    # (the four GPUs' rails: 4 x 50 GB/s), its latency the leaf's 2.5 µs. NCCL's tree is
+    # faster: the NVLink chain moves 2 GB per GPU at 370.8 GB/s, each host 1 GB over its four
+    # ports, derated to 92 %, after 2 * (3 x 1 µs + 1 x 2.5 µs).
+    ring = 14 * 2.5e-6 + (2 * 7 / 8 * 1e9) / (4 * 50 * 1e9)
+    expected = 2 * (3 * 1e-6 + 2.5e-6) + max(2e9 / 370.8e9, 1e9 / 200e9) / 0.92
+    assert expected < ring
+    assert report.class_algorithms == {"tp all-reduce": "tree"}
     assert report.comm_seconds == pytest.approx(expected, rel=1e-12)
     assert report.span_level == "leaf"
     per_hop = 2 * 7 / 8 * 1e9
@@ -252,16 +261,16 @@ def test_tp8_all_reduce_split_across_two_nodes_of_one_leaf():
     assert report.bytes_by_level["leaf"] == pytest.approx(2 * per_hop)
     assert report.fabric_bytes == pytest.approx(2 * per_hop)
     assert report.bytes_above("leaf") == pytest.approx(2 * per_hop)
-    # About 22x slower than inside one node.
+    # About 1.6x slower than inside one node (NVLS there).
     inside = gpuplace.evaluate(topo, tp8_job(), list(range(8))).comm_seconds
-    assert report.comm_seconds / inside == pytest.approx(expected / (14e-6 + 1.75 / 370.8))
+    assert report.comm_seconds / inside == pytest.approx(expected / (25e-6 + 1.75 / 470))
 
 
 def test_tp8_split_across_leaves_uses_the_spine_latency():
     topo = Topology.preset("h100-superpod", nodes=64)
     gpus = [0, 1, 2, 3, 256, 257, 258, 259]  # dgx001 (su001) and dgx033 (su002)
     report = gpuplace.evaluate(topo, tp8_job(), gpus)
-    expected = 14 * 3.0e-6 + (2 * 7 / 8 * 1e9) / (50 * 1e9)
+    expected = 2 * (3 * 1e-6 + 3.0e-6) + max(2e9 / 370.8e9, 1e9 / 200e9) / 0.92
     assert report.comm_seconds == pytest.approx(expected, rel=1e-12)
     assert report.span_level == "spine"
     # tp is confined to the NVLink domain by default: the default job reports a violation.

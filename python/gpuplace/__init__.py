@@ -13,6 +13,7 @@ from gpuplace import health
 from gpuplace import placers as _placers  # noqa: F401
 from gpuplace._core import __version__
 from gpuplace.admission import apply_preemption
+from gpuplace.calibrate import calibrate
 from gpuplace.enums import CollectiveKind, ComponentKind, Condition, Health, MoveReason, SparePolicy
 from gpuplace.errors import (
     GpuplaceError,
@@ -66,6 +67,7 @@ __all__ = [
     "TransformerModel",
     "__version__",
     "apply_preemption",
+    "calibrate",
     "evaluate",
     "explain",
     "health",

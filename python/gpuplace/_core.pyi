@@ -33,6 +33,8 @@ __all__ = [
     "evaluate",
     "fabric_load",
     "fence_mask",
+    "gpu_peak_tflops",
+    "gpu_peaks",
     "hottest_uplinks",
     "io_seconds",
     "job_load",
@@ -44,8 +46,10 @@ __all__ = [
     "pricing_view",
     "rank_groups",
     "refine",
+    "ring_hops",
     "rust_solvers",
     "set_fence",
+    "topology_with_fabric",
     "uplinks",
     "with_uplink_gbps",
 ]
@@ -122,6 +126,24 @@ class CostReport:
     def confinement_ok(self) -> bool: ...
     @property
     def violations(self) -> list[str]: ...
+    @property
+    def class_algorithms(self) -> list[str]: ...
+    @property
+    def step_seconds(self) -> float | None: ...
+    @property
+    def exposed_comm_seconds(self) -> float | None: ...
+    @property
+    def exposed_class_seconds(self) -> list[float] | None: ...
+    @property
+    def compute_seconds(self) -> float | None: ...
+    @property
+    def bubble_seconds(self) -> float | None: ...
+    @property
+    def mfu(self) -> float | None: ...
+    @property
+    def tokens_per_second(self) -> float | None: ...
+    @property
+    def peak_tflops(self) -> float | None: ...
 
 @final
 class RankMove:
@@ -212,6 +234,7 @@ class JobSpec:
         traffic_src: npt.NDArray[np.int64],
         traffic_dst: npt.NDArray[np.int64],
         traffic_bytes: npt.NDArray[np.float64],
+        step: tuple[float, float, float, float, int, int, list[tuple[str, float]]] | None = None,
     ) -> JobSpec: ...
     @property
     def num_ranks(self) -> int: ...
@@ -380,3 +403,19 @@ def pair_bandwidth_matrix(
     state: ClusterState, gpus: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.float64]: ...
 def collective_terms(kind: CollectiveKind, n: int, bytes: float) -> tuple[float, float]: ...
+
+# NCCL side of the topology and the GPU peak table (rust/py/src/nccl.rs, step.rs).
+def gpu_peak_tflops(model: str) -> float | None: ...
+def gpu_peaks() -> list[tuple[list[str], float, str]]: ...
+def topology_with_fabric(
+    topology: Topology,
+    nvls_gbps: list[float],
+    nics: list[int],
+    host_count_factors: list[float],
+    sharp: list[bool],
+    algorithm_efficiency: tuple[float, float, float, float],
+    peak_tflops: list[float],
+) -> Topology: ...
+def ring_hops(
+    topology: Topology, gpus: npt.NDArray[np.int64]
+) -> list[tuple[int, int, int, int, int, float]]: ...

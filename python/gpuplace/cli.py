@@ -13,6 +13,7 @@ import click
 
 from gpuplace.commands import health, health_ingest, k8s, mig, policy, slurm
 from gpuplace.commands.bench import bench
+from gpuplace.commands.calibrate import calibrate_cmd
 from gpuplace.commands.catalog import presets_cmd, solvers_cmd
 from gpuplace.commands.common import load_cluster
 from gpuplace.commands.place import place_cmd
@@ -74,6 +75,7 @@ cli.add_command(mig.mig_group)
 cli.add_command(k8s.k8s)
 cli.add_command(slurm.slurm)
 cli.add_command(simulate_cmd)
+cli.add_command(calibrate_cmd)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -42,6 +42,7 @@ from gpuplace.elastic import Elastic, parse_degree
 from gpuplace.errors import InvalidJob
 from gpuplace.policy import JobPolicy
 from gpuplace.power import JobPower, parse_job_power
+from gpuplace.step import StepOptions, step_args
 from gpuplace.storage import DataAccess, parse_data
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ class TransformerModel:
     bytes_per_element: float = 2.0
     grad_bytes_per_element: float | None = None
     moe_top_k: int = 2
+    #: Parameters active per token (mixture of experts); None: all of ``parameters``.
+    active_parameters: float | None = None
 
     def communication(
         self, tp: int, cp: int, ep: int, dp: int, pp: int
@@ -149,6 +152,8 @@ class Job:
     policy: JobPolicy | None = None
     #: A degree range and layout alternatives (``gpuplace.elastic``); None: a fixed layout.
     elastic: Elastic | None = None
+    #: Compute per step and overlap, for step time and MFU (``gpuplace.step``).
+    step: StepOptions | None = None
 
     def __post_init__(self) -> None:
         c = Checker(InvalidJob, None)
@@ -247,6 +252,7 @@ class Job:
                 "checkpoint",
                 "policy",
                 "alternatives",
+                "step",
             },
         )
         name = c.string(doc.get("name"), "name")
@@ -297,6 +303,8 @@ class Job:
                     c.number(entry.get("count", 1), f"{p}.count", minimum=0.0),
                 )
             kwargs["communication"] = comm
+        if doc.get("step") is not None:
+            kwargs["step"] = StepOptions.from_dict(c, doc["step"])
         constraints = c.mapping(doc.get("constraints", {}), "constraints")
         c.keys(constraints, "constraints", {"confine", "max_span"})
         if "confine" in constraints:
@@ -401,6 +409,8 @@ class Job:
                     d: {"kind": cm.kind, "bytes": cm.bytes, "count": cm.count}
                     for d, cm in self.communication.items()
                 }
+        if self.step is not None and self.step.to_dict():
+            out["step"] = self.step.to_dict()
         constraints: dict[str, Any] = {"confine": dict(self.confine)}
         if self.max_span is not None:
             constraints["max_span"] = self.max_span
@@ -494,6 +504,7 @@ class Job:
             np.ascontiguousarray(traffic[:, 0], dtype=np.int64),
             np.ascontiguousarray(traffic[:, 1], dtype=np.int64),
             np.ascontiguousarray(traffic[:, 2], dtype=np.float64),
+            step_args(self),
         )
 
     def class_names(self) -> list[str]:
@@ -515,6 +526,7 @@ def _model(c: Checker, raw: Any) -> TransformerModel:
         "bytes_per_element",
         "grad_bytes_per_element",
         "moe_top_k",
+        "active_parameters",
     }
     c.keys(m, "model", fields)
     for required in ("parameters", "layers", "hidden_size", "sequence_length"):
@@ -537,6 +549,9 @@ def _model(c: Checker, raw: Any) -> TransformerModel:
         if grad is None
         else c.number(grad, "model.grad_bytes_per_element", positive=True),
         moe_top_k=c.integer(m.get("moe_top_k", 2), "model.moe_top_k", minimum=1),
+        active_parameters=None
+        if m.get("active_parameters") is None
+        else c.number(m["active_parameters"], "model.active_parameters", positive=True),
     )
 
 

@@ -20,6 +20,7 @@ from gpuplace.elastic import place_elastic
 from gpuplace.errors import InvalidJob, InvalidState
 from gpuplace.hostlist import compress
 from gpuplace.policy import allowed_gpus, can_borrow, fenced_view, has_rules
+from gpuplace.step import step_details
 
 if TYPE_CHECKING:
     from gpuplace.job import Job
@@ -57,6 +58,21 @@ class CostReport:
     confinement_ok: bool
     violations: list[str]
     nvlink_level: str
+    #: Step time per step (s): compute + pipeline bubble + exposed communication, when the
+    #: job declares its compute (``gpuplace.step``); None otherwise, like the four below.
+    step_seconds: float | None = None
+    #: Communication not hidden under compute (s).
+    exposed_comm_seconds: float | None = None
+    #: Compute per step without the bubble (s).
+    compute_seconds: float | None = None
+    #: Model FLOPs utilisation (0..1).
+    mfu: float | None = None
+    tokens_per_second: float | None = None
+    #: The rest of the core's step report (bubble, per-class exposed time, peak, GPU model).
+    step_details: dict[str, Any] = field(default_factory=dict)
+    #: The NCCL algorithm priced for each class's slowest collective (ring, tree, nvls,
+    #: pairwise, p2p; ``rust/core/src/nccl.rs``).
+    class_algorithms: dict[str, str] = field(default_factory=dict)
     #: Priced in a state whose running jobs load the fabric: the same placement's seconds
     #: with nobody else on it, and the uplinks over capacity on its paths
     #: (``gpuplace.fabric``); ``comm_seconds`` is then the contended time.
@@ -91,12 +107,19 @@ class CostReport:
         return {
             "comm_seconds": self.comm_seconds,
             "class_seconds": self.class_seconds,
+            "class_algorithms": self.class_algorithms,
             "traffic_seconds": self.traffic_seconds,
             "bytes_by_level": self.bytes_by_level,
             "fabric_bytes": self.fabric_bytes,
             "span_level": self.span_level,
             "confinement_ok": self.confinement_ok,
             "violations": self.violations,
+            "step_seconds": self.step_seconds,
+            "exposed_comm_seconds": self.exposed_comm_seconds,
+            "compute_seconds": self.compute_seconds,
+            "mfu": self.mfu,
+            "tokens_per_second": self.tokens_per_second,
+            **({"step": self.step_details} if self.step_details else {}),
             **({"io_seconds": self.io_seconds} if self.io_seconds else {}),
             **(
                 {
@@ -120,7 +143,7 @@ def evaluate(
     spec = job.compile(topology)
     core_state = None if state is None else state._core
     raw = _core.evaluate(topology._core, spec, np.asarray(gpus, dtype=np.int64), core_state)
-    return _cost_report(topology, spec, raw, **_shared_costs(topology, job, gpus, state))
+    return _cost_report(topology, job, gpus, spec, raw, **_shared_costs(topology, job, gpus, state))
 
 
 def _shared_costs(
@@ -145,9 +168,15 @@ def _shared_costs(
 
 
 def _cost_report(
-    topology: Topology, spec: _core.JobSpec, raw: _core.CostReport, **shared: Any
+    topology: Topology,
+    job: Job,
+    gpus: Any,
+    spec: _core.JobSpec,
+    raw: _core.CostReport,
+    **shared: Any,
 ) -> CostReport:
-    """The core's cost report with level and class names, and what the placement shares."""
+    """The core's cost report with level and class names, the step details, and what the
+    placement shares."""
     names = topology.level_names
     span = raw.span_level
     return CostReport(
@@ -159,6 +188,13 @@ def _cost_report(
         confinement_ok=raw.confinement_ok,
         violations=raw.violations,
         nvlink_level=names[topology.nvlink_level],
+        class_algorithms=dict(zip(spec.class_names, raw.class_algorithms, strict=True)),
+        step_seconds=raw.step_seconds,
+        exposed_comm_seconds=raw.exposed_comm_seconds,
+        compute_seconds=raw.compute_seconds,
+        mfu=raw.mfu,
+        tokens_per_second=raw.tokens_per_second,
+        step_details=step_details(topology, job, gpus, spec.class_names, raw),
         **shared,
     )
 
@@ -342,7 +378,12 @@ def refine(
         gpus=np.asarray(gpus, dtype=np.int64),
         # Priced on the state in the same call into the core.
         cost=_cost_report(
-            state.topology, spec, raw, **_shared_costs(state.topology, placement.job, gpus, state)
+            state.topology,
+            placement.job,
+            gpus,
+            spec,
+            raw,
+            **_shared_costs(state.topology, placement.job, gpus, state),
         ),
         solver=f"{placement.solver}+refine",
         elapsed_s=placement.elapsed_s + elapsed,
@@ -471,7 +512,7 @@ def _solve(
         topology=state.topology,
         gpus=np.asarray(gpus, dtype=np.int64),
         cost=_cost_report(
-            state.topology, spec, raw, **_shared_costs(state.topology, job, gpus, state)
+            state.topology, job, gpus, spec, raw, **_shared_costs(state.topology, job, gpus, state)
         ),
         solver=result.solver or solver,
         elapsed_s=elapsed,

@@ -86,6 +86,10 @@ def _dgx_h100_type() -> dict[str, Any]:
         # (one rail per GPU), as `nvidia-smi topo -m` on an HGX H100 shows.
         "nics": [f"mlx5_{i}" for i in range(8)],
         "gpu_nic": list(range(8)),
+        # NVLS all-reduce bus bandwidth inside the node: 470.73 GB/s measured by nccl-tests
+        # all_reduce_perf at 2 GiB on 8 x H100 SXM with NCCL's default algorithm choice
+        # (tests/data/nccl-tests/README.md; NVIDIA quotes ~480 GB/s for NVLS on HGX H100).
+        "nvls_gbps": 470.0,
     }
 
 
@@ -170,6 +174,10 @@ def gb200_nvl72(racks: int = 8) -> dict[str, Any]:
                 "power_w": 1200,  # GB200 NVL72: ~1.2 kW per Blackwell GPU (NVIDIA GB200 NVL72 spec)
                 "nics": [f"mlx5_{i}" for i in range(4)],
                 "gpu_nic": [0, 1, 2, 3],
+                # NVLS all-reduce bus bandwidth across one NVL72 rack: 834.57 GB/s measured by
+                # nccl-tests all_reduce_perf at 8 GiB on 72 GB200 GPUs (multi-node NVLink,
+                # CoreWeave nccl-tests README; tests/data/nccl-tests/README.md).
+                "nvls_gbps": 834.0,
             }
         },
         "nodes": nodes,

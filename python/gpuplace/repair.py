@@ -153,10 +153,17 @@ def repair(
             )
     state.specs[name] = job
     gpus = np.asarray(plan.gpus, dtype=np.int64)
-    cost_before = _cost_report(topology, spec, plan.report_before, **shared_before)
+    cost_before = _cost_report(topology, job, old, spec, plan.report_before, **shared_before)
     # Nothing moved: the state and the placement are as they were, and so is the cost.
     cost_after = (
-        _cost_report(topology, spec, plan.report_after, **_shared_costs(topology, job, gpus, state))
+        _cost_report(
+            topology,
+            job,
+            gpus,
+            spec,
+            plan.report_after,
+            **_shared_costs(topology, job, gpus, state),
+        )
         if plan.moves
         else cost_before
     )

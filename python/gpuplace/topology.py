@@ -27,6 +27,9 @@ from gpuplace.policy import ClusterPolicy
 __all__ = ["FORMAT", "Level", "Nics", "NodeType", "Topology", "nics_of"]
 
 FORMAT = "gpuplace.topology/1"
+#: NCCL's algorithms the cost model prices (``rust/core/src/nccl.rs``), for
+#: ``algorithm_efficiency``.
+ALGORITHMS = ("ring", "tree", "nvls", "collnet")
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,18 @@ class Level:
     bandwidth_gbps: float
     latency_us: float
     oversubscription: float = 1.0
+    #: The level's switches reduce in the network (SHARP), so NCCL can run CollNet over it.
+    sharp: bool = False
+
+
+def _peak_tflops(node_type: NodeType) -> float | None:
+    """Dense peak TFLOPS of one GPU of a host type: its ``peak_tflops``, else its
+    ``gpu_model`` in the core's table (``rust/core/src/gpu.rs``); None when unknown."""
+    if node_type.peak_tflops is not None:
+        return float(node_type.peak_tflops)
+    if node_type.gpu_model:
+        return _core.gpu_peak_tflops(node_type.gpu_model)
+    return None
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,11 @@ class NodeType:
     nics: tuple[str, ...] = ()
     #: Per local GPU, the index into ``nics`` of its NIC (its rail).
     gpu_nic: tuple[int, ...] | None = None
+    #: Dense peak TFLOPS per GPU, overriding the table looked up by ``gpu_model``.
+    peak_tflops: float | None = None
+    #: NVLink SHARP (NVLS) all-reduce bus bandwidth (GB/s) inside the NVLink domain, if the
+    #: NVSwitches have it; None: NCCL cannot use NVLS on these hosts.
+    nvls_gbps: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"gpus": self.gpus}
@@ -80,6 +100,10 @@ class NodeType:
             out["nics"] = list(self.nics)
         if self.gpu_nic is not None:
             out["gpu_nic"] = list(self.gpu_nic)
+        if self.peak_tflops is not None:
+            out["peak_tflops"] = self.peak_tflops
+        if self.nvls_gbps is not None:
+            out["nvls_gbps"] = self.nvls_gbps
         return out
 
 
@@ -102,6 +126,8 @@ class Topology:
         host_types: Sequence[str],
         host_domains: Sequence[Sequence[str]],
         provenance: Mapping[str, Any] | None = None,
+        host_count_factors: Sequence[float] = (),
+        algorithm_efficiency: Mapping[str, float] | None = None,
         uplink_gbps: Mapping[str, float] | None = None,
         power_domains: Sequence[Any] = (),
         power_phases: int = 1,
@@ -113,6 +139,14 @@ class Topology:
         #: Informational notes of an import (``sources``, ``warnings``, ``degraded_links``,
         #: ``parallel_links``); not part of the cost model nor of the fingerprint.
         self.provenance: dict[str, Any] = dict(provenance or {})
+        #: Correction of a collective's time by the number of hosts it spans (entry k-1 for k
+        #: hosts, the last beyond the end), fitted by :func:`gpuplace.calibrate`; () for none.
+        self.host_count_factors: tuple[float, ...] = tuple(float(f) for f in host_count_factors)
+        #: Bandwidth efficiency of NCCL's algorithms (``ALGORITHMS``; 1 when not given), fitted
+        #: by :func:`gpuplace.calibrate`.
+        self.algorithm_efficiency: dict[str, float] = {
+            a: float(v) for a, v in (algorithm_efficiency or {}).items() if v != 1.0
+        }
         self.levels: tuple[Level, ...] = tuple(levels)
         self.node_level = node_level
         self.nvlink_level = nvlink_level
@@ -208,6 +242,27 @@ class Topology:
             host_type_ids,
             local,
         )
+        nvls = [self.node_types[t].nvls_gbps or 0.0 for t in type_names]
+        nics = [len(self.node_types[t].nics) for t in type_names]
+        sharp = [lv.sharp for lv in self.levels]
+        eff = self.algorithm_efficiency
+        # The GPU peak of each host type (0: unknown), for step time and MFU in the core.
+        peaks = [_peak_tflops(self.node_types[t]) or 0.0 for t in type_names]
+        if any(nvls) or any(nics) or self.host_count_factors or any(sharp) or eff or any(peaks):
+            core = _core.topology_with_fabric(
+                core,
+                nvls,
+                nics,
+                list(self.host_count_factors),
+                sharp if any(sharp) else [],
+                (
+                    eff.get("ring", 1.0),
+                    eff.get("tree", 1.0),
+                    eff.get("nvls", 1.0),
+                    eff.get("collnet", 1.0),
+                ),
+                peaks if any(peaks) else [],
+            )
         from gpuplace.fabric import apply_uplink_capacity
 
         return apply_uplink_capacity(self, core)
@@ -369,6 +424,7 @@ class Topology:
         out: dict[str, Any] = {"format": FORMAT, "name": self.name}
         out["levels"] = [
             {"name": lv.name, "bandwidth_gbps": lv.bandwidth_gbps, "latency_us": lv.latency_us}
+            | ({"sharp": True} if lv.sharp else {})
             | ({"oversubscription": lv.oversubscription} if lv.oversubscription != 1 else {})
             for lv in self.levels
         ]
@@ -408,6 +464,10 @@ class Topology:
             run.append(host)
         flush()
         out["nodes"] = nodes
+        if self.host_count_factors:
+            out["host_count_factors"] = list(self.host_count_factors)
+        if self.algorithm_efficiency:
+            out["algorithm_efficiency"] = dict(self.algorithm_efficiency)
         if self.uplink_gbps:
             out["uplink_gbps"] = dict(self.uplink_gbps)
         if self.power_domains:

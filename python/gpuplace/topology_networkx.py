@@ -23,6 +23,9 @@ def to_networkx(self: Topology) -> Any:
     g = nx.DiGraph(
         name=self.name,
         levels=[(lv.name, lv.bandwidth_gbps, lv.latency_us) for lv in self.levels],
+        sharp_levels=[lv.name for lv in self.levels if lv.sharp],
+        host_count_factors=list(self.host_count_factors),
+        algorithm_efficiency=dict(self.algorithm_efficiency),
         node_level=self.node_level,
         nvlink_level=self.nvlink_level,
         node_types={t: nt.to_dict() for t, nt in self.node_types.items()},
@@ -57,7 +60,10 @@ def to_networkx(self: Topology) -> Any:
 def from_networkx(cls: type[Topology], graph: Any) -> Topology:
     """Inverse of :meth:`to_networkx`."""
     try:
-        levels = [Level(n, float(b), float(lat)) for n, b, lat in graph.graph["levels"]]
+        sharp = set(graph.graph.get("sharp_levels", ()))
+        levels = [
+            Level(n, float(b), float(lat), sharp=n in sharp) for n, b, lat in graph.graph["levels"]
+        ]
         node_level = int(graph.graph["node_level"])
         names = [lv.name for lv in levels]
         doc: dict[str, Any] = {
@@ -69,6 +75,7 @@ def from_networkx(cls: type[Topology], graph: Any) -> Topology:
                     "bandwidth_gbps": lv.bandwidth_gbps,
                     "latency_us": lv.latency_us,
                 }
+                | ({"sharp": True} if lv.sharp else {})
                 for lv in levels
             ],
             "node_level": names[node_level],
@@ -98,6 +105,10 @@ def from_networkx(cls: type[Topology], graph: Any) -> Topology:
                 }
             )
         doc["nodes"] = nodes
+        if graph.graph.get("host_count_factors"):
+            doc["host_count_factors"] = list(graph.graph["host_count_factors"])
+        if graph.graph.get("algorithm_efficiency"):
+            doc["algorithm_efficiency"] = dict(graph.graph["algorithm_efficiency"])
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise InvalidTopology(
             f"networkx graph: not a gpuplace topology graph (missing or bad {exc})"

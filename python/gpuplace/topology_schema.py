@@ -12,7 +12,7 @@ from gpuplace._validate import Checker
 from gpuplace.errors import InvalidTopology
 from gpuplace.hostlist import HostlistError, expand
 from gpuplace.policy import ClusterPolicy
-from gpuplace.topology import FORMAT, Level, NodeType
+from gpuplace.topology import ALGORITHMS, FORMAT, Level, NodeType
 
 if TYPE_CHECKING:
     from gpuplace.topology import Topology
@@ -44,6 +44,8 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
             "power_phases",
             "stores",
             *ClusterPolicy.SECTIONS,
+            "host_count_factors",
+            "algorithm_efficiency",
         },
     )
     if doc.get("format") != FORMAT:
@@ -57,7 +59,7 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
     for i, raw in enumerate(raw_levels):
         p = f"levels[{i}]"
         lv = c.mapping(raw, p)
-        c.keys(lv, p, {"name", "bandwidth_gbps", "latency_us", "oversubscription"})
+        c.keys(lv, p, {"name", "bandwidth_gbps", "latency_us", "oversubscription", "sharp"})
         lname = c.string(lv.get("name"), f"{p}.name")
         if not _NAME.match(lname):
             raise c.fail(f"{p}.name", f"use lowercase letters, digits, '-', '_'; got {lname!r}")
@@ -68,7 +70,10 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
                 lname,
                 c.number(lv.get("bandwidth_gbps"), f"{p}.bandwidth_gbps", positive=True),
                 c.number(lv.get("latency_us", 0.0), f"{p}.latency_us", minimum=0.0),
-                c.number(lv.get("oversubscription", 1.0), f"{p}.oversubscription", minimum=1.0),
+                sharp=_flag(c, lv.get("sharp", False), f"{p}.sharp"),
+                oversubscription=c.number(
+                    lv.get("oversubscription", 1.0), f"{p}.oversubscription", minimum=1.0
+                ),
             )
         )
     names = [lv.name for lv in levels]
@@ -150,6 +155,16 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
         str(k): c.number(v, f"uplink_gbps.{k}", positive=True)
         for k, v in c.mapping(doc.get("uplink_gbps", {}), "uplink_gbps").items()
     }
+    factors = [
+        c.number(v, f"host_count_factors[{i}]", positive=True)
+        for i, v in enumerate(c.sequence(doc.get("host_count_factors", []), "host_count_factors"))
+    ]
+    eff_doc = c.mapping(doc.get("algorithm_efficiency", {}), "algorithm_efficiency")
+    efficiency = {}
+    for a, v in eff_doc.items():
+        if a not in ALGORITHMS:
+            raise c.fail(f"algorithm_efficiency.{a}", f"expected one of {', '.join(ALGORITHMS)}")
+        efficiency[a] = c.number(v, f"algorithm_efficiency.{a}", positive=True)
     try:
         topology = cls(
             name=name,
@@ -165,6 +180,8 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
             power_domains=power_domains,
             power_phases=power_phases,
             stores=stores,
+            host_count_factors=factors,
+            algorithm_efficiency=efficiency,
         )
     except InvalidTopology as exc:
         raise c.fail("", _domain_message(str(exc), levels, host_domains, hosts)) from None
@@ -182,6 +199,12 @@ def _domain_name(c: Checker, value: Any, path: str) -> str:
     return c.string(value, path)
 
 
+def _flag(c: Checker, value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise c.fail(path, f"expected true or false, got {value!r}")
+    return value
+
+
 def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> NodeType:
     nt = c.mapping(raw, p)
     c.keys(
@@ -196,6 +219,8 @@ def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> No
             "link_classes",
             "nics",
             "gpu_nic",
+            "peak_tflops",
+            "nvls_gbps",
         },
     )
     gpus = c.integer(nt.get("gpus"), f"{p}.gpus", minimum=1)
@@ -280,6 +305,12 @@ def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> No
     model = nt.get("gpu_model")
     if model is not None:
         model = c.string(model, f"{p}.gpu_model")
+    peak = None
+    if nt.get("peak_tflops") is not None:
+        peak = c.number(nt["peak_tflops"], f"{p}.peak_tflops", positive=True)
+    nvls = None
+    if nt.get("nvls_gbps") is not None:
+        nvls = c.number(nt["nvls_gbps"], f"{p}.nvls_gbps", positive=True)
     return NodeType(
         name=tname,
         gpus=gpus,
@@ -290,6 +321,8 @@ def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> No
         link_classes=classes,
         nics=nics,
         gpu_nic=gpu_nic,
+        peak_tflops=peak,
+        nvls_gbps=nvls,
     )
 
 

@@ -27,8 +27,8 @@ def print_report(report: SuiteReport, console: Console) -> None:
     """One row per instance (each solver's comm ms per step, x its ratio to the best), then the
     summary and greedy's head-to-head ratios on the fragmented states."""
     table = Table(
-        title="comm ms per step, x its ratio to the best solver on the instance; "
-        "! breaks confinement, - infeasible for that policy",
+        title="comm ms per step, x its ratio to the best solver on the instance, MFU where the "
+        "job declares its compute; ! breaks confinement, - infeasible for that policy",
         title_justify="left",
     )
     for col in ("cluster", "occ", "job"):
@@ -41,6 +41,8 @@ def print_report(report: SuiteReport, console: Console) -> None:
         if r.status == "ok":
             mark = "" if r.confinement_ok else "!"
             cell[r.solver] = f"{_ms(r.comm_seconds)}{mark} x{r.ratio_to_best:.2f}"
+            if r.mfu is not None:
+                cell[r.solver] += f" MFU {100 * r.mfu:.0f}%"
             if r.gap_to_optimum is not None:
                 cell[r.solver] += f" gap {100 * r.gap_to_optimum:.1f}%"
         else:
@@ -62,6 +64,7 @@ def print_report(report: SuiteReport, console: Console) -> None:
         "skipped",
         "confinement broken",
         "median solve ms",
+        "mean MFU",
     ):
         summary.add_column(col, justify="right" if col != "solver" else "left")
     for name, s in report.summary.items():
@@ -75,6 +78,7 @@ def print_report(report: SuiteReport, console: Console) -> None:
             str(s["skipped"]),
             str(s["confinement_broken"]),
             "" if solve is None else f"{solve:.2f}",
+            "" if s.get("mean_mfu") is None else f"{100 * s['mean_mfu']:.1f}%",
         )
     console.print(summary)
     if report.greedy_vs:

@@ -51,7 +51,11 @@ def fmt_bytes(b: float) -> str:
     return f"{b:.0f} B"
 
 
-def print_placement(p: Placement) -> None:
+def print_placement(p: Placement, comparison: dict[str, Any] | None = None) -> None:
+    """The placement as a table: comm per class (with the NCCL algorithm priced), bytes per
+    level, step time and MFU, and the comparison line against first-fit when given."""
+    from gpuplace.report import add_step_rows
+
     table = Table(
         title=f"{p.job.name} on {p.topology.name}", show_header=False, title_justify="left"
     )
@@ -63,7 +67,10 @@ def print_placement(p: Placement) -> None:
     table.add_row("spans", p.cost.span_level or "one GPU")
     table.add_row("comm per step", f"{p.cost.comm_seconds * 1e3:.3f} ms (no overlap assumed)")
     for name, seconds in p.cost.class_seconds.items():
-        table.add_row(f"  {name}", f"{seconds * 1e3:.3f} ms")
+        algorithm = p.cost.class_algorithms.get(name)
+        table.add_row(
+            f"  {name}", f"{seconds * 1e3:.3f} ms" + (f" ({algorithm})" if algorithm else "")
+        )
     if p.cost.traffic_seconds:
         table.add_row("  explicit traffic", f"{p.cost.traffic_seconds * 1e3:.3f} ms")
     for level, b in p.cost.bytes_by_level.items():
@@ -71,6 +78,7 @@ def print_placement(p: Placement) -> None:
     table.add_row("confinement", "ok" if p.cost.confinement_ok else "; ".join(p.cost.violations))
     for label, value in placement_rows(p):
         table.add_row(label, value)
+    add_step_rows(table, p.cost, comparison)
     if p.bound is not None:
         table.add_row("bound / gap", f"{p.bound * 1e3:.3f} ms / {100 * (p.gap or 0):.2f} %")
     table.add_row("solve time", f"{p.elapsed_s * 1e3:.2f} ms")

@@ -18,6 +18,7 @@ from gpuplace.commands.fabric_report import print_fabric
 from gpuplace.io import writers
 from gpuplace.job import Job
 from gpuplace.placement import Placement, place
+from gpuplace.report import compare_to_baseline
 from gpuplace.state import ClusterState
 
 __all__ = ["EMITTERS", "place_cmd"]
@@ -93,6 +94,7 @@ def place_cmd(
         else:
             state = ClusterState(topology)
         placement = place(state, job, solver, seed=seed, time_limit=time_limit, preempt=preempt)
+        comparison = compare_to_baseline(state, placement)
         # Render every output before changing anything, so an output that cannot be written
         # for this placement (torchrun with interleaved hosts) leaves the state file as it was.
         rendered = [(path, EMITTERS[kind](placement)) for kind, path in targets]
@@ -102,9 +104,9 @@ def place_cmd(
     for path, text in rendered:
         write_atomically(path, text if text.endswith("\n") else text + "\n")
     if fmt == "json":
-        click.echo(json.dumps(placement.to_dict()))
+        click.echo(json.dumps({**placement.to_dict(), "comparison": comparison}))
     else:
-        print_placement(placement)
+        print_placement(placement, comparison)
         if state_path is not None:
             out.print(
                 f"allocated in {state_path}: {state.free_gpus} of {topology.num_gpus} GPUs free"

@@ -11,7 +11,9 @@ from gpuplace.io.gpu_query import read_nvidia_smi_query
 from gpuplace.io.ibnetdiscover import read_ibnetdiscover
 from gpuplace.io.mig import read_nvidia_smi_mig, read_nvidia_smi_mig_instances
 from gpuplace.io.model import Fabric, Host, Link, NodeType, Switch, to_topology_dict
+from gpuplace.io.nccl_tests import NcclTestsRow, NcclTestsRun, read_nccl_tests
 from gpuplace.io.nvidia_smi import read_nvidia_smi_topo
+from gpuplace.io.placement_table import read_placement_table
 from gpuplace.io.qaplib import read_qaplib, read_qaplib_solution
 from gpuplace.io.rocm_smi import read_rocm_smi_topo
 from gpuplace.io.slurm import read_slurm_topology
@@ -32,6 +34,8 @@ __all__ = [
     "Fabric",
     "Host",
     "Link",
+    "NcclTestsRow",
+    "NcclTestsRun",
     "NodeType",
     "Switch",
     "k8s_node_affinity",
@@ -39,10 +43,12 @@ __all__ = [
     "read_ec2_topology",
     "read_ibnetdiscover",
     "read_k8s_nodes",
+    "read_nccl_tests",
     "read_nvidia_smi_mig",
     "read_nvidia_smi_mig_instances",
     "read_nvidia_smi_query",
     "read_nvidia_smi_topo",
+    "read_placement_table",
     "read_qaplib",
     "read_qaplib_solution",
     "read_rocm_smi_topo",

@@ -7,6 +7,7 @@ The size rule (:func:`cpsat_fits`) is derived from ``benches/bench_cpsat.py`` (2
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from gpuplace.errors import GpuplaceError
@@ -48,8 +49,13 @@ def cpsat_fits(state: ClusterState, job: Job) -> tuple[bool, str]:
     if inst.infeasible is not None:
         return True, "infeasible: cpsat says why"
     candidates = cpsat.candidate_gpus(inst)
-    if state.pricing_view().any_degraded(candidates) and cpsat_gpus.fits(job.gpus, len(candidates)):
-        return True, f"GPU-level model over {len(candidates)} GPUs, some of them degraded"
+    if state.pricing_view().any_degraded(candidates):
+        exact = cpsat_gpus.exact_prices(job, state.topology)
+        placements = math.perm(len(candidates), job.gpus)
+        if not exact and placements <= cpsat.ENUMERATE_MAX:
+            return True, f"enumeration of {placements} placements, some GPUs degraded"
+        if exact and cpsat_gpus.fits(job.gpus, len(candidates)):
+            return True, f"GPU-level model over {len(candidates)} GPUs, some of them degraded"
     limit = RULE[inst.formulation]
     if inst.size > _PRESCREEN:
         return False, f"{inst.formulation} model with {inst.size} main variables"

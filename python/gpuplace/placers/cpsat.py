@@ -13,6 +13,17 @@ member; classes are summed. Explicit-traffic jobs cost ``sum T[i,j] / B[lca(i,j)
 placement's cost depends only on *which lowest-level domain* ("site": a host, or a PCIe switch
 on hosts with sublevels) each rank lands in: GPUs of one site are interchangeable.
 
+That restatement is exact inside NVLink domains without NVLS. The core also prices NCCL's
+algorithms (``rust/core/src/nccl.rs``): a hop out of the NVLink domain drives one NIC share per
+GPU of the group on its smaller side, and each all-reduce takes the fastest of ring, tree and
+NVLS. Those depend on how many of a group's GPUs share each host, not only on the span level,
+so the per-level prices (``cost::collective_seconds_by_level``) are lower bounds there: the
+model is a relaxation, its ``bound`` stays valid, its answer is polished by the core's
+``refine`` on the true cost, and ``optimal`` is claimed only when the evaluated cost meets the
+bound. Where it does not and the instance is tiny (at most :data:`ENUMERATE_MAX` placements:
+candidate GPUs permuting the ranks), every placement is priced by the core's evaluator instead,
+a proof by enumeration.
+
 Formulation
 -----------
 *Blocks.* Ranks whose groups are confined to the lowest level (tp inside an NVLink domain when
@@ -89,11 +100,16 @@ Degraded hardware
 -----------------
 Everything above assumes GPUs of one site are interchangeable, which degraded hardware breaks
 (the state's pricing view, :mod:`gpuplace.pricing`, says which GPUs are slowed). When some
-candidate GPU is degraded, :func:`solve` uses the GPU-level model of
-:mod:`gpuplace.placers.cpsat_gpus` (exact on the real prices) when it fits, and otherwise the
-cheapest on the real prices of: this model on the GPUs no degradation touches, this model on
-every candidate priced healthy (every price a lower bound, so its bound stays valid) and
-``refine``; ``optimal`` is then claimed only when that cost meets the bound.
+candidate GPU is degraded and the placements number at most :data:`ENUMERATE_MAX` (candidates
+permuting the ranks), :func:`solve` prices every one with the core's evaluator: a proof by
+enumeration. Otherwise it uses the GPU-level model of
+:mod:`gpuplace.placers.cpsat_gpus` when it fits. Its prices are the core's for point-to-point,
+all-to-all and explicit traffic, so there its ``optimal`` is a proof on the real prices. Ring
+collectives follow NCCL's ring order and algorithms, which that model only approximates: its
+placement is then one candidate, and the answer is the cheapest on the real prices of it,
+greedy, this module's model on the GPUs no degradation touches, this model on every candidate
+priced healthy (every price a lower bound, so its bound stays valid) and ``refine``;
+``optimal`` is then claimed only when that cost meets the bound.
 
 Limits
 ------
@@ -122,6 +138,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from ortools.sat.python import cp_model
 
+from gpuplace import _core
 from gpuplace.errors import GpuplaceError, Infeasible
 from gpuplace.placement import SolveResult, evaluate, place, register_solver
 from gpuplace.placers import cpsat_gpus
@@ -134,6 +151,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TIME_LIMIT_S",
+    "ENUMERATE_MAX",
     "OBJECTIVE_RANGE",
     "WORKERS_ENV",
     "Instance",
@@ -146,6 +164,9 @@ __all__ = [
 
 #: Time limit (s) when the caller gives none.
 DEFAULT_TIME_LIMIT_S = 10.0
+#: Most placements (candidates permute ranks) enumerated outright on degraded hardware, where
+#: the GPU-level model's prices are not the core's: 50,000 evaluations take about 0.1 s.
+ENUMERATE_MAX = 50_000
 #: Environment variable overriding the default number of CP-SAT workers.
 WORKERS_ENV = "GPUPLACE_CPSAT_WORKERS"
 #: The objective's scale: the largest possible objective is about this many quanta.
@@ -267,8 +288,11 @@ def _collective_price(
     topo: Topology, kind: str, n: int, size_bytes: float, count: float
 ) -> list[float]:
     """Seconds per step of ``count`` calls of one collective of ``n`` ranks at each span level,
-    from the core's cost formulas (``cost::collective_seconds_by_level``): the model prices
-    exactly what the evaluator charges."""
+    from the core's cost formulas (``cost::collective_seconds_by_level``): exactly what the
+    evaluator charges inside the NVLink domain (without NVLS), and a lower bound above it,
+    where the evaluator's price also depends on how many GPUs of the group share each host
+    (NIC shares) and on the NCCL algorithm chosen. The bound stays valid; ``optimal`` is
+    claimed only when the evaluated cost meets it."""
     per_call = topo._core.collective_seconds_by_level(kind, n, float(size_bytes))
     return [count * t for t in per_call]
 
@@ -1017,7 +1041,24 @@ def solve(
         return _solve_degraded(
             state, job, inst, view, candidates, greedy_gpus, greedy_error, limit, workers, seed
         )
-    return _solve_blocks(state, job, inst, greedy_gpus, greedy_error, limit, workers, seed, start)
+    result = _solve_blocks(state, job, inst, greedy_gpus, greedy_error, limit, workers, seed, start)
+    placements = math.perm(len(candidates), job.gpus)
+    if result.optimal or placements > ENUMERATE_MAX:
+        return result
+    # The block model's prices are lower bounds where NCCL's algorithms depend on more than
+    # the span level; a tiny instance is then settled by enumeration.
+    best = _enumerate(state, job, candidates)
+    assert best is not None  # the block model found a placement that meets the rules
+    cost, gpus = best
+    details = {
+        "formulation": "enumeration",
+        "placements": placements,
+        "block_model": result.details,
+        "placement_from": "enumeration",
+        "wall_s": time.perf_counter() - start,
+        "gap": 0.0,
+    }
+    return SolveResult(gpus=gpus, optimal=True, bound=cost, solver="cpsat", details=details)
 
 
 def candidate_gpus(inst: Instance) -> np.ndarray:
@@ -1138,12 +1179,28 @@ def _solve_blocks(
             f"cpsat found no placement of {job.name} within {limit:g} s ({status_name}); "
             "raise time_limit or use solver='greedy'"
         )
+    # The model's prices above the NVLink domain are lower bounds (see _collective_price):
+    # polish on the evaluator's cost by the core's local search, which never makes it worse.
+    polished, _, _, _, accepted = _core.refine(
+        state._core, job.compile(topo), np.asarray(gpus, dtype=np.int64), 0.2, seed, 20_000
+    )
+    if (
+        accepted
+        and evaluate(topo, job, polished).comm_seconds < evaluate(topo, job, gpus).comm_seconds
+    ):
+        gpus, chosen = np.asarray(polished, dtype=np.int64), f"{chosen}+refine"
     details["placement_from"] = chosen
     details["wall_s"] = time.perf_counter() - start
     optimal = status == cp_model.OPTIMAL
     if bound is not None:
         cost = evaluate(topo, job, gpus, state=state).comm_seconds
         details["gap"] = 0.0 if cost <= 0 else float(max(0.0, (cost - bound) / cost))
+        # Above the NVLink domain the model's prices are lower bounds (the evaluator's NIC
+        # shares depend on GPUs per host, see _collective_price): optimal only when the
+        # evaluated cost meets the bound.
+        optimal = bool(optimal and cost <= bound + 2 * rounding + 1e-9 * cost)
+    else:
+        optimal = False
     return SolveResult(gpus=gpus, optimal=optimal, bound=bound, solver="cpsat", details=details)
 
 
@@ -1168,6 +1225,23 @@ def _interchangeable_ranks(job: Job, topo: Topology) -> list[list[list[int]]]:
     return [_value_blocks(rank_coords, columns, j) for j in columns]
 
 
+def _enumerate(
+    state: ClusterState, job: Job, candidates: np.ndarray
+) -> tuple[float, np.ndarray] | None:
+    """The cheapest placement on the real prices among every injective map of the ranks onto
+    ``candidates`` that meets the job's rules, priced by the core's evaluator (about 2 us
+    each); None when none meets them."""
+    topo_core, state_core = state.topology._core, state._core
+    spec = job.compile(state.topology)
+    best: tuple[float, np.ndarray] | None = None
+    for perm in itertools.permutations(candidates.tolist(), job.gpus):
+        gpus = np.asarray(perm, dtype=np.int64)
+        report = _core.evaluate(topo_core, spec, gpus, state_core)
+        if report.confinement_ok and (best is None or report.comm_seconds < best[0]):
+            best = (report.comm_seconds, gpus)
+    return best
+
+
 def _solve_degraded(
     state: ClusterState,
     job: Job,
@@ -1182,12 +1256,13 @@ def _solve_degraded(
 ) -> SolveResult:
     """Some candidate GPU is degraded, so GPUs of one site are no longer interchangeable.
 
-    Small instances get the exact GPU-level model (:mod:`gpuplace.placers.cpsat_gpus`), whose
-    ``optimal`` is a proof on the real prices. Larger ones get three candidates, the cheapest
-    on the real prices winning: the block model on the GPUs no degradation touches (exact
-    there), the block model on every candidate priced healthy (a relaxation: every price is a
-    lower bound, so its bound is valid for the real prices), and ``refine``. ``optimal`` is
-    then claimed only when the winner's real cost meets that bound."""
+    Small instances get the GPU-level model (:mod:`gpuplace.placers.cpsat_gpus`). Where its
+    prices are the core's (:func:`cpsat_gpus.exact_prices`: point-to-point, all-to-all and
+    explicit traffic), its ``optimal`` is a proof on the real prices. Otherwise its placement is
+    one candidate among: the block model on the GPUs no degradation touches (exact there), the
+    block model on every candidate priced healthy (a relaxation: every price is a lower bound,
+    so its bound is valid for the real prices), greedy and ``refine``; the cheapest on the real
+    prices wins, and ``optimal`` is claimed only when its real cost meets that bound."""
     start = time.perf_counter()
     topo = state.topology
 
@@ -1195,42 +1270,61 @@ def _solve_degraded(
         report = evaluate(topo, job, gpus, state=state)
         return report.comm_seconds if report.confinement_ok else math.inf
 
+    def infeasible() -> Infeasible:
+        return Infeasible(
+            greedy_error
+            or f"{job.name}: no placement satisfies the confinement rules "
+            f"({dict(job.confine)}, max_span={job.max_span}) on the free GPUs"
+        )
+
     options: list[tuple[float, np.ndarray, str]] = []
     if greedy_gpus is not None:
         options.append((real_cost(greedy_gpus), greedy_gpus, "greedy"))
     details: dict[str, Any] = {"degraded_candidates": int(view.degraded[candidates].sum())}
-    if cpsat_gpus.fits(job.gpus, len(candidates)):
+    bound: float | None = None
+    proven = False
+    exact_prices = cpsat_gpus.exact_prices(job, topo)
+    if not exact_prices and math.perm(len(candidates), job.gpus) <= ENUMERATE_MAX:
+        best = _enumerate(state, job, candidates)
+        if best is None:
+            raise infeasible()
+        details.update(formulation="enumeration", placements=math.perm(len(candidates), job.gpus))
+        details["placement_from"] = "enumeration"
+        details["wall_s"] = time.perf_counter() - start
+        details["gap"] = 0.0
+        cost, gpus = best
+        return SolveResult(gpus=gpus, optimal=True, bound=cost, solver="cpsat", details=details)
+    gpu_model = cpsat_gpus.fits(job.gpus, len(candidates))
+    if gpu_model:
         exact = cpsat_gpus.solve_gpus(
             view,
             job,
             topo,
             candidates,
             max_span=inst.max_span,
-            time_limit=limit,
+            time_limit=limit if exact_prices else limit / 2,
             num_workers=workers,
             seed=seed,
             hint=greedy_gpus,
             interchangeable=_interchangeable_ranks(job, topo),
         )
-        details.update(exact.details)
         if exact.status == "INFEASIBLE":
             if greedy_gpus is not None:
                 raise GpuplaceError(
                     f"cpsat: the GPU model of {job.name} is infeasible although greedy placed "
                     "it (a bug in gpuplace's model)"
                 )
-            raise Infeasible(
-                greedy_error
-                or f"{job.name}: no placement satisfies the confinement rules "
-                f"({dict(job.confine)}, max_span={job.max_span}) on the free GPUs"
-            )
+            raise infeasible()
         if exact.gpus is not None:
             options.append((real_cost(exact.gpus), exact.gpus, "cpsat"))
-        bound, proven = exact.bound, exact.optimal
-    else:
+        if exact_prices:
+            details.update(exact.details)
+            bound, proven = exact.bound, exact.optimal
+        else:
+            details["gpu_model"] = exact.details
+    if not (gpu_model and exact_prices):
         details["formulation"] = inst.formulation + " (relaxed: degraded hardware priced healthy)"
-        share = limit / 2
-        bound, proven = None, False
+        share = max(0.01, (limit - (time.perf_counter() - start)) / 2)
         try:
             relaxed = _solve_blocks(
                 state,

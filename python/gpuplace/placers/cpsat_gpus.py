@@ -22,8 +22,15 @@ model decides the GPU of every rank and prices every group exactly as the cost m
   ``T / B(i, j)`` per rank pair placed on ``(i, j)``. Confinement and ``max_span`` use the same
   exact indicators.
 
-So the model's optimum is the cost model's optimum (up to rounding to quanta), and
-``optimal=True`` is a proof on the state's real prices. The model has ``ranks x candidates``
+These are the cost model's prices for point-to-point, all-to-all and explicit traffic, so for
+jobs that communicate only that way (:func:`exact_prices`) the model's optimum is the cost
+model's optimum (up to rounding to quanta), and ``optimal=True`` is a proof on the state's real
+prices. Ring collectives (all-reduce, all-gather, reduce-scatter) are priced by the core as NCCL
+runs them: in NCCL's ring order (NVLink domains by lowest rank), with NIC shares on fabric hops
+and, for all-reduce, the fastest of ring, tree, NVLS and CollNet (``rust/core/src/nccl.rs``).
+The id-order ring above is then only an approximation, neither above nor below the real price,
+so :mod:`gpuplace.placers.cpsat` uses the model's placement as a candidate and takes its bound
+and any optimality claim from the relaxed block model instead. The model has ``ranks x candidates``
 assignment variables and ``candidates**2`` hop constraints per group (each a few terms: the
 count of used GPUs before each candidate is a running sum), so it is used only up to
 :data:`MAX_CANDIDATES` GPUs and :data:`MAX_ASSIGNMENTS` assignment variables. The job's
@@ -51,6 +58,7 @@ __all__ = [
     "MAX_ASSIGNMENTS",
     "MAX_CANDIDATES",
     "GpuModelResult",
+    "exact_prices",
     "fits",
     "order_by_first_position",
     "solve_gpus",
@@ -89,6 +97,24 @@ def order_by_first_position(
 def fits(num_ranks: int, num_candidates: int) -> bool:
     """Whether the GPU-level model is small enough to build and prove."""
     return num_candidates <= MAX_CANDIDATES and num_ranks * num_candidates <= MAX_ASSIGNMENTS
+
+
+#: Kinds whose price the model states exactly as the core's cost model does.
+_EXACT_KINDS = frozenset({"p2p", "all-to-all"})
+
+
+def exact_prices(job: Job, topology: Topology) -> bool:
+    """Whether the model's prices are the core's for this job on this topology: explicit
+    traffic or only point-to-point and all-to-all collectives (ring collectives follow NCCL's
+    ring order and algorithms, see the module docs), no host-count factors, and no fabric
+    contention (every level's uplinks at full capacity, so running jobs slow nobody)."""
+    if topology.host_count_factors or topology.uplink_gbps:
+        return False
+    if any(lv.oversubscription != 1 for lv in topology.levels):
+        return False
+    if job.traffic is not None:
+        return True
+    return all(c.kind in _EXACT_KINDS for c in job.resolved_communication().values())
 
 
 @dataclass

@@ -172,6 +172,9 @@ class Result:
     confinement_ok: bool | None = None
     gpus_valid: bool | None = None
     note: str = ""
+    #: Step time and MFU from the core's step model, for jobs that declare their compute.
+    step_seconds: float | None = None
+    mfu: float | None = None
 
     @property
     def instance(self) -> tuple[str, float, str]:
@@ -306,6 +309,8 @@ def run_suite(
                     confinement_ok=cost.confinement_ok,
                     gpus_valid=_valid(state, placement),
                     note="" if cost.confinement_ok else "; ".join(cost.violations[:2]),
+                    step_seconds=cost.step_seconds,
+                    mfu=cost.mfu,
                 )
             )
     _fill_ratios(results)
@@ -355,6 +360,11 @@ def _summaries(
                 else None
             ),
             "confinement_broken": sum(r.confinement_ok is False for r in ok),
+            "mean_mfu": (
+                float(np.mean([r.mfu for r in ok if r.mfu is not None]))
+                if any(r.mfu is not None for r in ok)
+                else None
+            ),
         }
     greedy_vs: dict[str, dict[str, Any]] = {}
     if "greedy" in names:

@@ -12,9 +12,12 @@ so a job placed as well as on the empty cluster runs at speed 1 and a job whose 
 as long takes twice as long. In a what-if between two clusters the reference is one of them
 (``simulate(..., reference=)``), so faster GPUs and fabrics run the same work faster. The step time comes from:
 
-1. ``report.step_seconds`` when the cost report carries it (the core's step-time model, which
-   also prices compute, overlap and, with fabric contention, the other jobs' traffic);
-2. otherwise the documented comm-based rule: ``compute_seconds + report.comm_seconds``, where
+1. ``report.step_seconds``, the core's step-time model (``rust/core/src/step.rs``), which also
+   prices compute, the pipeline bubble, overlap (dp under the backward pass) and, with fabric
+   contention, the other jobs' traffic. The core's cost report carries it for every job with a
+   model on GPUs whose peak is known (a host type's ``peak_tflops`` or its ``gpu_model`` in the
+   core's table), so it is what simulated jobs run at;
+2. otherwise (a GPU whose peak the core does not know) the documented comm-based rule: ``compute_seconds + report.comm_seconds``, where
    ``comm_seconds`` is the core's communication time per step (no overlap with compute, as the
    cost model assumes) and ``compute_seconds`` is the job's model FLOPs per GPU per step
    (``6 * parameters * tokens per step / GPUs``, Kaplan et al. 2020; Narayanan et al., SC21)

@@ -12,9 +12,12 @@
 //! | all-to-all | n-1 | (n-1)/n · S |
 //! | point-to-point | 1 | S |
 //!
-//! The ring visits the group's GPUs in GPU-id order (which follows the topology); its
-//! bandwidth `B` is that of its slowest hop, its latency that of the highest level it spans.
-//! An all-to-all is limited by its slowest pair. Time = count · (steps · latency + bytes / B).
+//! The ring visits hosts in the order of their lowest rank and each host's GPUs in id order,
+//! as NCCL builds it; its bandwidth `B` is that of its slowest hop (a hop out of the NVLink
+//! domain counting one NIC share per GPU of the group on its smaller side), its latency that of
+//! the highest level it spans. An all-reduce takes the fastest of ring, tree and NVLS, as
+//! NCCL's tuner does ([`crate::nccl`] gives the algorithms and their sources). An all-to-all
+//! is limited by its slowest pair. Time = count · (steps · latency + bytes / B).
 //!
 //! Collectives of one class (e.g. the tp all-reduces of every tp group) run concurrently: a
 //! class costs its slowest member. Classes run one after another (no overlap of communication
@@ -54,7 +57,9 @@
 use crate::error::{CoreError, Result};
 use crate::fabric::Background;
 use crate::job::{CollectiveKind, JobSpec};
+use crate::nccl::{self, Algorithm, NVLS_LATENCY_US};
 use crate::state::ClusterState;
+use crate::step::StepReport;
 use crate::topology::Topology;
 
 /// Costs of one placement.
@@ -64,6 +69,8 @@ pub struct CostReport {
     pub comm_seconds: f64,
     /// Time per collective class (s): the slowest collective of the class.
     pub class_seconds: Vec<f64>,
+    /// The algorithm NCCL would run for the slowest collective of each class.
+    pub class_algorithms: Vec<Algorithm>,
     /// Time of the explicit traffic (s), included in `comm_seconds`.
     pub traffic_seconds: f64,
     /// Bytes per step whose path's lowest common level is each level.
@@ -74,6 +81,9 @@ pub struct CostReport {
     pub confinement_ok: bool,
     /// What broke confinement, in words (at most [`MAX_VIOLATIONS`] entries).
     pub violations: Vec<String>,
+    /// Step time, MFU and tokens/s from these class times ([`crate::step`]), when the job
+    /// declares its compute and the peak of every host type it uses is known.
+    pub step: Option<StepReport>,
 }
 
 pub const MAX_VIOLATIONS: usize = 8;
@@ -157,9 +167,42 @@ struct Scratch {
     members: Vec<u32>,
 }
 
-/// Time (s) of one call of a collective over `members` (GPU ids, reordered in place). When
-/// `bytes_by_level` is given, adds the bytes of `weight` calls to it.
+/// Time (s) of one call of a collective over `members` (GPU ids in rank order, reordered in
+/// place into NCCL's ring order). When `bytes_by_level` is given, adds the bytes of `weight`
+/// calls to it.
 pub(crate) fn collective_cost(
+    topo: &Topology,
+    kind: CollectiveKind,
+    bytes: f64,
+    members: &mut [u32],
+    bytes_by_level: Option<&mut [f64]>,
+    weight: f64,
+    health: Health<'_>,
+) -> f64 {
+    collective_cost_algo(topo, kind, bytes, members, bytes_by_level, weight, health).0
+}
+
+/// [`collective_cost`] and the algorithm chosen (see [`crate::nccl`]).
+pub(crate) fn collective_cost_algo(
+    topo: &Topology,
+    kind: CollectiveKind,
+    bytes: f64,
+    members: &mut [u32],
+    bytes_by_level: Option<&mut [f64]>,
+    weight: f64,
+    health: Health<'_>,
+) -> (f64, Algorithm) {
+    let (t, algorithm) = priced(topo, kind, bytes, members, bytes_by_level, weight, health);
+    if !topo.has_host_count_factors() || members.len() < 2 {
+        return (t, algorithm);
+    }
+    let mut hosts: Vec<usize> = members.iter().map(|&g| topo.node_of(g as usize)).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    (t * topo.host_count_factor(hosts.len()), algorithm)
+}
+
+fn priced(
     topo: &Topology,
     kind: CollectiveKind,
     bytes: f64,
@@ -167,10 +210,10 @@ pub(crate) fn collective_cost(
     mut bytes_by_level: Option<&mut [f64]>,
     weight: f64,
     health: Health<'_>,
-) -> f64 {
+) -> (f64, Algorithm) {
     let n = members.len();
     if n < 2 {
-        return 0.0;
+        return (0.0, Algorithm::Ring);
     }
     let levels = topo.levels();
     let nf = n as f64;
@@ -182,19 +225,20 @@ pub(crate) fn collective_cost(
         }
         let share =
             crate::fabric::collective_share(topo, health.fabric, health.class_load, kind, members);
-        return call_seconds(
+        let t = call_seconds(
             kind,
             n,
             bytes,
             levels[l].latency_us,
             health.bandwidth(topo, a, b, l) * share,
         );
+        return (t, Algorithm::P2p);
     }
-    members.sort_unstable();
     let (_, per_rank) = ring_terms(kind, n, bytes);
     let mut span = 0usize;
     let mut slowest = f64::INFINITY;
     if kind == CollectiveKind::AllToAll {
+        members.sort_unstable();
         // Every ordered pair exchanges S/n bytes.
         let pair_bytes = bytes / nf * weight;
         for i in 0..n {
@@ -208,20 +252,74 @@ pub(crate) fn collective_cost(
                 slowest = slowest.min(health.bandwidth(topo, a, b, l));
             }
         }
-    } else {
-        for i in 0..n {
-            let (a, b) = (members[i] as usize, members[(i + 1) % n] as usize);
-            let l = topo.lca(a, b);
-            if let Some(acc) = bytes_by_level.as_deref_mut() {
-                acc[l] += per_rank * weight;
+        slowest *=
+            crate::fabric::collective_share(topo, health.fabric, health.class_load, kind, members);
+        let t = call_seconds(kind, n, bytes, levels[span].latency_us, slowest);
+        return (t, Algorithm::Pairwise);
+    }
+    nccl::ring_order(topo, members);
+    let runs = nccl::host_runs(topo, members);
+    let nvlink = topo.nvlink_level();
+    for (_, _, l, _) in nccl::ring_edges(topo, members, &runs) {
+        if let Some(acc) = bytes_by_level.as_deref_mut() {
+            acc[l] += per_rank * weight;
+        }
+        span = span.max(l);
+    }
+    // Slowest hop inside NVLink domains, and slowest hop out of them (NIC shares included).
+    let (intra, mut inter) = nccl::ring_bandwidths(topo, members, &runs, |a, b, l| {
+        health.bandwidth(topo, a, b, l)
+    });
+    // Contention: the fabric's uplinks (only hops out of the NVLink domain reach them) are
+    // shared with the running jobs and, on an oversubscribed fabric, the class's collectives.
+    // The flows are the ring's, in NCCL's ring order (`crate::fabric::ordered_members`).
+    if inter.is_finite() {
+        inter *=
+            crate::fabric::collective_share(topo, health.fabric, health.class_load, kind, members);
+    }
+    let slowest = intra.min(inter);
+    let [ring_eff, tree_eff, nvls_eff, collnet_eff] = topo.algorithm_efficiency();
+    let ring = call_seconds(kind, n, bytes, levels[span].latency_us, slowest * ring_eff);
+    if kind != CollectiveKind::AllReduce {
+        return (ring, Algorithm::Ring);
+    }
+    let mut best = (ring, Algorithm::Ring);
+    if span <= nvlink {
+        // NVLS inside one NVLink domain whose switches have it; degraded hardware slows it by
+        // the same factor as the ring.
+        let nvls = members
+            .iter()
+            .map(|&g| topo.nvls_gbps(g as usize))
+            .fold(f64::INFINITY, f64::min);
+        if nvls > 0.0 {
+            let healthy = topo.effective_bandwidth(span);
+            let factor = (slowest / healthy).min(1.0);
+            let t = NVLS_LATENCY_US * 1e-6 + per_rank / (nvls * factor * nvls_eff * 1e9);
+            if t < best.0 {
+                best = (t, Algorithm::Nvls);
             }
-            span = span.max(l);
-            slowest = slowest.min(health.bandwidth(topo, a, b, l));
+        }
+    } else {
+        let (hosts, k_max) = nccl::host_shape(topo, members, &runs);
+        let intra_latency = levels[nvlink.min(span)].latency_us;
+        let latency = 2.0
+            * ((k_max.saturating_sub(1)) as f64 * intra_latency
+                + nccl::ceil_log2(hosts) * levels[span].latency_us);
+        let t =
+            latency * 1e-6 + nccl::tree_bytes_seconds(bytes, hosts, k_max, intra, inter) / tree_eff;
+        if t < best.0 {
+            best = (t, Algorithm::Tree);
+        }
+        if topo.sharp_up_to(span) {
+            let latency = 2.0 * (intra_latency + levels[span].latency_us);
+            let t = latency * 1e-6
+                + nccl::collnet_bytes_seconds(bytes, k_max, intra, inter) / collnet_eff;
+            if t < best.0 {
+                best = (t, Algorithm::CollNet);
+            }
         }
     }
-    slowest *=
-        crate::fabric::collective_share(topo, health.fabric, health.class_load, kind, members);
-    call_seconds(kind, n, bytes, levels[span].latency_us, slowest)
+    best
 }
 
 /// Latency steps and bytes each rank sends for one call of a collective over `n` ranks
@@ -252,25 +350,79 @@ fn call_seconds(
 }
 
 /// Seconds of one call of a collective over `n` ranks whose group spans each level (indexed
-/// by level), on healthy hardware without host matrices: the prices an exact model needs, from
-/// the same formulas [`evaluate`] uses.
+/// by level), on healthy hardware without host matrices: for each level, a lower bound of what
+/// [`evaluate`] charges any such group, from the same formulas. It is exact for point-to-point
+/// and all-to-all, and for rings inside the NVLink domain without NVLS; above the NVLink domain
+/// the price depends on how many of the group's GPUs share each host (NIC shares, see
+/// [`crate::nccl`]), so the bound assumes the most a host can drive (`min(host GPUs, n/2)`
+/// shares), the cheapest algorithm and the smallest host-count factor.
 pub fn collective_seconds_by_level(
     topo: &Topology,
     kind: CollectiveKind,
     n: usize,
     bytes: f64,
 ) -> Vec<f64> {
-    topo.levels()
+    let nvlink = topo.nvlink_level();
+    let levels = topo.levels();
+    let host_gpus = topo.node_types().iter().map(|t| t.gpus).max().unwrap_or(1);
+    let lanes = topo.max_nic_shares((n / 2).max(1) as u32);
+    let nvls = topo.max_nvls_gbps();
+    let factor = topo.min_host_count_factor();
+    let [ring_eff, tree_eff, nvls_eff, collnet_eff] = topo.algorithm_efficiency();
+    let (_, per_rank) = ring_terms(kind, n, bytes);
+    levels
         .iter()
         .enumerate()
         .map(|(l, level)| {
-            call_seconds(
+            let simple = matches!(
                 kind,
-                n,
-                bytes,
-                level.latency_us,
-                topo.effective_bandwidth(l),
-            )
+                CollectiveKind::PointToPoint | CollectiveKind::AllToAll
+            );
+            if simple || n < 2 {
+                return factor
+                    * call_seconds(
+                        kind,
+                        n,
+                        bytes,
+                        level.latency_us,
+                        topo.effective_bandwidth(l),
+                    );
+            }
+            let bw = if l > nvlink {
+                (lanes * topo.effective_bandwidth(l)).min(levels[0].bandwidth_gbps)
+            } else {
+                topo.effective_bandwidth(l)
+            };
+            let mut t = call_seconds(kind, n, bytes, level.latency_us, bw * ring_eff);
+            if kind == CollectiveKind::AllReduce {
+                if l <= nvlink && nvls > 0.0 {
+                    t = t.min(NVLS_LATENCY_US * 1e-6 + per_rank / (nvls * nvls_eff * 1e9));
+                }
+                if l > nvlink {
+                    // Fewest bytes a tree moves: two hosts, the intra-host chain at the
+                    // lowest level's bandwidth.
+                    let tree = 2.0 * level.latency_us * 1e-6
+                        + nccl::tree_bytes_seconds(
+                            bytes,
+                            2,
+                            host_gpus as u32,
+                            levels[0].bandwidth_gbps,
+                            bw,
+                        ) / tree_eff;
+                    t = t.min(tree);
+                    if topo.sharp_up_to(l) {
+                        let collnet = 2.0 * level.latency_us * 1e-6
+                            + nccl::collnet_bytes_seconds(
+                                bytes,
+                                host_gpus as u32,
+                                levels[0].bandwidth_gbps,
+                                bw,
+                            ) / collnet_eff;
+                        t = t.min(collnet);
+                    }
+                }
+            }
+            factor * t
         })
         .collect()
 }
@@ -393,6 +545,7 @@ fn evaluate_health(
     let nl = topo.num_levels();
     let mut bytes_by_level = vec![0.0; nl];
     let mut class_seconds = vec![0.0f64; job.num_classes];
+    let mut class_algorithms = vec![Algorithm::Ring; job.num_classes];
     let mut scratch = Scratch {
         members: Vec::new(),
     };
@@ -415,7 +568,7 @@ fn evaluate_health(
                 .iter()
                 .map(|&r| gpus[r as usize]),
         );
-        let t = collective_cost(
+        let (t, algorithm) = collective_cost_algo(
             topo,
             c.kind,
             c.bytes,
@@ -425,7 +578,10 @@ fn evaluate_health(
             health,
         );
         let slot = &mut class_seconds[c.class as usize];
-        *slot = slot.max(c.count * t);
+        if c.count * t >= *slot {
+            *slot = c.count * t;
+            class_algorithms[c.class as usize] = algorithm;
+        }
     }
     let mut traffic_seconds = 0.0;
     for &(i, j, bytes) in &job.traffic {
@@ -476,14 +632,26 @@ fn evaluate_health(
             }
         }
     }
+    let step = match (&job.step, topo.peak_tflops_of(gpus)) {
+        (Some(spec), Some(peak)) => Some(crate::step::step_report(
+            job,
+            &class_seconds,
+            traffic_seconds,
+            spec,
+            peak,
+        )?),
+        _ => None,
+    };
     Ok(CostReport {
         comm_seconds,
         class_seconds,
+        class_algorithms,
         traffic_seconds,
         bytes_by_level,
         span_level,
         confinement_ok: violation_count == 0,
         violations,
+        step,
     })
 }
 
@@ -529,15 +697,136 @@ mod tests {
         assert_eq!(r.span_level, Some(0));
         assert!((r.bytes_by_level[0] - 8.0 * 2.0 * 7.0 / 8.0 * 1e9).abs() < 1.0);
 
-        // Four GPUs in node 0 and four in node 2 (another leaf): two ring hops cross the spine.
+        // Four GPUs in node 0 and four in node 2 (another leaf): two ring hops cross the spine,
+        // each driving four NIC shares (channels over four rails).
         let split: Vec<u32> = vec![0, 1, 2, 3, 16, 17, 18, 19];
         let r = evaluate(&topo, &job, &split).unwrap();
-        let expect = 14.0 * 4e-6 + 2.0 * 7.0 / 8.0 * 1e9 / 25e9;
+        let ring = 14.0 * 4e-6 + 2.0 * 7.0 / 8.0 * 1e9 / (4.0 * 25e9);
+        // NCCL's tree moves S per host over the four shares here (two hosts) and the chain
+        // 2 S over NVLink: it beats the ring.
+        let tree = 2.0 * (3.0 * 1e-6 + 4e-6) + (1e9 / (4.0 * 25e9)) / 0.92;
+        assert!(tree < ring);
+        let expect = tree;
+        assert_eq!(r.class_algorithms, vec![Algorithm::Tree]);
         assert!((r.comm_seconds - expect).abs() < 1e-12);
         assert_eq!(r.span_level, Some(2));
         let per_edge = 2.0 * 7.0 / 8.0 * 1e9;
         assert!((r.bytes_by_level[2] - 2.0 * per_edge).abs() < 1.0);
         assert!((r.bytes_by_level[0] - 6.0 * per_edge).abs() < 1.0);
+    }
+
+    #[test]
+    fn packing_a_group_drives_more_nics_and_rank_order_moves_spine_bytes() {
+        let topo = tree(4, 8, 2);
+        let job = allreduce_job(&topo, 4, 1e9);
+        // 2 + 2 on two hosts under different leaves: two NIC shares per hop.
+        let packed = evaluate(&topo, &job, &[0, 1, 16, 17]).unwrap();
+        // One GPU on each of four hosts: one share per hop.
+        let spread = evaluate(&topo, &job, &[0, 8, 16, 24]).unwrap();
+        assert!(packed.comm_seconds < 0.6 * spread.comm_seconds);
+        // Rank order: hosts 0 (leaf 0), 2 (leaf 1), 1 (leaf 0), 3 (leaf 1) make every ring
+        // hop cross the spine; in leaf order only two do.
+        let interleaved = evaluate(&topo, &job, &[0, 16, 8, 24]).unwrap();
+        assert!(interleaved.bytes_by_level[2] > 1.9 * spread.bytes_by_level[2]);
+        assert!((interleaved.bytes_by_level[2] - 4.0 * 1.5e9).abs() < 1.0);
+    }
+
+    #[test]
+    fn a_host_with_one_nic_gives_two_gpus_no_more_than_one() {
+        // Hosts of 8 GPUs with 2 NICs: each NIC carries 4 per-GPU shares.
+        let topo = tree(4, 8, 2).with_fabric(vec![0.0], vec![2]).unwrap();
+        assert_eq!(topo.nic_shares(0, 1), 4.0);
+        assert_eq!(topo.nic_shares(0, 2), 8.0);
+        assert_eq!(topo.nic_shares(0, 5), 8.0);
+        // One NIC per host: one GPU already drives all of it, two add nothing.
+        let one = tree(4, 8, 2).with_fabric(vec![0.0], vec![1]).unwrap();
+        assert_eq!(one.nic_shares(0, 1), 8.0);
+        assert_eq!(one.nic_shares(0, 2), 8.0);
+        let hops = nccl::ring_hops(&one, &[0, 1, 16, 17]);
+        assert!(hops.iter().all(|h| h.lanes == 8.0));
+        let hops = nccl::ring_hops(&one, &[0, 16]);
+        assert!(hops.iter().all(|h| h.lanes == 8.0));
+        // A NIC per GPU (the default): shares follow the GPUs.
+        let plain = tree(4, 8, 2);
+        assert_eq!(plain.nic_shares(0, 2), 2.0);
+        let job = allreduce_job(&plain, 4, 1e9);
+        let packed = evaluate(&plain, &job, &[0, 1, 16, 17])
+            .unwrap()
+            .comm_seconds;
+        let job_one = allreduce_job(&one, 4, 1e9);
+        let single_nic = evaluate(&one, &job_one, &[0, 1, 16, 17])
+            .unwrap()
+            .comm_seconds;
+        // The single NIC carries all 8 shares: faster than two rails of one share each.
+        assert!(single_nic < packed);
+    }
+
+    #[test]
+    fn collnet_where_the_fabric_reduces_in_the_network() {
+        let plain = tree(4, 8, 2);
+        let job = allreduce_job(&plain, 16, 1e9);
+        let gpus: Vec<u32> = (0..8).chain(16..24).collect();
+        let without = evaluate(&plain, &job, &gpus).unwrap();
+        assert_ne!(without.class_algorithms, vec![Algorithm::CollNet]);
+        // SHARP on the leaves only: the group spans the spine, so no CollNet.
+        let leaf_only = tree(4, 8, 2).with_sharp(vec![false, true, false]).unwrap();
+        let r = evaluate(&leaf_only, &job, &gpus).unwrap();
+        assert_eq!(r.class_algorithms, without.class_algorithms);
+        // SHARP on leaves and spine: each host sends S once and gets the sum back.
+        let sharp = tree(4, 8, 2).with_sharp(vec![false, true, true]).unwrap();
+        let r = evaluate(&sharp, &job, &gpus).unwrap();
+        assert_eq!(r.class_algorithms, vec![Algorithm::CollNet]);
+        let inter = 8.0 * 25e9;
+        let expect =
+            2.0 * (1.0 + 4.0) * 1e-6 + (2.0 * 7.0 / 8.0 * 1e9 / 450e9_f64).max(1e9 / inter);
+        assert!((r.comm_seconds - expect).abs() < 1e-12);
+        assert!(r.comm_seconds < without.comm_seconds);
+        assert!(tree(1, 8, 1).with_sharp(vec![true, true]).is_err());
+    }
+
+    #[test]
+    fn host_count_factors_scale_collectives_by_the_hosts_they_span() {
+        let plain = tree(4, 8, 2);
+        let topo = tree(4, 8, 2)
+            .with_host_count_factors(vec![1.0, 2.0, 0.5])
+            .unwrap();
+        let job = allreduce_job(&plain, 4, 1e9);
+        for (gpus, f) in [
+            (vec![0u32, 1, 2, 3], 1.0),
+            (vec![0, 1, 8, 9], 2.0),
+            (vec![0, 8, 16, 17], 0.5),
+            (vec![0, 8, 16, 24], 0.5),
+        ] {
+            let a = evaluate(&plain, &job, &gpus).unwrap().comm_seconds;
+            let b = evaluate(&topo, &job, &gpus).unwrap().comm_seconds;
+            assert!((b - f * a).abs() < 1e-12 * a.max(1.0), "{gpus:?}");
+        }
+        assert!(tree(1, 8, 1).with_host_count_factors(vec![0.0]).is_err());
+    }
+
+    #[test]
+    fn nccl_algorithm_choice_on_known_cases() {
+        let topo = tree(4, 8, 2).with_fabric(vec![470.0], vec![0]).unwrap();
+        let job = allreduce_job(&topo, 8, 1e9);
+        let r = evaluate(&topo, &job, &(0..8).collect::<Vec<u32>>()).unwrap();
+        assert_eq!(r.class_algorithms, vec![Algorithm::Nvls]);
+        let expect = NVLS_LATENCY_US * 1e-6 + 2.0 * 7.0 / 8.0 * 1e9 / 470e9;
+        assert!((r.comm_seconds - expect).abs() < 1e-12);
+        // Small messages: the ring's latency is lower than NVLS's.
+        let small = allreduce_job(&topo, 8, 1e3);
+        let r = evaluate(&topo, &small, &(0..8).collect::<Vec<u32>>()).unwrap();
+        assert_eq!(r.class_algorithms, vec![Algorithm::Ring]);
+        // Across 4 hosts: small all-reduces take the tree (log2 latency), large the ring.
+        let across: Vec<u32> = vec![0, 1, 8, 9, 16, 17, 24, 25];
+        let r = evaluate(&topo, &small, &across).unwrap();
+        assert_eq!(r.class_algorithms, vec![Algorithm::Tree]);
+        // Two full hosts under one leaf (8 shares of 50 GB/s against 450 GB/s NVLink): the
+        // tree's NVLink chain is its bottleneck, the ring wins large all-reduces.
+        let job16 = allreduce_job(&topo, 16, 1e9);
+        let r = evaluate(&topo, &job16, &(0..16).collect::<Vec<u32>>()).unwrap();
+        assert_eq!(r.class_algorithms, vec![Algorithm::Ring]);
+        let r = evaluate(&topo, &job, &across).unwrap();
+        assert_eq!(r.class_algorithms, vec![Algorithm::Tree]);
     }
 
     #[test]

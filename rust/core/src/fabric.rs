@@ -18,11 +18,13 @@
 //! ## Flows and load
 //!
 //! [`collective_flows`] is the one place a collective's flows are enumerated: a ring kind
-//! (all-reduce, all-gather, reduce-scatter) sends from every member to the next in ring order
-//! at the collective's bandwidth; an all-to-all sends from every member to every other at
-//! `1/(n-1)` of it (each GPU's total is the collective's bandwidth); a point-to-point sends one
-//! flow. The rate of a collective is its healthy bottleneck bandwidth, so the load does not
-//! change when hardware degrades. A job's load on an uplink is that of its heaviest class:
+//! (all-reduce, all-gather, reduce-scatter) sends from every member to the next in NCCL's ring
+//! order ([`crate::nccl::ring_order`], as the cost model prices it) at the collective's
+//! bandwidth; an all-to-all sends from every member to every other at `1/(n-1)` of it (each
+//! GPU's total is the collective's bandwidth); a point-to-point sends one flow. The rate of a
+//! collective is its healthy bottleneck bandwidth: for a ring the one the cost model gives it
+//! ([`crate::nccl::ring_bandwidths`], a hop out of the NVLink domain at the NIC shares of the
+//! group's GPUs on its smaller side), so the load does not change when hardware degrades. A job's load on an uplink is that of its heaviest class:
 //! its classes run one after another, so it never loads a link with two classes at once.
 //! The state ([`crate::state`]) keeps the sum over running jobs, per uplink direction,
 //! updated on allocate, release and repair and recounted by `check()`.
@@ -84,9 +86,9 @@ pub(crate) fn non_blocking_uplinks(
     (base, capacity)
 }
 
-/// Every flow of one call of a collective over `members` (sorted GPU ids; for a
-/// point-to-point, sender first): `flow(from, to, fraction of the collective's bandwidth)`.
-/// Ring order is GPU-id order, as the cost model assumes.
+/// Every flow of one call of a collective over `members` (ordered by [`ordered_members`]: a
+/// ring in NCCL's ring order; for a point-to-point, sender first): `flow(from, to, fraction
+/// of the collective's bandwidth)`.
 pub fn collective_flows(
     kind: CollectiveKind,
     members: &[u32],
@@ -134,8 +136,20 @@ pub fn flow_slots(topo: &Topology, a: usize, b: usize, mut slot: impl FnMut(usiz
     }
 }
 
-/// Healthy bottleneck bandwidth (GB/s) of a collective over `members`.
+/// Healthy bottleneck bandwidth (GB/s) of a collective over `members` (ordered by
+/// [`ordered_members`]): for a ring, the bandwidth the cost model gives it
+/// ([`crate::nccl::ring_bandwidths`]: a hop out of the NVLink domain drives the NIC shares of
+/// the group's GPUs on its smaller side), so its flows load the uplinks at the rate it runs.
 fn healthy_rate(topo: &Topology, kind: CollectiveKind, members: &[u32]) -> f64 {
+    if !matches!(
+        kind,
+        CollectiveKind::PointToPoint | CollectiveKind::AllToAll
+    ) {
+        let runs = crate::nccl::host_runs(topo, members);
+        let (intra, inter) =
+            crate::nccl::ring_bandwidths(topo, members, &runs, |a, b, _| topo.pair_bandwidth(a, b));
+        return intra.min(inter);
+    }
     let mut slowest = f64::INFINITY;
     collective_flows(kind, members, |a, b, _| {
         slowest = slowest.min(topo.pair_bandwidth(a, b));
@@ -170,9 +184,11 @@ pub fn merge(load: &mut Load) {
     load.truncate(out);
 }
 
-/// Members of a collective in the order the cost model runs it (sorted, except the sender and
-/// receiver of a point-to-point).
+/// Members of a collective in the order the cost model runs it: a ring kind in NCCL's ring
+/// order ([`crate::nccl::ring_order`], the same order [`crate::cost`] prices), an all-to-all
+/// sorted, a point-to-point sender first.
 pub(crate) fn ordered_members(
+    topo: &Topology,
     job: &JobSpec,
     group: u32,
     kind: CollectiveKind,
@@ -186,8 +202,10 @@ pub(crate) fn ordered_members(
             .iter()
             .map(|&r| gpus[r as usize]),
     );
-    if kind != CollectiveKind::PointToPoint {
-        out.sort_unstable();
+    match kind {
+        CollectiveKind::PointToPoint => {}
+        CollectiveKind::AllToAll => out.sort_unstable(),
+        _ => crate::nccl::ring_order(topo, out),
     }
 }
 
@@ -203,7 +221,7 @@ pub fn class_loads(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Vec<Load> {
         if c.count <= 0.0 || c.bytes <= 0.0 {
             continue;
         }
-        ordered_members(job, c.group, c.kind, gpus, &mut members);
+        ordered_members(topo, job, c.group, c.kind, gpus, &mut members);
         collective_load(topo, c.kind, &members, &mut per_class[c.class as usize]);
     }
     for class in &mut per_class {
@@ -571,9 +589,11 @@ mod tests {
         merge(&mut load);
         let host0 = topo.uplink_id(0, 0).unwrap();
         let leaf0 = topo.uplink_id(1, 0).unwrap();
-        assert_eq!(lookup(&load, (2 * host0 + UP) as u32), 25.0);
-        assert_eq!(lookup(&load, (2 * host0 + DOWN) as u32), 25.0);
-        assert_eq!(lookup(&load, (2 * leaf0 + UP) as u32), 25.0);
+        // The ring runs at two NIC shares of 25 GB/s (two GPUs per host drive two rails,
+        // `nccl::ring_bandwidths`), and loads each boundary at that rate.
+        assert_eq!(lookup(&load, (2 * host0 + UP) as u32), 50.0);
+        assert_eq!(lookup(&load, (2 * host0 + DOWN) as u32), 50.0);
+        assert_eq!(lookup(&load, (2 * leaf0 + UP) as u32), 50.0);
         assert_eq!(load.len(), 8);
     }
 

@@ -95,6 +95,9 @@ pub struct JobSpec {
     /// Name of every collective class (`"tp all-reduce"`), in class order: what reports
     /// label `CostReport::class_seconds` with.
     pub class_names: Vec<String>,
+    /// What one step computes and how communication overlaps it, when the job declares it:
+    /// the cost report then carries step time and MFU ([`crate::step`]).
+    pub step: Option<crate::step::StepSpec>,
 }
 
 fn invalid(msg: impl Into<String>) -> CoreError {
@@ -209,6 +212,7 @@ impl JobSpec {
             num_classes,
             traffic,
             class_names,
+            step: None,
         })
     }
 
@@ -418,6 +422,16 @@ impl JobSpec {
 }
 
 /// Jobs for the unit tests of several modules.
+impl JobSpec {
+    /// The same job with what one step computes (checked), so that its cost reports carry
+    /// step time, MFU and tokens/s.
+    pub fn with_step(mut self, step: crate::step::StepSpec) -> Result<JobSpec> {
+        step.check()?;
+        self.step = Some(step);
+        Ok(self)
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod testing {
     use super::*;

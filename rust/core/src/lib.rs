@@ -9,15 +9,18 @@ pub mod cost;
 pub mod error;
 pub mod fabric;
 pub mod gate;
+pub mod gpu;
 pub mod greedy;
 pub mod interrupt;
 pub mod job;
+pub mod nccl;
 pub mod pricing;
 pub mod qap;
 pub mod refine;
 pub mod repair;
 pub mod solvers;
 pub mod state;
+pub mod step;
 pub mod storage;
 pub mod topology;
 

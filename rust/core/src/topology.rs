@@ -92,6 +92,20 @@ pub struct Topology {
     /// `effective_bw[l]`: the smallest bandwidth among levels 0..=l (GB/s). A ring that spans
     /// level l crosses links of every level below it, so this is its slowest hop.
     effective_bw: Vec<f64>,
+    /// NVLink SHARP all-reduce bus bandwidth (GB/s) of each host type, 0 where there is none
+    /// (see [`crate::nccl`]); empty: none anywhere.
+    nvls_gbps: Vec<f64>,
+    /// NICs of each host type (0: one per GPU); empty: one per GPU everywhere.
+    nics: Vec<u32>,
+    /// Time factor of a collective by the number of hosts it spans (index hosts - 1).
+    host_factors: Vec<f64>,
+    /// Per level, whether its switches reduce in the network (SHARP; NCCL's CollNet).
+    sharp: Vec<bool>,
+    /// Bandwidth efficiency of each algorithm (ring, tree, NVLS, CollNet), 1 by default.
+    algorithm_efficiency: [f64; 4],
+    /// Dense peak TFLOPS of one GPU of each host type, 0 where unknown (see [`crate::gpu`]);
+    /// empty: unknown everywhere.
+    peak_tflops: Vec<f64>,
     /// The fabric's uplinks (see [`crate::fabric`]): the id of level-l domain d's uplink is
     /// `uplink_base[l] + d` for levels from the NVLink domain up to below the top.
     uplink_base: Vec<usize>,
@@ -349,6 +363,12 @@ impl Topology {
             node_type_of_node,
             gpu_local,
             effective_bw,
+            nvls_gbps: Vec::new(),
+            nics: Vec::new(),
+            host_factors: Vec::new(),
+            sharp: Vec::new(),
+            algorithm_efficiency: [1.0; 4],
+            peak_tflops: Vec::new(),
         })
     }
 
@@ -513,6 +533,207 @@ impl Topology {
     /// then contend with each other.
     pub fn is_oversubscribed(&self) -> bool {
         self.oversubscribed
+    }
+
+    /// The same topology with, per host type, the NVLink SHARP all-reduce bus bandwidth (GB/s,
+    /// 0 for none) and the number of NICs (0: one per GPU; see [`crate::nccl`]).
+    pub fn with_fabric(mut self, nvls_gbps: Vec<f64>, nics: Vec<u32>) -> Result<Topology> {
+        self.set_fabric(nvls_gbps, nics)?;
+        Ok(self)
+    }
+
+    /// The same topology with a correction by the number of hosts a collective spans: the
+    /// time of a collective over `k` hosts is multiplied by `factors[k - 1]` (the last entry
+    /// beyond the list's end). Fitted by calibration where measurements demand it.
+    pub fn with_host_count_factors(mut self, factors: Vec<f64>) -> Result<Topology> {
+        if let Some((i, v)) = factors
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !(v.is_finite() && **v > 0.0))
+        {
+            return Err(invalid(format!(
+                "host_count_factors[{i}]: expected a number > 0, got {v}"
+            )));
+        }
+        self.host_factors = factors;
+        Ok(self)
+    }
+
+    /// The correction factor of a collective spanning `hosts` hosts (1 without factors).
+    #[inline]
+    pub fn host_count_factor(&self, hosts: usize) -> f64 {
+        match self.host_factors.len() {
+            0 => 1.0,
+            len => self.host_factors[hosts.max(1).min(len) - 1],
+        }
+    }
+
+    /// The same topology with in-network reduction (SHARP) at the levels flagged `true` (one
+    /// flag per level).
+    pub fn with_sharp(mut self, sharp: Vec<bool>) -> Result<Topology> {
+        if !sharp.is_empty() && sharp.len() != self.levels.len() {
+            return Err(invalid(format!(
+                "sharp: expected one flag per level ({}), got {}",
+                self.levels.len(),
+                sharp.len()
+            )));
+        }
+        self.sharp = sharp;
+        Ok(self)
+    }
+
+    /// The same topology with a bandwidth efficiency per algorithm (ring, tree, NVLS, CollNet;
+    /// each positive, 1 = as modelled, fitted by calibration): the algorithm's bandwidth terms
+    /// run at that multiple of the modelled bandwidth.
+    pub fn with_algorithm_efficiency(mut self, efficiency: [f64; 4]) -> Result<Topology> {
+        if let Some((i, v)) = efficiency
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !(v.is_finite() && **v > 0.0))
+        {
+            return Err(invalid(format!(
+                "algorithm_efficiency[{i}]: expected a number > 0, got {v}"
+            )));
+        }
+        self.algorithm_efficiency = efficiency;
+        Ok(self)
+    }
+
+    /// Bandwidth efficiency of the algorithms: ring, tree, NVLS, CollNet.
+    #[inline]
+    pub fn algorithm_efficiency(&self) -> [f64; 4] {
+        self.algorithm_efficiency
+    }
+
+    /// Whether every switch level from just above the NVLink domain up to `span` reduces in
+    /// the network (SHARP), so that NCCL's CollNet can run over it.
+    pub fn sharp_up_to(&self, span: usize) -> bool {
+        span > self.nvlink_level
+            && !self.sharp.is_empty()
+            && self.sharp[self.nvlink_level + 1..=span].iter().all(|&f| f)
+    }
+
+    /// Whether the topology has host-count factors.
+    pub fn has_host_count_factors(&self) -> bool {
+        !self.host_factors.is_empty()
+    }
+
+    /// The smallest host-count factor (1 without factors).
+    pub fn min_host_count_factor(&self) -> f64 {
+        self.host_factors.iter().copied().fold(1.0, f64::min)
+    }
+
+    fn set_fabric(&mut self, nvls_gbps: Vec<f64>, nics: Vec<u32>) -> Result<()> {
+        let types = self.node_types.len();
+        if nvls_gbps.len() != types || nics.len() != types {
+            return Err(invalid(format!(
+                "fabric: expected one nvls_gbps and one NIC count per host type ({types}), got {} and {}",
+                nvls_gbps.len(),
+                nics.len()
+            )));
+        }
+        if let Some((t, v)) = nvls_gbps
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !(v.is_finite() && **v >= 0.0))
+        {
+            return Err(invalid(format!(
+                "node type {:?}: nvls_gbps must be a number >= 0, got {v}",
+                self.node_types[t].name
+            )));
+        }
+        self.nvls_gbps = nvls_gbps;
+        self.nics = nics;
+        Ok(())
+    }
+
+    /// NIC shares (units of the per-GPU fabric bandwidth) that `k` GPUs of one host of `gpu`
+    /// drive in parallel: `k` when the host has a NIC per GPU or more (or its NICs are not
+    /// given); with fewer NICs than GPUs, `min(k, nics)` NICs of `gpus / nics` shares each.
+    #[inline]
+    pub fn nic_shares(&self, gpu: usize, k: u32) -> f64 {
+        if self.nics.is_empty() {
+            return k as f64;
+        }
+        let t = self.node_type_of_node[self.node_of(gpu)] as usize;
+        let (nics, gpus) = (self.nics[t], self.node_types[t].gpus as u32);
+        if nics == 0 || nics >= gpus {
+            k as f64
+        } else {
+            k.min(nics) as f64 * gpus as f64 / nics as f64
+        }
+    }
+
+    /// The most NIC shares `k` GPUs of any one host can drive.
+    pub fn max_nic_shares(&self, k: u32) -> f64 {
+        self.node_types
+            .iter()
+            .enumerate()
+            .map(|(t, nt)| {
+                let k = k.min(nt.gpus as u32);
+                let nics = self.nics.get(t).copied().unwrap_or(0);
+                if nics == 0 || nics >= nt.gpus as u32 {
+                    k as f64
+                } else {
+                    k.min(nics) as f64 * nt.gpus as f64 / nics as f64
+                }
+            })
+            .fold(1.0, f64::max)
+    }
+
+    /// The largest NVLink SHARP bus bandwidth of any host type (GB/s), 0 when none has it.
+    pub fn max_nvls_gbps(&self) -> f64 {
+        self.nvls_gbps.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// NVLink SHARP all-reduce bus bandwidth (GB/s) of the host of `gpu`, 0 when it has none.
+    #[inline]
+    pub fn nvls_gbps(&self, gpu: usize) -> f64 {
+        if self.nvls_gbps.is_empty() {
+            return 0.0;
+        }
+        self.nvls_gbps[self.node_type_of_node[self.node_of(gpu)] as usize]
+    }
+
+    /// The same topology with the dense peak TFLOPS of one GPU of each host type (0 where
+    /// unknown), for step time and MFU ([`crate::step`]).
+    pub fn with_peak_tflops(mut self, peak_tflops: Vec<f64>) -> Result<Topology> {
+        let types = self.node_types.len();
+        if !peak_tflops.is_empty() && peak_tflops.len() != types {
+            return Err(invalid(format!(
+                "peak_tflops: expected one per host type ({types}), got {}",
+                peak_tflops.len()
+            )));
+        }
+        if let Some((t, v)) = peak_tflops
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !(v.is_finite() && **v >= 0.0))
+        {
+            return Err(invalid(format!(
+                "node type {:?}: peak_tflops must be a number >= 0, got {v}",
+                self.node_types[t].name
+            )));
+        }
+        self.peak_tflops = peak_tflops;
+        Ok(self)
+    }
+
+    /// The peak (TFLOPS per GPU) a synchronous job on `gpus` runs at: the slowest host type's
+    /// among the hosts used; None when one of them has no known peak.
+    pub fn peak_tflops_of(&self, gpus: &[u32]) -> Option<f64> {
+        if self.peak_tflops.is_empty() || gpus.is_empty() {
+            return None;
+        }
+        let mut peak = f64::INFINITY;
+        for &g in gpus {
+            let p = self.peak_tflops[self.node_type_of_node[self.node_of(g as usize)] as usize];
+            if p <= 0.0 {
+                return None;
+            }
+            peak = peak.min(p);
+        }
+        Some(peak)
     }
 
     /// Index of a level by name.

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use gpuplace_core::job::{CollectiveKind, Communication, Dim, DimDecl, JobDecl, RankLayout};
+use gpuplace_core::step::StepSpec;
 use gpuplace_core::{CoreError, JobSpec, Topology};
 use numpy::{IntoPyArray, PyArray2, PyArrayMethods, PyReadonlyArray1};
 use pyo3::prelude::*;
@@ -11,6 +12,10 @@ use crate::convert::{f64s, ids};
 use crate::errors::{enter, invalid_job, Stop};
 use crate::state::PyClusterState;
 use crate::topology::PyTopology;
+
+/// What one step computes (see `gpuplace_core::step::StepSpec`): (model FLOPs, tokens,
+/// efficiency, backward fraction, pipeline stages, micro-batches, overlap by dimension).
+type StepArgs = (f64, f64, f64, f64, usize, usize, Vec<(String, f64)>);
 
 #[pyclass(name = "JobSpec", module = "gpuplace._core", frozen)]
 pub(crate) struct PyJobSpec {
@@ -40,7 +45,7 @@ impl PyJobSpec {
     /// `num_ranks` ranks and explicit traffic rows.
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (topology, name, num_ranks, dim_names, dim_sizes, dim_confine, comm_kind, comm_bytes, comm_count, max_span, traffic_src, traffic_dst, traffic_bytes))]
+    #[pyo3(signature = (topology, name, num_ranks, dim_names, dim_sizes, dim_confine, comm_kind, comm_bytes, comm_count, max_span, traffic_src, traffic_dst, traffic_bytes, step=None))]
     fn new(
         py: Python<'_>,
         topology: &PyTopology,
@@ -56,6 +61,7 @@ impl PyJobSpec {
         traffic_src: PyReadonlyArray1<'_, i64>,
         traffic_dst: PyReadonlyArray1<'_, i64>,
         traffic_bytes: PyReadonlyArray1<'_, f64>,
+        step: Option<StepArgs>,
     ) -> PyResult<Self> {
         let dims = dim_decls(
             &name,
@@ -88,7 +94,24 @@ impl PyJobSpec {
             traffic,
         };
         let topo = topology.inner.clone();
-        let spec = enter(py, Stop::Never, || JobSpec::compile(decl, &topo))?;
+        let step = step.map(
+            |(flops, tokens, efficiency, backward, stages, micro_batches, overlap)| StepSpec {
+                flops_per_step: flops,
+                tokens_per_step: tokens,
+                efficiency,
+                backward_fraction: backward,
+                pipeline_stages: stages,
+                micro_batches,
+                overlap,
+            },
+        );
+        let spec = enter(py, Stop::Never, || {
+            let spec = JobSpec::compile(decl, &topo)?;
+            match step {
+                Some(step) => spec.with_step(step),
+                None => Ok(spec),
+            }
+        })?;
         Ok(PyJobSpec {
             inner: Arc::new(spec),
             topology: topo,

@@ -14,7 +14,10 @@
 //! - [`policy`]: the fence confining one job's placement or repair to the GPUs its pool and
 //!   hardware rules allow;
 //! - [`pricing`]: the pricing view every solver prices on (usable and degraded GPUs, side
-//!   factors, path bandwidths) and the collective terms exact models use.
+//!   factors, path bandwidths) and the collective terms exact models use;
+//! - [`nccl`]: the NCCL side of the topology (NVLS, NICs, SHARP, host-count factors,
+//!   algorithm efficiencies, GPU peaks) and the ring's hops;
+//! - [`step`]: the GPU peak table and the step-time model.
 //!
 //! New bindings go in a new file with a small registration call below.
 
@@ -23,10 +26,12 @@ mod enums;
 mod errors;
 mod fabric;
 mod job;
+mod nccl;
 mod policy;
 mod pricing;
 mod solve;
 mod state;
+mod step;
 mod topology;
 
 use pyo3::prelude::*;
@@ -52,6 +57,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     fabric::register(m)?;
     policy::register(m)?;
     pricing::register(m)?;
+    nccl::register(m)?;
+    step::register(m)?;
     m.add("MIN_FACTOR", gpuplace_core::cost::MIN_FACTOR)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

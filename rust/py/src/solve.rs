@@ -56,6 +56,60 @@ impl PyCostReport {
     fn violations(&self) -> Vec<String> {
         self.inner.violations.clone()
     }
+    /// The NCCL algorithm priced for the slowest collective of each class (`ring`, `tree`,
+    /// `nvls`, `collnet`, `pairwise`, `p2p`), in the order of `class_seconds`.
+    #[getter]
+    fn class_algorithms(&self) -> Vec<&'static str> {
+        self.inner
+            .class_algorithms
+            .iter()
+            .map(|a| a.name())
+            .collect()
+    }
+    /// Step time (s): compute + pipeline bubble + exposed communication; None unless the job
+    /// declares its compute and every host type it uses has a known GPU peak (likewise below).
+    #[getter]
+    fn step_seconds(&self) -> Option<f64> {
+        self.inner.step.as_ref().map(|s| s.step_seconds)
+    }
+    /// Communication not hidden under compute (s).
+    #[getter]
+    fn exposed_comm_seconds(&self) -> Option<f64> {
+        self.inner.step.as_ref().map(|s| s.exposed_comm_seconds)
+    }
+    /// Exposed time of each collective class (s), in the order of `class_seconds`.
+    #[getter]
+    fn exposed_class_seconds(&self) -> Option<Vec<f64>> {
+        self.inner
+            .step
+            .as_ref()
+            .map(|s| s.exposed_class_seconds.clone())
+    }
+    /// Compute per step without the bubble (s).
+    #[getter]
+    fn compute_seconds(&self) -> Option<f64> {
+        self.inner.step.as_ref().map(|s| s.compute_seconds)
+    }
+    /// Pipeline bubble per step (s).
+    #[getter]
+    fn bubble_seconds(&self) -> Option<f64> {
+        self.inner.step.as_ref().map(|s| s.bubble_seconds)
+    }
+    /// Model FLOPs utilisation (0..1).
+    #[getter]
+    fn mfu(&self) -> Option<f64> {
+        self.inner.step.as_ref().map(|s| s.mfu)
+    }
+    /// Tokens per second (0 when the job's tokens per step are unknown).
+    #[getter]
+    fn tokens_per_second(&self) -> Option<f64> {
+        self.inner.step.as_ref().map(|s| s.tokens_per_second)
+    }
+    /// The per-GPU peak the step was priced at (TFLOPS): the slowest host type's.
+    #[getter]
+    fn peak_tflops(&self) -> Option<f64> {
+        self.inner.step.as_ref().map(|s| s.peak_tflops)
+    }
 }
 
 /// Evaluate a placement with the one cost model, on the hardware of `state` (degraded

@@ -1,0 +1,336 @@
+"""Fidelity of the cost model against real measurements.
+
+    python benches/bench_fidelity.py --out benches/results/bench_fidelity.md   # ~2 minutes
+
+Part A, nccl-tests: for every run in ``tests/data/nccl-tests`` (copied from the shared
+measurement set, provenance in its README), the predicted bus bandwidth at the largest message
+size against the measured out-of-place one, on the matching preset or a topology built from
+the run's stated hardware (each assumption is printed beside the run). Predicted bus bandwidth
+= nccl-tests' factor (2(n-1)/n all-reduce, (n-1)/n all-gather and all-to-all, 1 sendrecv) x
+size / predicted time. Target (issue 10): within +-15 % on each H100/A100 run.
+
+Part B, Pollux (Qiao et al., OSDI'21; ``tests/data/pollux``): gradient sync time measured on
+108 placements per model on 16 x g4dn.12xlarge (4 T4, one 50 Gb/s NIC per host). Each table is
+predicted by a topology calibrated on the other three (leave one table out, with
+``gpuplace.calibrate``, without and with the tree's efficiency fitted), and the Spearman
+correlation between predicted and measured sync time is reported per table, next to the
+uncalibrated model's. Target: mean >= 0.75.
+
+Nothing here is timed; the script only measures model error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import gpuplace
+import numpy as np
+from gpuplace import Communication, Job, Topology
+from gpuplace.io import read_nccl_tests, read_placement_table
+from scipy.stats import spearmanr
+
+ROOT = Path(__file__).resolve().parent.parent
+NCCL = ROOT / "tests" / "data" / "nccl-tests"
+POLLUX = ROOT / "tests" / "data" / "pollux"
+
+
+def _with(topo: Topology, **changes: Any) -> Topology:
+    """A preset changed: fabric level bandwidths, NICs, NVLS, GPU model."""
+    doc = topo.to_dict()
+    nt = next(iter(doc["node_types"].values()))
+    fabric = changes.pop("fabric_gbps", None)
+    if fabric is not None:
+        for lv in doc["levels"][1:]:
+            lv["bandwidth_gbps"] = fabric
+    if "nics" in changes:
+        k = changes.pop("nics")
+        nt["nics"] = [f"nic{i}" for i in range(k)]
+        nt["gpu_nic"] = [i * k // nt["gpus"] for i in range(nt["gpus"])]
+    for key in ("nvls_gbps", "gpu_model"):
+        if key in changes:
+            value = changes.pop(key)
+            if value is None:
+                nt.pop(key, None)
+            else:
+                nt[key] = value
+    if "node_gbps" in changes:
+        doc["levels"][0]["bandwidth_gbps"] = changes.pop("node_gbps")
+    assert not changes, changes
+    return Topology.from_dict(doc)
+
+
+def _custom(
+    name: str, gpus: int, nodes: int, node_gbps: float, fabric_gbps: float, nics: int, **nt: Any
+) -> Topology:
+    return Topology.from_dict(
+        {
+            "format": "gpuplace.topology/1",
+            "name": name,
+            "levels": [
+                {"name": "node", "bandwidth_gbps": node_gbps, "latency_us": 1.0},
+                {"name": "leaf", "bandwidth_gbps": fabric_gbps, "latency_us": 2.5},
+            ],
+            "node_types": {
+                "host": {
+                    "gpus": gpus,
+                    "nics": [f"nic{i}" for i in range(nics)],
+                    "gpu_nic": [i * nics // gpus for i in range(gpus)],
+                    **nt,
+                }
+            },
+            "nodes": [
+                {"name": f"h{i:02d}", "type": "host", "domains": {"leaf": "l0"}}
+                for i in range(nodes)
+            ],
+        }
+    )
+
+
+def runs() -> list[tuple[str, str, Topology, int, str]]:
+    """(file, GPU family, topology, ranks, assumptions) per shared nccl-tests run."""
+    h100 = lambda n: Topology.preset("h100-superpod", nodes=n)  # noqa: E731
+    a100 = lambda n: Topology.preset("a100-pod", nodes=n)  # noqa: E731
+    f = "{}".format
+    return [
+        (
+            f("all_gather_perf-b200-2nodes-8gpn-gcp-a4-roce-google-dranet.txt"),
+            "B200",
+            _custom(
+                "a4",
+                8,
+                2,
+                18 * 40.1,
+                50.0,
+                8,
+                gpu_model="B200",
+            ),
+            16,
+            "HGX B200 NVLink 5 (18 x 40.1 GB/s); 8 RDMA NICs assumed 400 Gb/s (not stated)",
+        ),
+        (
+            f("all_reduce_perf-a100-sxm-40gb-2nodes-8gpn-oci-roce-oci-hpc-oke.txt"),
+            "A100",
+            a100(2),
+            16,
+            "a100-pod preset: 25 GB/s per GPU (OCI's 16 x 100 Gb/s RoCE VFs per host)",
+        ),
+        (
+            f("all_reduce_perf-a100-sxm-80gb-16nodes-8gpn-ib-coreweave-nccl-tests.txt"),
+            "A100",
+            _with(a100(16), nics=4, fabric_gbps=12.5),
+            128,
+            "4 x HDR per host (maintainer comment): 12.5 GB/s per GPU, 4 NICs",
+        ),
+        (
+            f(
+                "all_reduce_perf-a100-sxm-80gb-2nodes-8gpn-aws-p4de-efa-awsome-distributed-training.txt"
+            ),
+            "A100",
+            _with(a100(2), nics=4, fabric_gbps=6.25),
+            16,
+            "p4de: 4 x 100 Gb/s EFA per host: 6.25 GB/s per GPU, 4 NICs",
+        ),
+        (
+            f("all_reduce_perf-gb200-32nodes-4gpn-2racks-oci-hpc-oke.txt"),
+            "GB200",
+            Topology.preset("gb200-nvl72", racks=2),
+            128,
+            "gb200-nvl72 preset, 2 racks (trays filled in order)",
+        ),
+        (
+            f("all_reduce_perf-gb200-nvl72-18nodes-4gpn-mnnvl-1rack-coreweave-nccl-tests.txt"),
+            "GB200",
+            Topology.preset("gb200-nvl72", racks=1),
+            72,
+            "gb200-nvl72 preset; its nvls_gbps comes from this run (circular)",
+        ),
+        (
+            f("all_reduce_perf-h100-sxm-1node-8gpu-nvls-default-single-node-nccl-test-readme.txt"),
+            "H100",
+            Topology.preset("dgx-h100"),
+            8,
+            "dgx-h100 preset; its nvls_gbps comes from this run (circular)",
+        ),
+        (
+            f("all_reduce_perf-h100-sxm-2nodes-8gpn-aws-p5-efa-awsome-distributed-training.txt"),
+            "H100",
+            h100(2),
+            16,
+            "p5: 32 x 100 Gb/s EFA per host = 50 GB/s per GPU, as the preset",
+        ),
+        (
+            f(
+                "all_reduce_perf-h100-sxm-2nodes-8gpn-gcp-a3mega-tcpxo-lessizzmore-create-a3mega.txt"
+            ),
+            "H100",
+            _with(h100(2), fabric_gbps=25.0),
+            16,
+            "a3-megagpu-8g: 8 x 200 Gb/s NICs (GCP docs): 25 GB/s per GPU",
+        ),
+        (
+            f(
+                "all_reduce_perf-h100-sxm-2nodes-8gpn-ib-ndr-ring-tuned-nccl-tests-issue309-gj-aion.txt"
+            ),
+            "H100",
+            h100(2),
+            16,
+            "h100-superpod preset (8 x NDR); the run forced NCCL_ALGO=Ring",
+        ),
+        (
+            f("all_reduce_perf-h100-sxm-8nodes-8gpn-ib-ndr-nccl-tests-issue309-gj-aion.txt"),
+            "H100",
+            h100(8),
+            64,
+            "h100-superpod preset (8 x NDR)",
+        ),
+        (
+            f("all_reduce_perf-h200-2nodes-8gpn-ib-4nic-cx7-nccl-tests-issue380.txt"),
+            "H200",
+            _with(h100(2), nics=4, fabric_gbps=25.0, gpu_model="H200"),
+            16,
+            "4 x CX7 per host, assumed 400 Gb/s: 25 GB/s per GPU",
+        ),
+        (
+            f("all_reduce_perf-rtx4090-1node-2gpu-pcie-kalavai-client.txt"),
+            "RTX 4090",
+            _custom("4090", 2, 1, 25.0, 25.0, 1, gpu_model="RTX 4090"),
+            2,
+            "PCIe Gen4 x16 ~25 GB/s assumed (P2P state unknown)",
+        ),
+        (
+            f("all_reduce_perf-t4-2nodes-1gpn-aws-g4dn-metal-efa-eks-blueprints.txt"),
+            "T4",
+            _custom("g4dn", 1, 2, 12.0, 12.5, 1, gpu_model="T4"),
+            2,
+            "g4dn.metal: one 100 Gb/s EFA (12.5 GB/s)",
+        ),
+        (
+            f("alltoall_perf-v100-8nodes-8gpn-ib-100g-nccl-tests-issue78-ngc7292.txt"),
+            "V100",
+            _custom("v100", 8, 8, 150.0, 12.5 / 8, 1, gpu_model="V100"),
+            64,
+            "one 100 Gb/s IB NIC per host assumed; NVLink 2 6 x 25 GB/s",
+        ),
+        (
+            f("sendrecv_perf-a100-nvlink-1node-8gpu-li-plus-playground.txt"),
+            "A100",
+            a100(1),
+            2,
+            "dgx-a100 (NVLink 3, 12 x 20 GB/s as NCCL models it)",
+        ),
+    ]
+
+
+def _factor(kind: str, n: int) -> float:
+    if kind == "all-reduce":
+        return 2 * (n - 1) / n
+    if kind == "p2p":
+        return 1.0
+    return (n - 1) / n
+
+
+def part_a() -> tuple[list[str], list[float]]:
+    lines = [
+        "| run | GPU | ranks | size | measured busbw GB/s | predicted GB/s | algorithm | error | assumptions |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    target_errors = []
+    for name, family, topo, n, note in runs():
+        run = read_nccl_tests(NCCL / name, ranks=None if name.startswith("sendrecv") else n)
+        big = run.largest()
+        gpus = run.gpus_on(topo, 2 if run.kind == "p2p" else n)
+        job = run.job(big, len(gpus))
+        cost = gpuplace.evaluate(topo, job, gpus)
+        predicted = _factor(run.kind or "", len(gpus)) * big.size_bytes / cost.comm_seconds / 1e9
+        err = predicted / big.busbw_gbps - 1
+        if family in ("H100", "A100"):
+            target_errors.append(err)
+        algo = next(iter(cost.class_algorithms.values()), "")
+        lines.append(
+            f"| {name[:60]} | {family} | {len(gpus)} | {big.size_bytes / 2**30:g} GiB | {big.busbw_gbps:.1f} "
+            f"| {predicted:.1f} | {algo} | {100 * err:+.1f} % | {note} |"
+        )
+    return lines, target_errors
+
+
+#: Gradient bytes per step of the Pollux models (fp32 gradients; parameter counts assumed from
+#: the models the Pollux artifact trains: BERT-base 110M, ResNet-18 11.2M, DeepSpeech2 ~38M,
+#: NeuMF on MovieLens ~4M).
+POLLUX_MODELS = {"bert": 110e6 * 4, "cifar10": 11.2e6 * 4, "deepspeech2": 38e6 * 4, "ncf": 4e6 * 4}
+
+
+def pollux_topology() -> Topology:
+    """16 x g4dn.12xlarge: 4 T4 per host on PCIe Gen3 (P2P ~10 GB/s assumed), one 50 Gb/s NIC
+    (6.25 GB/s, i.e. 1.5625 GB/s per GPU share)."""
+    return _custom("g4dn-12xlarge", 4, 16, 10.0, 6.25 / 4, 1, gpu_model="T4")
+
+
+def part_b() -> tuple[list[str], float, float]:
+    topo = pollux_topology()
+    samples = {
+        m: read_placement_table(
+            POLLUX / f"{m}_placements.csv",
+            Job(name=m, communication={"dp": Communication("all-reduce", b)}),
+        )
+        for m, b in POLLUX_MODELS.items()
+    }
+    lines = [
+        "| table | placements | Spearman, uncalibrated | calibrated on the other three "
+        "| same, with tree efficiency fitted too |",
+        "|---|---|---|---|---|",
+    ]
+    base, loto, loto_alg = [], [], []
+    for m, rows in samples.items():
+        measured = [s for _, _, s in rows]
+        raw = [gpuplace.evaluate(topo, j, g).comm_seconds for j, g, _ in rows]
+        train = [s for other, r in samples.items() if other != m for s in r]
+        fitted = gpuplace.calibrate(topo, train, algorithm_efficiency=False)
+        pred = [gpuplace.evaluate(fitted, j, g).comm_seconds for j, g, _ in rows]
+        with_alg = gpuplace.calibrate(topo, train)
+        pred_alg = [gpuplace.evaluate(with_alg, j, g).comm_seconds for j, g, _ in rows]
+        r0 = float(spearmanr(raw, measured).statistic)
+        r1 = float(spearmanr(pred, measured).statistic)
+        r2 = float(spearmanr(pred_alg, measured).statistic)
+        base.append(r0)
+        loto.append(r1)
+        loto_alg.append(r2)
+        lines.append(f"| {m} | {len(rows)} | {r0:.2f} | {r1:.2f} | {r2:.2f} |")
+    lines.append(
+        f"| mean | | {np.mean(base):.2f} | {np.mean(loto):.2f} | {np.mean(loto_alg):.2f} |"
+    )
+    return lines, float(np.mean(base)), float(np.mean(loto))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=None, help="Also write the tables (Markdown).")
+    args = ap.parse_args(argv)
+    a, errors = part_a()
+    out = ["## A. nccl-tests: predicted vs measured bus bandwidth at the largest size", "", *a, ""]
+    within = sum(abs(e) <= 0.15 for e in errors)
+    out.append(
+        f"H100/A100 runs within +-15 %: {within} of {len(errors)} "
+        f"(median |error| {100 * float(np.median(np.abs(errors))):.1f} %)"
+    )
+    b, mean0, mean1 = part_b()
+    out += [
+        "",
+        "## B. Pollux: Spearman of predicted vs measured sync time, leave one table out",
+        "",
+        *b,
+        "",
+    ]
+    out.append(f"mean Spearman {mean1:.2f} (uncalibrated {mean0:.2f}); target >= 0.75")
+    text = "\n".join(out)
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
