@@ -144,7 +144,7 @@ impl<'a> Health<'a> {
     /// own load is not counted against it when it already runs there).
     pub(crate) fn with_neighbours(state: &'a ClusterState, gpus: &[u32]) -> Health<'a> {
         Health {
-            fabric: Background::of(state, gpus),
+            fabric: Background::of(state, gpus).filter(|b| !b.alone(state)),
             ..Health::of(state)
         }
     }
@@ -481,7 +481,7 @@ pub fn evaluate_moved(
 ) -> Result<CostReport> {
     check_placement(state.topology(), job.num_ranks, gpus)?;
     let health = Health {
-        fabric: Background::moving(state, name),
+        fabric: Background::moving(state, name).filter(|b| !b.alone(state)),
         ..Health::of(state)
     };
     evaluate_health(state.topology(), health, job, gpus)

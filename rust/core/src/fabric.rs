@@ -290,6 +290,17 @@ impl<'a> Background<'a> {
         })
     }
 
+    /// The priced job is the only one loading the fabric (its own load is the one taken out)
+    /// and the fabric is not oversubscribed: no neighbour is left, and a job alone contends
+    /// with itself only on an oversubscribed fabric, so the cost model prices it without a
+    /// background, the same and much cheaper (no flows laid out per collective).
+    pub(crate) fn alone(&self, state: &ClusterState) -> bool {
+        state.loaded_jobs() == 1
+            && !self.minus.is_empty()
+            && self.plus.is_empty()
+            && !state.topology().is_oversubscribed()
+    }
+
     /// The background of running job `name` tried on other GPUs (a repair's trial): its own
     /// load, where it runs now, is not counted against it (None when no job loads the fabric).
     pub(crate) fn moving(state: &'a ClusterState, name: &str) -> Option<Background<'a>> {
@@ -401,9 +412,16 @@ impl ContentionReport {
 pub fn contention(state: &ClusterState, job: &JobSpec, gpus: &[u32]) -> Result<ContentionReport> {
     let topo = state.topology();
     let alone = crate::cost::evaluate_with(topo, state.path_factors(), job, gpus)?.comm_seconds;
-    let contended = crate::cost::evaluate_in(state, job, gpus)?.comm_seconds;
+    // Without neighbours (none loads the fabric, or the job is alone on a fabric that is not
+    // oversubscribed: Background::alone) the contended price is the price alone,
+    // and no uplink is hot because of others.
+    let background = Background::of(state, gpus).filter(|bg| !bg.alone(state));
+    let contended = match background {
+        Some(_) => crate::cost::evaluate_in(state, job, gpus)?.comm_seconds,
+        None => alone,
+    };
     let mut uplinks = Vec::new();
-    if let Some(bg) = Background::of(state, gpus) {
+    if let Some(bg) = background {
         let own_slot = state.own_slot(gpus);
         for (s, own) in job_load(topo, job, gpus) {
             let others = bg.neighbours(s);

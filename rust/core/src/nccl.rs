@@ -97,19 +97,21 @@ pub fn ring_order(topo: &Topology, members: &mut [u32]) {
     if members.len() < 2 {
         return;
     }
-    // Position of each member's host among the hosts in order of first appearance.
-    let mut hosts: Vec<usize> = Vec::new();
+    // (host, rank position, GPU) sorted by host then rank: each host's first entry holds the
+    // position of its lowest rank. Two sorts, O(n log n) for groups spanning many hosts.
+    let mut by_host: Vec<(usize, u32, u32)> = members
+        .iter()
+        .enumerate()
+        .map(|(i, &g)| (unit_of(topo, g as usize), i as u32, g))
+        .collect();
+    by_host.sort_unstable();
     let mut key: Vec<(u32, u32)> = Vec::with_capacity(members.len());
-    for &g in members.iter() {
-        let h = unit_of(topo, g as usize);
-        let pos = match hosts.iter().position(|&x| x == h) {
-            Some(p) => p,
-            None => {
-                hosts.push(h);
-                hosts.len() - 1
-            }
-        };
-        key.push((pos as u32, g));
+    let mut first = 0u32;
+    for (i, &(h, pos, g)) in by_host.iter().enumerate() {
+        if i == 0 || by_host[i - 1].0 != h {
+            first = pos;
+        }
+        key.push((first, g));
     }
     key.sort_unstable();
     for (m, (_, g)) in members.iter_mut().zip(key) {

@@ -625,6 +625,11 @@ impl ClusterState {
         same.then_some(first)
     }
 
+    /// Number of running jobs that load the fabric.
+    pub fn loaded_jobs(&self) -> usize {
+        self.loaded_jobs
+    }
+
     /// The load of the job that holds exactly `gpus`, if one does.
     pub fn own_load(&self, gpus: &[u32]) -> Option<&[(u32, f64)]> {
         let slot = self.own_slot(gpus)?;
