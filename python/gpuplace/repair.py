@@ -114,6 +114,7 @@ def repair(
     policy = _POLICY.get(spares)  # type: ignore[arg-type]
     if policy is None:
         raise InvalidJob(f"spares must be None, True, False or 'only', got {spares!r}")
+    job: Job | None
     if isinstance(job_name, Job):
         job, name = job_name, job_name.name
     else:
