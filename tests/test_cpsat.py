@@ -25,6 +25,40 @@ def _two_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(cpsat.WORKERS_ENV, "1")
 
 
+LOWER_BOUND_CLUSTERS = {
+    "h100-superpod": Topology.preset("h100-superpod", nodes=6),
+    "a100-pod": Topology.preset("a100-pod", nodes=6),
+    "pcie-cluster": Topology.preset("pcie-cluster", nodes=4),
+    "gb200-nvl72": Topology.preset("gb200-nvl72", racks=2),
+    "oversubscribed": Topology.preset("h100-superpod", nodes=6, oversubscription=4),
+}
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cluster=st.sampled_from(sorted(LOWER_BOUND_CLUSTERS)),
+    kind=st.sampled_from(["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p"]),
+    size=st.sampled_from([1e3, 1e6, 1e8, 4e9]),
+    data=st.data(),
+)
+def test_level_prices_never_exceed_the_evaluators_price(
+    cluster: str, kind: str, size: float, data: st.DataObject
+) -> None:
+    """CP-SAT's bound rests on this: the price of a collective at its span level
+    (``collective_seconds_by_level``) is at most what the evaluator charges for the same group,
+    whatever GPUs it takes (NIC shares, ring order and NCCL's algorithm choice included)."""
+    topo = LOWER_BOUND_CLUSTERS[cluster]
+    n = 2 if kind == "p2p" else data.draw(st.integers(2, 16), label="n")
+    gpus = data.draw(st.permutations(range(topo.num_gpus)), label="gpus")[:n]
+    dim = "pp" if kind == "p2p" else "dp"
+    job = Job("g", **{dim: n}, confine={}, communication={dim: Communication(kind, size)})
+    report = gpuplace.evaluate(topo, job, gpus)
+    assert report.span_level is not None
+    span = topo.level_index(report.span_level)
+    bound = topo._core.collective_seconds_by_level(kind, n, size)[span]
+    assert bound <= report.comm_seconds * (1 + 1e-9), (report.class_algorithms, bound)
+
+
 def small_cluster(*, latencies: tuple[float, ...] = (1.0, 1.5, 3.0, 5.0)) -> Topology:
     """16 GPUs: hosts of 4 GPUs in two PCIe pairs, 2 hosts per leaf, 2 leaves under a spine."""
     names = ("pair", "node", "leaf", "spine")

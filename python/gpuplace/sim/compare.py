@@ -326,7 +326,10 @@ def _fill_ratios(results: list[Result]) -> None:
         placed = [r for r in rows if r.status == "ok" and r.comm_seconds is not None]
         if not placed:
             continue
-        best = min(r.comm_seconds for r in placed if r.comm_seconds is not None)
+        # The best placement that keeps the job's rules: one that breaks confinement (a tp
+        # group split over hosts) can be cheaper and is not a placement the job accepts.
+        valid = [r for r in placed if r.confinement_ok is not False] or placed
+        best = min(r.comm_seconds for r in valid if r.comm_seconds is not None)
         optimum = next((r.comm_seconds for r in placed if r.solver == "cpsat" and r.optimal), None)
         for r in placed:
             assert r.comm_seconds is not None

@@ -399,16 +399,26 @@ pub fn collective_seconds_by_level(
                     t = t.min(NVLS_LATENCY_US * 1e-6 + per_rank / (nvls * nvls_eff * 1e9));
                 }
                 if l > nvlink {
-                    // Fewest bytes a tree moves: two hosts, the intra-host chain at the
-                    // lowest level's bandwidth.
-                    let tree = 2.0 * level.latency_us * 1e-6
-                        + nccl::tree_bytes_seconds(
-                            bytes,
-                            2,
-                            host_gpus as u32,
-                            levels[0].bandwidth_gbps,
-                            bw,
-                        ) / tree_eff;
+                    // The least a tree can take over H >= 2 NVLink domains: the fullest holds
+                    // at least ceil(n / H) GPUs (its chain latency and, when more than one,
+                    // its chain bytes at the lowest level's bandwidth), the fabric carries
+                    // 2 (H - 1) / H of the data, and the tree is ceil(log2 H) deep.
+                    let intra_latency = levels[nvlink].latency_us;
+                    let tree = (2..=n.max(2))
+                        .map(|h| {
+                            let k = n.div_ceil(h);
+                            2.0 * ((k - 1) as f64 * intra_latency
+                                + nccl::ceil_log2(h) * level.latency_us)
+                                * 1e-6
+                                + nccl::tree_bytes_seconds(
+                                    bytes,
+                                    h,
+                                    k as u32,
+                                    levels[0].bandwidth_gbps,
+                                    bw,
+                                ) / tree_eff
+                        })
+                        .fold(f64::INFINITY, f64::min);
                     t = t.min(tree);
                     if topo.sharp_up_to(l) {
                         let collnet = 2.0 * level.latency_us * 1e-6

@@ -664,13 +664,14 @@ impl Topology {
         }
     }
 
-    /// The most NIC shares `k` GPUs of any one host can drive.
+    /// The most NIC shares `k` GPUs of one NVLink domain can drive, as [`Self::nic_shares`]
+    /// counts them for any host type (not capped at a host's GPUs: on NVL72 a rack's GPUs
+    /// reach the NICs of every tray through NVLink).
     pub fn max_nic_shares(&self, k: u32) -> f64 {
         self.node_types
             .iter()
             .enumerate()
             .map(|(t, nt)| {
-                let k = k.min(nt.gpus as u32);
                 let nics = self.nics.get(t).copied().unwrap_or(0);
                 if nics == 0 || nics >= nt.gpus as u32 {
                     k as f64
