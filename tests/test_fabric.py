@@ -246,6 +246,11 @@ def test_rust_contention_equals_the_python_oracle(seed: int, ratio: float) -> No
         gpus = _host_gpus(t, *free)
         state.allocate(gpuplace.Placement(job, t, gpus, gpuplace.evaluate(t, job, gpus), "x", 0))
         placed.append((job, gpus))
+    assert_priced_as_reference(t, state, placed)
+
+
+def assert_priced_as_reference(t, state, placed) -> None:
+    """Every placed job's contended price and load equal the Python oracle's."""
     for k, (job, gpus) in enumerate(placed):
         others = [p for j, p in enumerate(placed) if j != k]
         want = reference_contended(t, job, gpus, others)
@@ -267,13 +272,7 @@ def test_packed_rings_load_and_contend_at_their_nic_shares(ratio: float) -> None
         gpus = _host_gpus(t, *hosts)
         state.allocate(gpuplace.Placement(job, t, gpus, gpuplace.evaluate(t, job, gpus), "x", 0))
         placed.append((job, gpus))
-    for k, (job, gpus) in enumerate(placed):
-        others = [p for j, p in enumerate(placed) if j != k]
-        want = reference_contended(t, job, gpus, others)
-        got = gpuplace.evaluate(t, job, gpus, state=state).comm_seconds
-        assert got == pytest.approx(want, rel=1e-9)
-        _slots, values = _core.job_load(job.compile(t), np.asarray(gpus, dtype=np.int64))
-        assert values.sum() == pytest.approx(sum(reference_load(t, job, gpus).values()))
+    assert_priced_as_reference(t, state, placed)
 
 
 # --------------------------------------------------------------------------- placement
