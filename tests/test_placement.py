@@ -95,6 +95,31 @@ def test_greedy_prefers_the_tightest_node_for_a_small_job(pod):
     assert placement.gpus.tolist() == [22, 23]
 
 
+def test_greedy_spreads_a_ring_over_hosts_when_their_nics_beat_the_cpu_link():
+    """pcie-cluster: the CPU sockets of a host join at 16 GB/s, while the two GPUs of one PCIe
+    switch drive 4 NIC shares of 25 GB/s. A dp ring over one PCIe switch of each of 4 hosts is
+    then 4x cheaper than one inside a host, and CP-SAT proves it optimal; greedy's spread view
+    (one PCIe switch per host) finds it, plain packing would take a whole host."""
+    topo = Topology.preset("pcie-cluster", nodes=4)
+    state = ClusterState(topo)
+    job = Job(
+        "d", dp=8, confine={}, communication={"dp": gpuplace.Communication("all-reduce", 1e9)}
+    )
+    whole_host = gpuplace.evaluate(topo, job, list(range(8))).comm_seconds
+    placement = gpuplace.place(state, job, "greedy")
+    assert placement.cost.comm_seconds < whole_host / 3
+    switches = {topo.host_of(int(g)): set() for g in placement.gpus}
+    for g in placement.gpus:
+        switches[topo.host_of(int(g))].add(int(topo.path[int(g), 0]))
+    assert len(switches) == 4 and all(len(s) == 1 for s in switches.values())
+    proven = gpuplace.place(state, job, "cpsat", time_limit=20)
+    assert proven.optimal
+    assert placement.cost.comm_seconds == pytest.approx(proven.cost.comm_seconds, rel=1e-9)
+    # A tp 8 job must stay inside one host: the spread view cannot hold it, the packing can.
+    tp = Job("t", tp=8, communication={"tp": gpuplace.Communication("all-reduce", 1e9)})
+    assert {topo.host_of(int(g)) for g in gpuplace.place(state, tp, "greedy").gpus} == {"gpu001"}
+
+
 def test_greedy_never_uses_failed_or_drained_gpus():
     topo = Topology.preset("dgx-h100")
     state = ClusterState(topo)

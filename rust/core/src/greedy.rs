@@ -27,6 +27,13 @@
 //! flow) held back, and every candidate is priced with the neighbours' load plus, unless
 //! asked not to, the time it adds to the running jobs; the cheapest wins, so the job steers
 //! clear of hot uplinks only when that lowers the cost.
+//!
+//! Spread (hosts whose links below the NVLink domain are slower than the fabric, as on PCIe
+//! servers whose CPU sockets join at 16 GB/s under 400 Gb/s NICs): the packing also runs on a
+//! view in which every NVLink domain offers only its freest domain of a level below it (one
+//! PCIe switch per host), and the cheaper placement wins. A ring over several hosts, each
+//! driving its NIC shares, can then beat one that crosses a host's CPU link ([`crate::nccl`]);
+//! packing tight never tries it.
 
 use crate::error::{CoreError, Result};
 use crate::job::JobSpec;
@@ -392,7 +399,69 @@ fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
             best = gpus;
         }
     }
+    for level in spread_levels(state.topology()) {
+        let Some(view) = spread_view(state, level) else {
+            continue;
+        };
+        for variant in std::iter::once(job).chain(&variants) {
+            let Ok(gpus) = place_health_aware(&view, variant) else {
+                continue;
+            };
+            let c = cost(&gpus)?;
+            if c < best_cost * (1.0 - 1e-12) {
+                best_cost = c;
+                best = gpus;
+            }
+        }
+    }
     Ok(best)
+}
+
+/// Levels below the NVLink domain worth spreading over: those whose domains' GPUs drive more
+/// bandwidth to the fabric (level above the NVLink domain, times their NIC shares) than the
+/// NVLink domain's slowest link gives a ring inside it.
+fn spread_levels(topo: &Topology) -> Vec<usize> {
+    let nv = topo.nvlink_level();
+    let Some(fabric) = topo.levels().get(nv + 1) else {
+        return Vec::new();
+    };
+    let inside = topo.effective_bandwidth(nv);
+    (0..nv)
+        .filter(|&l| {
+            let k = topo.domain_sizes(l).iter().copied().max().unwrap_or(1);
+            fabric.bandwidth_gbps * topo.max_nic_shares(k) > inside
+        })
+        .collect()
+}
+
+/// A view of `state` in which every NVLink domain offers only its freest domain of `level`
+/// (ties: the lowest id); None when that holds nothing back.
+fn spread_view(state: &ClusterState, level: usize) -> Option<ClusterState> {
+    let topo = state.topology();
+    let nv = topo.nvlink_level();
+    let free = |g: usize| state.is_free(g);
+    let mut free_in = vec![0u32; topo.domain_count(level)];
+    for g in (0..topo.num_gpus()).filter(|&g| free(g)) {
+        free_in[topo.domain_of(g, level)] += 1;
+    }
+    let mut keep = vec![usize::MAX; topo.domain_count(nv)];
+    for g in (0..topo.num_gpus()).filter(|&g| free(g)) {
+        let (unit, d) = (topo.domain_of(g, nv), topo.domain_of(g, level));
+        let k = keep[unit];
+        if k == usize::MAX || free_in[d] > free_in[k] || (free_in[d] == free_in[k] && d < k) {
+            keep[unit] = d;
+        }
+    }
+    let held: Vec<u32> = (0..topo.num_gpus())
+        .filter(|&g| free(g) && keep[topo.domain_of(g, nv)] != topo.domain_of(g, level))
+        .map(|g| g as u32)
+        .collect();
+    if held.is_empty() {
+        return None;
+    }
+    let mut view = state.clone();
+    view.set_fence(&held, true).ok()?;
+    Some(view)
 }
 
 /// The job with its unconfined dimensions, heaviest first, progressively confined to the
