@@ -164,52 +164,24 @@ def test_cli_place_prints_step_mfu_and_first_fit_comparison(tmp_path: Path) -> N
         )
     )
     state.save(tmp_path / "state.json")
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuplace.cli",
-            "place",
-            "-c",
-            "h100-superpod",
-            "--nodes",
-            "8",
-            "-j",
-            "job.yaml",
-            "--state",
-            "state.json",
-            "--format",
-            "json",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    doc = json.loads(out.stdout)
+    place = [sys.executable, "-m", "gpuplace.cli", "place", "-c", "h100-superpod", "--nodes", "8"]
+
+    def run(*args: str) -> str:
+        return subprocess.run(
+            [*place, "-j", "job.yaml", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    doc = json.loads(run("--state", "state.json", "--format", "json"))
     cost, cmp_ = doc["cost"], doc["comparison"]
     assert cost["mfu"] > 0 and cost["step_seconds"] > 0 and cost["tokens_per_second"] > 0
     assert cmp_["solver"] == "first-fit"
     assert cmp_["baseline"]["mfu"] < cmp_["placement"]["mfu"]
     assert cmp_["baseline"]["fabric_bytes"] > cmp_["placement"]["fabric_bytes"]
-    table = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuplace.cli",
-            "place",
-            "-c",
-            "h100-superpod",
-            "--nodes",
-            "8",
-            "-j",
-            "job.yaml",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    table = run()
     assert "MFU" in table and "tokens/s" in table and "vs first-fit" in table
 
 
