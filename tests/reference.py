@@ -213,17 +213,10 @@ def _one_call(
                 highest = max(highest, level)
                 slowest = min(slowest, ref.bandwidth(a, b))
         return steps * ref.latency(highest) + per_rank / (slowest * share * BANDWIDTH_UNIT)
-    # NCCL's ring: hosts in the order of their lowest rank (members come in rank order), the
-    # GPUs of one host consecutively in id order.
-    # "Hosts" here are NCCL's nodes: NVLink domains (the host on HGX, the rack on NVL72).
+    # NCCL's ring (see _nccl_ring); "hosts" are NCCL's nodes: NVLink domains (the host on HGX,
+    # the rack on NVL72). on_host: per GPU, the group's GPUs in its domain.
     nvlink = ref.topology.nvlink_level
-    unit = {g: ref.domain(g, nvlink) for g in members}
-    host_order: list[Any] = []
-    for g in members:
-        if unit[g] not in host_order:
-            host_order.append(unit[g])
-    ring = sorted(members, key=lambda g: (host_order.index(unit[g]), g))
-    on_host = {h: sum(unit[g] == h for g in members) for h in host_order}
+    ring, on_host = _nccl_ring(ref, members)
     intra = inter = float("inf")
     for i in range(n):
         a, b = ring[i], ring[(i + 1) % n]
@@ -233,7 +226,7 @@ def _one_call(
         if level > nvlink:
             # A hop out of the NVLink domain drives one NIC share per GPU of the group on the
             # smaller side.
-            lanes = min(_shares(ref, a, on_host[unit[a]]), _shares(ref, b, on_host[unit[b]]))
+            lanes = min(_shares(ref, a, on_host[a]), _shares(ref, b, on_host[b]))
             inter = min(inter, lanes * ref.bandwidth(a, b))
         else:
             intra = min(intra, ref.bandwidth(a, b))
@@ -258,7 +251,7 @@ def _one_call(
                 best, NVLS_LATENCY_S + per_rank / (nvls * factor * eff["nvls"] * BANDWIDTH_UNIT)
             )
     else:
-        hosts = len(host_order)
+        hosts = len({ref.domain(g, nvlink) for g in members})
         k_max = max(on_host.values())
         log2 = math.ceil(math.log2(hosts))
         latency = 2 * (
