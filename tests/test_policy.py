@@ -460,6 +460,9 @@ def test_cli_pool_preemption_exclusion_explain_and_status(tmp_path: Path):
     assert set(jobs) == {"train-gang", "urgent"}
     assert jobs["urgent"]["priority_class"] == "production"
     assert jobs["train-gang"]["pool"] == "training"
+    r = run("status", "--state", state)
+    assert r.returncode == 0, r.stderr
+    assert "pools" in r.stdout and "training" in r.stdout
 
 
 # ------------------------------------------------------------------ attributes from nvidia-smi

@@ -362,4 +362,4 @@ def status(
     print_fabric(state, _out)
     print_power(doc["power"], _out)
     if pools:
-        print_pools(pools)
+        print_pools(pools, _out)
