@@ -26,6 +26,7 @@ from gpuplace.errors import (
     InvalidJob,
     InvalidState,
     InvalidTopology,
+    StateConflict,
 )
 from gpuplace.model.job import Communication, Job, TransformerModel
 from gpuplace.model.topology import Level, NodeType, Topology
@@ -74,6 +75,7 @@ __all__ = [
     "Repair",
     "SolveResult",
     "SparePolicy",
+    "StateConflict",
     "Topology",
     "TransformerModel",
     "__version__",

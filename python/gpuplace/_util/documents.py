@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import math
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -180,17 +181,35 @@ def write_atomically(path: str | Path, text: str) -> None:
         os.close(dir_fd)
 
 
+#: Lock files the current thread holds (resolved path -> depth): the lock is re-entrant for
+#: the thread that holds it, so ``ClusterState.save`` may take it while a command that loaded
+#: the state under it still holds it (flock on a second descriptor would wait forever). Other
+#: threads open their own descriptor and wait, as other processes do.
+_HELD = threading.local()
+
+
 @contextlib.contextmanager
 def exclusive_lock(path: str | Path) -> Iterator[None]:
     """Hold an exclusive advisory lock on ``<path>.lock`` while reading, changing and writing
     ``path``: two commands updating one state file at once then run one after the other
-    instead of one silently losing the other's change. The lock file stays (it is empty)."""
-    lock_path = Path(f"{path}.lock")
-    with open(lock_path, "a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    instead of one silently losing the other's change. The lock file stays (it is empty).
+    Re-entrant within one thread."""
+    lock_path = str(Path(f"{path}.lock").resolve())
+    held: dict[str, int] = _HELD.__dict__.setdefault("paths", {})
+    if held.get(lock_path):
+        held[lock_path] += 1
         try:
             yield
         finally:
+            held[lock_path] -= 1
+        return
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        held[lock_path] = 1
+        try:
+            yield
+        finally:
+            held.pop(lock_path, None)
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 

@@ -35,11 +35,11 @@ from gpuplace.cluster.state_file import STATE_FORMAT
 from gpuplace.errors import InvalidState
 from gpuplace.model.policy import ClusterPolicy
 from gpuplace.model.storage import io_demands
-from gpuplace.model.topology import Nics, nics_of
+from gpuplace._util.documents import exclusive_lock
+from gpuplace.model.topology import Nics, Topology, nics_of
 
 if TYPE_CHECKING:
     from gpuplace.model.job import Job
-    from gpuplace.model.topology import Topology
     from gpuplace.placement.result import Placement
 
 __all__ = ["STATE_FORMAT", "ClusterState", "Nics", "loss_factor", "nics_of"]
@@ -73,6 +73,9 @@ class ClusterState:
         self.policy = ClusterPolicy()
         #: MIG-mode GPUs and their instances (``gpuplace.cluster.mig``), if any.
         self.mig: Any = None
+        #: State file (resolved path) -> the checksum it had when this state last loaded or
+        #: saved it: :meth:`save` refuses to overwrite a file another process changed since.
+        self.file_checksums: dict[str, str] = {}
 
     def copy(self) -> ClusterState:
         out = ClusterState.__new__(ClusterState)
@@ -82,6 +85,7 @@ class ClusterState:
         out.phase_slots = dict(self.phase_slots)
         out.policy = self.policy
         out.mig = None if self.mig is None else copy.deepcopy(self.mig)
+        out.file_checksums = dict(self.file_checksums)
         return out
 
     # ----------------------------------------------------------------- queries
@@ -157,6 +161,7 @@ class ClusterState:
         view = copy.copy(self)
         view._core = self._core.copy()
         view.specs = dict(self.specs)
+        view.file_checksums = dict(self.file_checksums)
         return view
 
     def fenced_view(self, allowed: np.ndarray | None) -> ClusterState:
@@ -185,19 +190,29 @@ class ClusterState:
 
     # ----------------------------------------------------------------- changes
     def allocate(
-        self, placement: Placement | None = None, *, name: str | None = None, gpus: Any = None
+        self,
+        placement: Placement | None = None,
+        *,
+        name: str | None = None,
+        gpus: Any = None,
+        job: Job | None = None,
+        phase_slot: int = 0,
     ) -> None:
-        """Allocate a placement (or ``name`` + ``gpus``); raises InvalidState and changes
-        nothing if any GPU is taken, failed or drained, or the job name is in use."""
+        """Allocate a placement (or ``name`` + ``gpus``, with the ``job`` spec and power
+        ``phase_slot`` it was placed with when known, as a journal replays a placement); raises
+        InvalidState and changes nothing if any GPU is taken, failed or drained, or the job
+        name is in use."""
+        slot = int(phase_slot)
         if placement is not None:
             if placement.topology is not self.topology:
                 raise InvalidState("the placement was made for another topology than this state's")
-            name, gpus = placement.job.name, placement.gpus
+            name, gpus, job = placement.job.name, placement.gpus, placement.job
+            slot = int(placement.details.get("phase_slot", 0))
         if name is None or gpus is None:
             raise InvalidState("allocate needs a placement, or a name and GPUs")
-        job = None if placement is None else placement.job
+        if job is not None and job.gpus != len(gpus):
+            raise InvalidState(f"job {name!r}: its spec has {job.gpus} ranks, given {len(gpus)} GPUs")
         # A power budget is never exceeded, whoever chose the GPUs (gpuplace.cluster.power).
-        slot = 0 if placement is None else int(placement.details.get("phase_slot", 0))
         if self.topology.power_domains and name not in self.jobs:
             power.check_budgets(self, name, job, np.asarray(gpus, dtype=np.int64), slot)
         # With its spec, the job's flows (collectives and storage traffic) load the fabric's
@@ -205,8 +220,8 @@ class ClusterState:
         spec = None if job is None else job.compile(self.topology)
         io = io_demands(self.topology, job)
         self._core.allocate(name, np.asarray(gpus, dtype=np.int64), spec, io or None)
-        if placement is not None:
-            self.specs[name] = placement.job
+        if job is not None:
+            self.specs[name] = job
         if slot:
             self.phase_slots[name] = slot
 
@@ -461,11 +476,48 @@ class ClusterState:
         refused with InvalidState and nothing is loaded."""
         return state_file.load(cls(topology), path)
 
+    @classmethod
+    @contextlib.contextmanager
+    def transaction(
+        cls, path: str | Path, topology: Topology | None = None
+    ) -> Iterator[ClusterState]:
+        """Change a state file safely from several processes::
+
+            with gpuplace.ClusterState.transaction("state.json") as state:
+                state.allocate(gpuplace.place(state, job))
+
+        The file's lock (``<path>.lock``, the one the CLI takes) is held from the load to the
+        save, so concurrent transactions run one after the other and none loses another's
+        change. The state is saved when the block ends normally; on an exception nothing is
+        written. ``topology`` is needed when the file does not exist yet or does not name its
+        cluster (a preset, or a topology file, as ``gpuplace slurm sync`` records)."""
+        with exclusive_lock(path):
+            if topology is None:
+                topology = _cluster_topology(path)
+            state = cls.load(topology, path) if Path(path).exists() else cls(topology)
+            yield state
+            state.save(path)
+
     def __repr__(self) -> str:
         return (
             f"ClusterState({self.topology.name!r}: {len(self.jobs)} jobs, "
             f"{self.free_gpus}/{self.topology.num_gpus} GPUs free)"
         )
+
+
+def _cluster_topology(path: str | Path) -> Topology:
+    """The topology a state file names (its preset and parameters, or its topology file)."""
+    if not Path(path).exists():
+        raise InvalidState(f"{path}: no such state file; give the topology to start a new one")
+    cluster = state_file.cluster_of(path)
+    if cluster is not None and isinstance(cluster.get("preset"), str):
+        params = cluster.get("params") or {}
+        if not isinstance(params, dict):
+            raise InvalidState(f"{path}: cluster.params: expected a mapping")
+        return Topology.preset(cluster["preset"], **params)
+    if cluster is not None and isinstance(cluster.get("file"), str):
+        return Topology.load(cluster["file"])
+    raise InvalidState(f"{path}: the state file does not name its cluster; give the topology")
 
 
 def parse_fraction(value: Any, what: str) -> float:
