@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from gpuplace.cli import health, health_ingest, k8s, mig, policy, slurm
+from gpuplace.cli import health, health_ingest, k8s, mig, policy, serve, slurm
 from gpuplace.cli.bench import bench
 from gpuplace.cli.calibrate import calibrate_cmd
 from gpuplace.cli.catalog import presets_cmd, solvers_cmd
@@ -74,6 +74,8 @@ cli.add_command(policy.explain_cmd)
 cli.add_command(mig.mig_group)
 cli.add_command(k8s.k8s)
 cli.add_command(slurm.slurm)
+cli.add_command(serve.serve_cmd)
+cli.add_command(serve.service_group)
 cli.add_command(simulate_cmd)
 cli.add_command(calibrate_cmd)
 
