@@ -52,6 +52,7 @@ __all__ = [
     "eligible",
     "hosts_mask",
     "place_slurm_job",
+    "placement_counts",
     "parse_constraint",
     "parse_time_limit",
     "read_records",
@@ -727,6 +728,29 @@ def _minutes_text(minutes: int | None) -> str:
     return f"{minutes // 1440}-{minutes % 1440 // 60:02d}:{minutes % 60:02d}:00"
 
 
+def placement_counts(placement: Placement) -> dict[str, int]:
+    """GPUs a placement takes on each node."""
+    counts: dict[str, int] = {}
+    for gpu in placement.gpus:
+        host = placement.topology.host_of(int(gpu))
+        counts[host] = counts.get(host, 0) + 1
+    return counts
+
+
+def _exactly(state: ClusterState, allowed: Any, per_node: int) -> Any:
+    """``allowed`` keeping, on each node, its first ``per_node`` free usable GPUs (none on a
+    node with fewer)."""
+    free = state.free_mask() & allowed
+    out = np.zeros_like(allowed)
+    topo = state.topology
+    for host in topo.hosts:
+        gpus = topo.host_gpus(host)
+        usable = gpus[free[gpus]]
+        if len(usable) >= per_node:
+            out[usable[:per_node]] = True
+    return out
+
+
 def hosts_mask(topology: Any, hosts: Iterable[str]) -> Any:
     """GPUs of ``hosts`` as a boolean mask over the topology's GPUs."""
     mask = np.zeros(topology.num_gpus, dtype=bool)
@@ -749,10 +773,16 @@ def place_slurm_job(
     *,
     solver: str = "greedy",
     now: datetime | None = None,
+    per_node: int | None = None,
 ) -> SlurmPlacement:
     """Place ``job`` on the nodes ``request`` may use, trying its partitions in order as Slurm
     does; the state is not changed. Raises :class:`gpuplace.Infeasible` or
-    :class:`SlurmError` naming, for every node left out, the reason."""
+    :class:`SlurmError` naming, for every node left out, the reason.
+
+    ``per_node``: the job must take the same number of GPUs on every node it uses, which is
+    all Slurm can grant a job (``--gres=gpu:k`` is per node): only nodes with that many usable
+    GPUs are offered, each with exactly that many, and a placement that still differs per node
+    is refused."""
     tried = request.partitions or [None]  # type: ignore[list-item]
     errors: list[str] = []
     for partition in tried:
@@ -764,8 +794,19 @@ def place_slurm_job(
             errors.append(str(exc))
             continue
         known = [h for h in room.hosts if h in state.topology.hosts]
+        allowed = hosts_mask(state.topology, known)
+        if per_node is not None:
+            allowed = _exactly(state, allowed, per_node)
+            known = [h for h in known if allowed[state.topology.host_gpus(h)].any()]
         try:
-            placement = place(state.fenced_view(hosts_mask(state.topology, known)), job, solver)
+            placement = place(state.fenced_view(allowed), job, solver)
+            if per_node is not None:
+                counts = placement_counts(placement)
+                if set(counts.values()) != {per_node}:
+                    raise Infeasible(
+                        f"needs {per_node} GPUs on each node it uses (Slurm grants GPUs per "
+                        f"node alike), but the placement found takes {counts}"
+                    )
         except Infeasible as exc:
             where = f"in partition {room.partition}" if room.partition else "on this cluster"
             left = room.describe()

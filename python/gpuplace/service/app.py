@@ -151,6 +151,7 @@ class SlurmSubmitRequest(BaseModel):
     qos: str | None = None
     time_limit: int | str | None = Field(None, description="Minutes (or a Slurm time).")
     min_nodes: int | None = None
+    gres_per_node: int | None = Field(None, description="GPUs per node the job asked for.")
     spec: str | None = Field(None, description="The job document (#GPUPLACE lines) or tp=..,dp=..")
 
 
@@ -545,6 +546,8 @@ def build_app(service: Service) -> FastAPI:
             f"hostlist {out['hostlist']}",
             f"ntasks {out['ntasks']}",
             f"whole {1 if out['whole_nodes'] else 0}",
+            f"exclusive {1 if out['exclusive'] else 0}",
+            *([f"gres_per_node {out['gres_per_node']}"] if out["gres_per_node"] else []),
             f"rank_hosts {','.join(out['rank_hosts'])}",
             f"rank_devices {','.join(str(d) for d in out['rank_devices'])}",
         ]

@@ -30,7 +30,7 @@ import yaml
 
 from gpuplace._util.hostlist import compress
 from gpuplace.cluster.state import ClusterState
-from gpuplace.errors import GpuplaceError, InvalidJob, InvalidState
+from gpuplace.errors import GpuplaceError, Infeasible, InvalidJob, InvalidState
 from gpuplace.health.judge import evaluate as judge_evidence
 from gpuplace.health.judge import apply_findings, load_rules
 from gpuplace.integrations import slurmctld as ctld
@@ -421,6 +421,7 @@ class Engine:
         slurm: ctld.SlurmRequest | None = None,
         hold: Hold | None = None,
         time_limit: float | None = None,
+        per_node: int | None = None,
     ) -> tuple[Placement, int | None]:
         """Place ``job`` and hold its GPUs (unless ``dry_run``); returns the placement and the
         journal number to wait for. Solvers other than greedy run on a copy outside the lock,
@@ -433,11 +434,11 @@ class Engine:
                     raise Conflict(f"job name {job.name!r} is in use on cluster {rt.name}")
                 base = rt.state if fast else rt.state.scratch_copy()
                 if fast:
-                    placement = self._solve(rt, base, job, solver, slurm, time_limit)
+                    placement = self._solve(rt, base, job, solver, slurm, time_limit, per_node)
                     if dry_run:
                         return placement, None
                     return placement, self._hold(rt, placement, ticket, hold)
-            placement = self._solve(rt, base, job, solver, slurm, time_limit)
+            placement = self._solve(rt, base, job, solver, slurm, time_limit, per_node)
             if dry_run:
                 return placement, None
             with self.lock:
@@ -456,9 +457,12 @@ class Engine:
         solver: str,
         slurm: ctld.SlurmRequest | None,
         time_limit: float | None,
+        per_node: int | None = None,
     ) -> Placement:
         if slurm is not None and rt.view is not None:
-            return ctld.place_slurm_job(state, job, slurm, rt.view, solver=solver).placement
+            return ctld.place_slurm_job(
+                state, job, slurm, rt.view, solver=solver, per_node=per_node
+            ).placement
         return place(state, job, solver, time_limit=time_limit)
 
     def _hold(
@@ -658,6 +662,10 @@ class Engine:
         token = secrets.token_hex(8)
         name = f"slurm-hold-{token}"
         spec = body.get("spec")
+        per = _gpus_per_node(rt.state.topology)
+        asked = body.get("gres_per_node")
+        if asked is not None and (not isinstance(asked, int) or not 0 < asked <= per):
+            raise InvalidJob(f"gres_per_node: expected 1 to {per}, got {asked!r}")
         if spec:
             job = _job_from_text(str(spec), name)
         else:
@@ -666,8 +674,7 @@ class Engine:
                 raise InvalidJob(
                     "give -N (whole nodes) or the job in #GPUPLACE lines of the batch script"
                 )
-            per = _gpus_per_node(rt.state.topology)
-            job = Job(name=name, tp=per, dp=nodes)
+            job = Job(name=name, tp=asked or per, dp=nodes)
         hold = Hold(
             name,
             "slurm",
@@ -677,10 +684,34 @@ class Engine:
             user=request.user,
             grace=float(body.get("grace") or self.hold_grace),
         )
-        placement, seq = self.place(
-            job, cluster=rt.name, slurm=request, hold=hold, ticket=ticket
-        )
-        assert seq is not None
+        # Slurm grants GPUs per node alike (--gres=gpu:k): the plan takes the same count on
+        # every node, whole nodes first. Without GRES, Slurm hands out whole nodes only.
+        gres = rt.view.gres
+        if asked is not None:
+            counts = [asked]
+        elif not gres:
+            if job.gpus % per:
+                raise InvalidJob(
+                    f"cluster {rt.name} has no gpu GRES: Slurm allocates whole nodes of {per} "
+                    f"GPUs, and the job has {job.gpus} ranks"
+                )
+            counts = [per]
+        else:
+            counts = [k for k in range(min(per, job.gpus), 0, -1) if job.gpus % k == 0]
+        placement: Placement | None = None
+        seq: int | None = None
+        problems: list[str] = []
+        for k in counts:
+            try:
+                placement, seq = self.place(
+                    job, cluster=rt.name, slurm=request, hold=hold, ticket=ticket, per_node=k
+                )
+                break
+            except Infeasible as exc:
+                problems.append(f"{k} per node: {exc}")
+        if placement is None or seq is None:
+            raise Infeasible(f"{label}: " + " | ".join(problems[:3]))
+        per_node = job.gpus // len(placement.nodes)
         topo = placement.topology
         rows = placement.rank_table()
         whole = all(
@@ -698,6 +729,8 @@ class Engine:
             "rank_devices": [int(r["device"]) for r in rows],
             "ntasks": len(rows),
             "whole_nodes": whole,
+            "gres_per_node": per_node if gres else None,
+            "exclusive": whole,
         }, seq
 
     def reconcile_slurm(
@@ -751,9 +784,10 @@ class Engine:
                     changes["started"] = True
                     actual = _job_gpus(state, running[job_id], {n.name: n for n in nodes})
                     planned = state.job_gpus(hold.name)
-                    hosts_now = sorted({topo.host_of(int(g)) for g in actual})
-                    hosts_plan = sorted({topo.host_of(int(g)) for g in planned}) if planned is not None else []
-                    if actual and hosts_now != hosts_plan:
+                    planned_set = set() if planned is None else {int(g) for g in planned}
+                    if actual and set(actual) != planned_set:
+                        # Slurm chose the GPU indices inside the nodes (or other nodes): its
+                        # truth is what is held from now on.
                         seqs.append(
                             self._record(
                                 {"op": "replace", "cluster": rt.name, "name": hold.name, "gpus": actual}
