@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import gpuplace
+import pytest
 from gpuplace.errors import InvalidJob, InvalidState, InvalidTopology
 from gpuplace.integrations import slurm as sl
 
@@ -207,7 +207,9 @@ def test_sync_without_gres_takes_the_gpus_per_node_and_whole_nodes() -> None:
     bare["dev1"] = node("dev1", "mixed", gres="", used="")
     info = sinfo(**bare)
     queue = {"jobs": [{"job_id": 5, "name": "a", "job_state": "RUNNING", "nodes": "dev1"}]}
-    with pytest.raises(InvalidTopology, match="nodes without gpu GRES: dev\\[0-17\\].*--gpus-per-node"):
+    with pytest.raises(
+        InvalidTopology, match=r"nodes without gpu GRES: dev\[0-17\].*--gpus-per-node"
+    ):
         sl.sync(info, queue, io.StringIO(SCONTROL))
     state = sl.sync(info, queue, io.StringIO(SCONTROL), gpus_per_node=4)
     assert state.topology.num_gpus == 18 * 4

@@ -139,6 +139,13 @@ def _slurm_targets(
     help="What to do for jobs hit by a health change.",
 )
 @click.option(
+    "--rules",
+    "rules_path",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Site health rules over the defaults (e.g. pci_bus_ids per host type for XIDs).",
+)
+@click.option(
     "--k8s-taint-command",
     default=None,
     help="Command that taints Kubernetes nodes (e.g. 'kubectl --context prod').",
@@ -180,7 +187,11 @@ def serve_cmd(**o: Any) -> None:
 
     journal = Journal(o["journal_path"])
     engine = Engine.open(
-        journal, builders, snapshot_every=o["snapshot_every"], hold_grace=o["hold_grace"]
+        journal,
+        builders,
+        snapshot_every=o["snapshot_every"],
+        hold_grace=o["hold_grace"],
+        rules=o["rules_path"],
     )
     for name, target in targets:
         engine.clusters[name].slurm = target
@@ -352,7 +363,9 @@ def place_client(
         job.to_dict(), cluster=cluster, solver=solver, dry_run=dry_run
     )
     verb = "would place" if dry_run else "placed"
-    _show(answer, fmt, f"{verb} {answer['job']} on {answer['hostlist']} ({len(answer['gpus'])} GPUs)")
+    _show(
+        answer, fmt, f"{verb} {answer['job']} on {answer['hostlist']} ({len(answer['gpus'])} GPUs)"
+    )
 
 
 @service_group.command("release")
@@ -411,7 +424,9 @@ def explain_client(
 
 @service_group.command("status")
 @_connect
-def status_client(address: str | None, token_file: str | None, fmt: str, cluster: str | None) -> None:
+def status_client(
+    address: str | None, token_file: str | None, fmt: str, cluster: str | None
+) -> None:
     """Clusters, jobs, holds, unhealthy hardware, the Slurm follower and the journal."""
     answer = _client(address, token_file).status(cluster)
     lines = []

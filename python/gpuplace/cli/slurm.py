@@ -8,12 +8,10 @@ whole-node request from a state file, for the ``job_submit/lua`` example in cont
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
-
-import json
-from typing import Any
 
 from gpuplace._util.documents import exclusive_lock, write_atomically
 from gpuplace._util.hostlist import compress
@@ -164,8 +162,7 @@ def sync_cmd(
     click.echo(
         f"wrote {out} and {topo_path}: {len(state.topology.hosts)} nodes, "
         f"{state.free_gpus} of {state.topology.num_gpus} GPUs free, {len(state.jobs)} jobs, "
-        f"{len(health)} nodes out of service"
-        + ("" if view.gres else " (no gpu GRES: whole nodes)")
+        f"{len(health)} nodes out of service" + ("" if view.gres else " (no gpu GRES: whole nodes)")
     )
 
 

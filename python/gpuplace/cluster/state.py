@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuplace import _core
+from gpuplace._util.documents import exclusive_lock
 from gpuplace.cluster import fabric, power, pricing, state_file
 from gpuplace.cluster.state_file import STATE_FORMAT
 from gpuplace.errors import InvalidState
 from gpuplace.model.policy import ClusterPolicy
 from gpuplace.model.storage import io_demands
-from gpuplace._util.documents import exclusive_lock
 from gpuplace.model.topology import Nics, Topology, nics_of
 
 if TYPE_CHECKING:
@@ -211,7 +211,9 @@ class ClusterState:
         if name is None or gpus is None:
             raise InvalidState("allocate needs a placement, or a name and GPUs")
         if job is not None and job.gpus != len(gpus):
-            raise InvalidState(f"job {name!r}: its spec has {job.gpus} ranks, given {len(gpus)} GPUs")
+            raise InvalidState(
+                f"job {name!r}: its spec has {job.gpus} ranks, given {len(gpus)} GPUs"
+            )
         # A power budget is never exceeded, whoever chose the GPUs (gpuplace.cluster.power).
         if self.topology.power_domains and name not in self.jobs:
             power.check_budgets(self, name, job, np.asarray(gpus, dtype=np.int64), slot)

@@ -206,9 +206,13 @@ class Extender:
         try:
             spec = json.loads(annotations[JOB_ANNOTATION])
         except (json.JSONDecodeError, RecursionError) as exc:
-            raise BadRequest(f"annotation {JOB_ANNOTATION}: not JSON ({exc.__class__.__name__})") from None
+            raise BadRequest(
+                f"annotation {JOB_ANNOTATION}: not JSON ({exc.__class__.__name__})"
+            ) from None
         if not isinstance(spec, dict):
-            raise BadRequest(f"annotation {JOB_ANNOTATION}: expected a JSON object (a job document)")
+            raise BadRequest(
+                f"annotation {JOB_ANNOTATION}: expected a JSON object (a job document)"
+            )
         # One plan per gang: the job is named after it, whatever the spec says.
         spec = {**spec, "name": gang_job_name(gang)}
         try:

@@ -51,10 +51,10 @@ __all__ = [
     "Slurmctld",
     "eligible",
     "hosts_mask",
-    "place_slurm_job",
-    "placement_counts",
     "parse_constraint",
     "parse_time_limit",
+    "place_slurm_job",
+    "placement_counts",
     "read_records",
     "request_from_sbatch_args",
 ]
@@ -177,8 +177,7 @@ class Slurmctld:
         out = self.run("scontrol", "show", "topology", check=False)
         if out.returncode != 0:
             raise SlurmError(
-                f"{self.label}: scontrol show topology failed: "
-                f"{(out.stderr or out.stdout).strip()}"
+                f"{self.label}: scontrol show topology failed: {(out.stderr or out.stdout).strip()}"
             )
         if "SwitchName=" not in out.stdout:
             raise SlurmError(
@@ -193,7 +192,9 @@ class Slurmctld:
         if not names:
             return
         text = " ".join(reason.split())[:200] or "gpuplace"
-        self.run("scontrol", "update", f"NodeName={compress(names)}", "State=DRAIN", f"Reason={text}")
+        self.run(
+            "scontrol", "update", f"NodeName={compress(names)}", "State=DRAIN", f"Reason={text}"
+        )
 
     def why_not_now(self, hosts: Sequence[str]) -> str:
         """A sentence naming, for each of ``hosts`` that a job could not use now, the reason:
@@ -405,7 +406,11 @@ def parse_constraint(expression: str | None) -> Callable[[set[str]], bool]:
             return inner
         if token in (")", "&", "|"):
             raise InvalidJob(f"constraint {expression!r}: unexpected {token!r}")
-        return lambda features, name=token: name in features
+
+        def has(features: set[str], name: str = token) -> bool:
+            return name in features
+
+        return has
 
     def both() -> Callable[[set[str]], bool]:
         terms = [atom()]
@@ -606,7 +611,9 @@ def eligible(
         elif part is not None and node.partitions and part.name not in node.partitions:
             why = f"not in partition {part.name}"
         elif not test(set(node.features)):
-            why = f"features {','.join(node.features) or 'none'} do not match -C {request.constraint}"
+            why = (
+                f"features {','.join(node.features) or 'none'} do not match -C {request.constraint}"
+            )
         elif inside is not None and node.name not in inside:
             why = f"not in reservation {request.reservation}"
         elif inside is None:
@@ -788,7 +795,12 @@ def place_slurm_job(
     for partition in tried:
         try:
             room = eligible(
-                view.nodes, view.partitions, view.reservations, request, partition=partition, now=now
+                view.nodes,
+                view.partitions,
+                view.reservations,
+                request,
+                partition=partition,
+                now=now,
             )
         except SlurmError as exc:
             errors.append(str(exc))

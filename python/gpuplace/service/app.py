@@ -155,7 +155,7 @@ class SlurmSubmitRequest(BaseModel):
     spec: str | None = Field(None, description="The job document (#GPUPLACE lines) or tp=..,dp=..")
 
 
-_SPARES = {"allow": True, "forbid": False, "only": "only"}
+_SPARES: dict[str, bool | str] = {"allow": True, "forbid": False, "only": "only"}
 
 
 class _Error(Exception):
@@ -186,9 +186,7 @@ class EnginePlanner:
 
     def plan(self, gang: str, job: Job) -> list[str]:
         hold = Hold(job.name, "k8s", time.time(), label=gang)
-        placement, seq = self.engine.place(
-            job, cluster=self.cluster, solver=self.solver, hold=hold
-        )
+        placement, seq = self.engine.place(job, cluster=self.cluster, solver=self.solver, hold=hold)
         if seq is not None:
             self.engine.journal.wait(seq)
         return [placement.topology.host_of(int(g)) for g in placement.gpus]
@@ -211,7 +209,9 @@ class _StateCollector:
 
     def collect(self) -> Any:
         gpus = GaugeMetricFamily("gpuplace_state_gpus", "GPUs in the cluster", labels=["cluster"])
-        free = GaugeMetricFamily("gpuplace_state_free_gpus", "Free healthy GPUs", labels=["cluster"])
+        free = GaugeMetricFamily(
+            "gpuplace_state_free_gpus", "Free healthy GPUs", labels=["cluster"]
+        )
         jobs = GaugeMetricFamily("gpuplace_state_jobs", "Jobs holding GPUs", labels=["cluster"])
         holds = GaugeMetricFamily("gpuplace_state_holds", "Placements held", labels=["cluster"])
         bad = GaugeMetricFamily(
@@ -271,7 +271,7 @@ class Metrics:
         self.slurm_up = Gauge(
             "gpuplace_slurm_up", "1 when the last Slurm poll succeeded", ["cluster"], registry=r
         )
-        r.register(_StateCollector(engine))  # type: ignore[arg-type]
+        r.register(_StateCollector(engine))
 
     def on_commit(self, events: int, seconds: float) -> None:
         self.commit.observe(seconds)
@@ -326,9 +326,7 @@ class Service:
         """Run ``work`` on the pool within the limits; returns its result or raises _Error."""
         if self.pending >= self.limits.queue:
             self.metrics.placements.labels("-", "refused busy").inc()
-            raise _Error(
-                503, f"busy: {self.pending} requests queued; retry shortly", retry_after=1
-            )
+            raise _Error(503, f"busy: {self.pending} requests queued; retry shortly", retry_after=1)
         self.pending += 1
         self.metrics.queue.set(self.pending)
         ticket = Ticket()
@@ -380,7 +378,10 @@ def _status_of(exc: BaseException) -> tuple[int, dict[str, Any]]:
         return 409, body
     if isinstance(exc, GpuplaceError | ValueError):
         return 400, body
-    return 500, {"error": f"internal error ({type(exc).__name__}); see the service log", "kind": "InternalError"}
+    return 500, {
+        "error": f"internal error ({type(exc).__name__}); see the service log",
+        "kind": "InternalError",
+    }
 
 
 def _job(doc: dict[str, Any], where: str = "job") -> Job:
@@ -409,7 +410,7 @@ def build_app(service: Service) -> FastAPI:
         return JSONResponse(body, status, headers=headers)
 
     for kind in (_Error, GpuplaceError, ValueError):
-        app.add_exception_handler(kind, failed)  # type: ignore[arg-type]
+        app.add_exception_handler(kind, failed)
 
     # ---------------------------------------------------------------- routes
     @app.get("/healthz", tags=["service"])
@@ -506,7 +507,7 @@ def build_app(service: Service) -> FastAPI:
         def work(ticket: Ticket) -> dict[str, Any]:
             start = time.perf_counter()
             source = io.StringIO(body.text)
-            source.name = f"posted evidence{f' of {body.host}' if body.host else ''}"  # type: ignore[misc]
+            source.name = f"posted evidence{f' of {body.host}' if body.host else ''}"
             result = read_evidence(source, format=body.format, host=body.host)
             report, seq = engine.ingest(
                 [result], cluster=body.cluster, repair_mode=body.repair, ticket=ticket

@@ -93,7 +93,9 @@ class Client:
         except ValueError:
             answer = raw.decode(errors="replace")
         if response.status >= 400:
-            message = answer.get("error") or answer.get("Error") if isinstance(answer, dict) else answer
+            message = (
+                answer.get("error") or answer.get("Error") if isinstance(answer, dict) else answer
+            )
             raise ServiceError(str(message or f"HTTP {response.status}"), response.status, answer)
         return answer
 

@@ -31,8 +31,8 @@ import yaml
 from gpuplace._util.hostlist import compress
 from gpuplace.cluster.state import ClusterState
 from gpuplace.errors import GpuplaceError, Infeasible, InvalidJob, InvalidState
-from gpuplace.health.judge import evaluate as judge_evidence
 from gpuplace.health.judge import apply_findings, load_rules
+from gpuplace.health.judge import evaluate as judge_evidence
 from gpuplace.integrations import slurmctld as ctld
 from gpuplace.integrations.slurm import SlurmJob, SlurmNode
 from gpuplace.model.job import Job
@@ -103,7 +103,9 @@ class Ticket:
     def begin_commit(self) -> None:
         with self._lock:
             if self.state == "cancelled":
-                raise RequestCancelled("the request timed out before it was applied; nothing changed")
+                raise RequestCancelled(
+                    "the request timed out before it was applied; nothing changed"
+                )
             self.state = "committed"
 
     def cancel(self) -> bool:
@@ -191,6 +193,7 @@ class Engine:
         snapshot_every: int = 5000,
         hold_grace: float = 120.0,
         on_change: Callable[[str, str], None] | None = None,
+        rules: Any = None,
     ):
         self.journal = journal
         self.snapshot_every = snapshot_every
@@ -201,7 +204,8 @@ class Engine:
         self._since_snapshot = 0
         #: Called (cluster, outcome) after each placement, for the metrics.
         self.on_change = on_change
-        self.rules = load_rules(None)
+        #: The health rules (defaults, with the site's overrides: ``load_rules``).
+        self.rules = load_rules(rules)
         self.started = time.time()
 
     # ------------------------------------------------------------------ opening
@@ -324,7 +328,9 @@ class Engine:
                 elif c["condition"] == "drained":
                     state.drain(**target, reason=c.get("reason", ""))
                 elif c["condition"] == "degraded":
-                    state.degrade(factor=c["factor"], reason=c.get("reason") or "degraded", **target)
+                    state.degrade(
+                        factor=c["factor"], reason=c.get("reason") or "degraded", **target
+                    )
                 else:
                     state.recover(**target)
         else:
@@ -368,9 +374,7 @@ class Engine:
                                 "nodes": compress(
                                     sorted({state.topology.host_of(int(g)) for g in gpus})
                                 ),
-                                **(
-                                    {"hold": rt.holds[job].to_dict()} if job in rt.holds else {}
-                                ),
+                                **({"hold": rt.holds[job].to_dict()} if job in rt.holds else {}),
                             }
                             for job, gpus in jobs.items()
                         },
@@ -471,7 +475,7 @@ class Engine:
         if ticket is not None:
             ticket.begin_commit()
         hold = hold or Hold(placement.job.name, "api", time.time())
-        event = {
+        event: dict[str, Any] = {
             "op": "allocate",
             "cluster": rt.name,
             "name": placement.job.name,
@@ -580,9 +584,7 @@ class Engine:
             repairs: dict[str, Any] = {}
             for name in sorted(affected):
                 try:
-                    result, rseq = self.repair(
-                        name, cluster=rt.name, apply=repair_mode == "apply"
-                    )
+                    result, rseq = self.repair(name, cluster=rt.name, apply=repair_mode == "apply")
                     repairs[name] = result
                     seq = rseq or seq
                 except GpuplaceError as exc:
@@ -597,11 +599,11 @@ class Engine:
                 "repair_mode": repair_mode,
                 "hosts": sorted(
                     {
-                        self._host_of(rt.state, c.kind, c.name)
+                        host
                         for c in changes
                         if c.after in ("failed", "drained")
+                        and (host := self._host_of(rt.state, c.kind, c.name)) is not None
                     }
-                    - {None}
                 ),
             }
         return report, seq
@@ -752,11 +754,11 @@ class Engine:
             state = rt.state
             topo = state.topology
             by_token: dict[str, dict[str, Any]] = {}
-            for item in raw_jobs:
-                text = f"{item.get('admin_comment') or ''} {item.get('comment') or ''}"
+            for record in raw_jobs:
+                text = f"{record.get('admin_comment') or ''} {record.get('comment') or ''}"
                 match = _TOKEN.search(text)
                 if match:
-                    by_token[match.group(1)] = item
+                    by_token[match.group(1)] = record
             running = {j.job_id: j for j in jobs}
             # Holds: follow the job they became.
             claimed: set[int] = set()
@@ -769,7 +771,9 @@ class Engine:
                         hold.grace or self.hold_grace
                     )
                     if gone:
-                        seqs.append(self._record({"op": "release", "cluster": rt.name, "name": hold.name}))
+                        seqs.append(
+                            self._record({"op": "release", "cluster": rt.name, "name": hold.name})
+                        )
                     continue
                 job_id = int(item["job_id"])
                 claimed.add(job_id)
@@ -778,7 +782,9 @@ class Engine:
                 if hold.slurm_job_id != job_id:
                     changes["slurm_job_id"] = job_id
                 if job_state in _ENDED:
-                    seqs.append(self._record({"op": "release", "cluster": rt.name, "name": hold.name}))
+                    seqs.append(
+                        self._record({"op": "release", "cluster": rt.name, "name": hold.name})
+                    )
                     continue
                 if job_state in _RUNNING and job_id in running and not hold.started:
                     changes["started"] = True
@@ -790,7 +796,12 @@ class Engine:
                         # truth is what is held from now on.
                         seqs.append(
                             self._record(
-                                {"op": "replace", "cluster": rt.name, "name": hold.name, "gpus": actual}
+                                {
+                                    "op": "replace",
+                                    "cluster": rt.name,
+                                    "name": hold.name,
+                                    "gpus": actual,
+                                }
                             )
                         )
                 if changes:
@@ -817,7 +828,11 @@ class Engine:
                         )
                     )
             for name in list(state.jobs):
-                if name.startswith("slurm-") and name[6:].isdigit() and int(name[6:]) not in running:
+                if (
+                    name.startswith("slurm-")
+                    and name[6:].isdigit()
+                    and int(name[6:]) not in running
+                ):
                     seqs.append(self._record({"op": "release", "cluster": rt.name, "name": name}))
             # Node health as Slurm sees it (gpuplace's own findings are left alone).
             current = {(u["kind"], u["name"]): u for u in state.unhealthy()}
@@ -846,12 +861,21 @@ class Engine:
                         {"kind": "host", "name": node.name, "condition": "ok", "factor": 1.0}
                     )
             if changes_out:
-                seqs.append(self._record({"op": "health", "cluster": rt.name, "changes": changes_out}))
+                seqs.append(
+                    self._record({"op": "health", "cluster": rt.name, "changes": changes_out})
+                )
         return seqs
 
 
 def _taint(command: list[str], host: str, reason: str) -> None:
-    argv = [*command, "taint", "nodes", host, "gpuplace.io/unhealthy=true:NoSchedule", "--overwrite"]
+    argv = [
+        *command,
+        "taint",
+        "nodes",
+        host,
+        "gpuplace.io/unhealthy=true:NoSchedule",
+        "--overwrite",
+    ]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -907,4 +931,3 @@ def _job_from_text(text: str, name: str) -> Job:
         raise InvalidJob("the job document must be a mapping (as in a job file)")
     doc = {**doc, "name": name}
     return Job.from_dict(doc, source="#GPUPLACE job")
-

@@ -88,7 +88,9 @@ class Journal:
         self._closing = False
         #: Seconds each group commit took, for the metrics (the committer appends).
         self.on_commit: Callable[[int, float], None] | None = None
-        self._thread = threading.Thread(target=self._commit_loop, name="gpuplace-journal", daemon=True)
+        self._thread = threading.Thread(
+            target=self._commit_loop, name="gpuplace-journal", daemon=True
+        )
         self._thread.start()
 
     # ------------------------------------------------------------------ reading

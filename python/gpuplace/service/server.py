@@ -43,11 +43,11 @@ class ListenError(GpuplaceError):
     """The service cannot listen where asked (or may not without a token)."""
 
 
-class IdleClosingProtocol(_Base):  # type: ignore[misc,valid-type]
+class IdleClosingProtocol(_Base):
     """uvicorn's HTTP protocol, with its keep-alive timer armed from the moment a connection
     opens: one that never sends a request is closed like an idle keep-alive connection."""
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler
@@ -152,7 +152,7 @@ class Server:
             lifespan="off",
             log_level=log_level,
             access_log=False,
-            timeout_keep_alive=max(1, int(round(idle_timeout))),
+            timeout_keep_alive=max(1, round(idle_timeout)),
             timeout_graceful_shutdown=10,
             backlog=BACKLOG,
             server_header=False,
@@ -167,6 +167,7 @@ class Server:
 
     def start(self, timeout: float = 30.0) -> None:
         """Serve on a background thread (tests, benchmarks); returns once it accepts."""
+
         # (uvicorn installs signal handlers only on the main thread.)
         def run() -> None:
             asyncio.run(self.uvicorn.serve(sockets=self.sockets))
