@@ -52,7 +52,8 @@ def _run(path: Path, name: str, mode: str) -> subprocess.Popen[str]:
 
 def test_two_plain_savers_one_is_refused_and_nothing_is_lost(state_file: Path) -> None:
     procs = [_run(state_file, name, "plain") for name in ("a", "b")]
-    outcomes = [(p.wait(timeout=120), p.communicate()) for p in procs]
+    outcomes = [(p.communicate(timeout=120), p.returncode) for p in procs]
+    outcomes = [(code, out) for out, code in outcomes]
     codes = sorted(code for code, _ in outcomes)
     assert codes == [0, 3], outcomes
     refused = next(out for code, out in outcomes if code == 3)
@@ -65,7 +66,8 @@ def test_two_plain_savers_one_is_refused_and_nothing_is_lost(state_file: Path) -
 def test_transactions_from_several_processes_lose_nothing(state_file: Path) -> None:
     procs = [_run(state_file, f"w{i}", "transaction") for i in range(4)]
     for p in procs:
-        assert p.wait(timeout=300) == 0, p.communicate()
+        out = p.communicate(timeout=300)
+        assert p.returncode == 0, out
     topology = gpuplace.Topology.preset("h100-superpod", nodes=16)
     state = gpuplace.ClusterState.load(topology, state_file)
     assert sorted(state.jobs) == sorted(f"w{i}-{k}" for i in range(4) for k in range(3))
