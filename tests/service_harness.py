@@ -20,7 +20,6 @@ from gpuplace.service.engine import Engine
 from gpuplace.service.journal import Journal
 from gpuplace.service.server import Server, listen_tcp, listen_unix
 
-
 #: PCI bus ids of a DGX H100's eight GPUs in index order (NVIDIA DGX H100 user guide), so that
 #: kernel-log XID lines map to a GPU index.
 DGX_H100_BUS_IDS = [
@@ -60,7 +59,10 @@ class Running:
         conn = connection(self)
         try:
             conn.request(
-                "POST", path, body=data, headers={"Content-Type": "application/json", **(headers or {})}
+                "POST",
+                path,
+                body=data,
+                headers={"Content-Type": "application/json", **(headers or {})},
             )
             response = conn.getresponse()
             raw = response.read()
@@ -118,7 +120,15 @@ def running_service(
     server = Server(service, [sock], idle_timeout=idle_timeout)
     server.start()
     try:
-        yield Running(engine, service, server, Client(address, token=token), address if not tcp else address, port, journal_obj)
+        yield Running(
+            engine,
+            service,
+            server,
+            Client(address, token=token),
+            address,
+            port,
+            journal_obj,
+        )
     finally:
         server.stop()
         service.close()

@@ -11,11 +11,12 @@ import sys
 
 import click
 
-from gpuplace.cli import health, health_ingest, k8s, mig, policy, serve, slurm
+from gpuplace.cli import health, health_ingest, k8s, mig, policy, slurm
 from gpuplace.cli.bench import bench
 from gpuplace.cli.calibrate import calibrate_cmd
 from gpuplace.cli.catalog import presets_cmd, solvers_cmd
 from gpuplace.cli.common import load_cluster
+from gpuplace.cli.lazy import LazyGroup
 from gpuplace.cli.place import place_cmd
 from gpuplace.cli.simulate import simulate_cmd
 from gpuplace.cli.topo import topo
@@ -24,7 +25,14 @@ from gpuplace.errors import GpuplaceError
 __all__ = ["cli", "load_cluster", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    lazy={
+        "serve": ("gpuplace.cli.serve", "serve_cmd"),
+        "service": ("gpuplace.cli.serve", "service_group"),
+    },
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(package_name="gpuplace")
 def cli() -> None:
     """Topology-aware placement of distributed GPU jobs."""
@@ -74,8 +82,6 @@ cli.add_command(policy.explain_cmd)
 cli.add_command(mig.mig_group)
 cli.add_command(k8s.k8s)
 cli.add_command(slurm.slurm)
-cli.add_command(serve.serve_cmd)
-cli.add_command(serve.service_group)
 cli.add_command(simulate_cmd)
 cli.add_command(calibrate_cmd)
 

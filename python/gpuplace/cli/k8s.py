@@ -17,7 +17,7 @@ import yaml
 
 from gpuplace._util.documents import write_atomically
 from gpuplace.cli.common import load_cluster
-from gpuplace.cli.serve import serve_cmd
+from gpuplace.cli.lazy import LazyGroup
 from gpuplace.cluster.state import ClusterState
 from gpuplace.integrations import k8s as objects
 from gpuplace.model.job import Job
@@ -26,7 +26,7 @@ from gpuplace.placement.place import place
 __all__ = ["k8s"]
 
 
-@click.group("k8s")
+@click.group("k8s", cls=LazyGroup, lazy={"extender": ("gpuplace.cli.serve", "extender_cmd")})
 def k8s() -> None:
     """Kubernetes: node labels, Kueue/Volcano/KAI topology objects, pod placement patches."""
 
@@ -134,70 +134,3 @@ def _yaml(documents: list) -> str:
 
 def _json(document: object) -> str:
     return json.dumps(document, indent=1) + "\n"
-
-
-@k8s.command("extender")
-@click.option("--cluster", "-c", required=True, help="A preset name or a topology file.")
-@click.option("--nodes", type=int, default=None, help="Preset size in hosts.")
-@click.option("--racks", type=int, default=None, help="Preset size in racks (gb200-nvl72).")
-@click.option(
-    "--state",
-    "state_path",
-    type=click.Path(exists=True, dir_okay=False),
-    help="Start from this state (when the journal is new).",
-)
-@click.option(
-    "--journal",
-    default="gpuplace-extender.db",
-    show_default=True,
-    type=click.Path(dir_okay=False),
-    help="Where the gang plans are journaled (they survive a restart).",
-)
-@click.option("--solver", "-s", default="greedy", show_default=True)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8888, show_default=True)
-@click.option("--prefix", default="", help="URL prefix (the extender's urlPrefix path).")
-@click.option(
-    "--token-file",
-    type=click.Path(exists=True, dir_okay=False),
-    default=None,
-    help="Bearer token (needed to bind anything but loopback, unless TLS client certs).",
-)
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None)
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None)
-@click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), default=None)
-@click.pass_context
-def extender_cmd(
-    ctx: click.Context,
-    cluster: str,
-    nodes: int | None,
-    racks: int | None,
-    state_path: str | None,
-    journal: str,
-    solver: str,
-    host: str,
-    port: int,
-    prefix: str,
-    token_file: str | None,
-    tls_cert: str | None,
-    tls_key: str | None,
-    tls_client_ca: str | None,
-) -> None:
-    """Serve kube-scheduler extender filter/prioritize verbs that send each pod of a gang
-    (annotation gpuplace/job) to the node gpuplace planned for its completion index: the
-    placement service (`gpuplace serve`) on HOST:PORT with the verbs under PREFIX."""
-    ctx.invoke(
-        serve_cmd,
-        journal_path=journal,
-        clusters=(cluster,),
-        nodes=nodes,
-        racks=racks,
-        state_path=state_path,
-        solver=solver,
-        listen=f"{host}:{port}",
-        extender_prefix=prefix.rstrip("/") or "/",
-        token_file=token_file,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-        tls_client_ca=tls_client_ca,
-    )

@@ -33,7 +33,7 @@ from gpuplace.service.follow import LogFollower, SlurmFollower
 from gpuplace.service.journal import Journal
 from gpuplace.service.server import Server, listen_tcp, listen_unix, raise_fd_limit
 
-__all__ = ["serve_cmd", "service_group"]
+__all__ = ["extender_cmd", "serve_cmd", "service_group"]
 
 DEFAULT_SOCKET = "/run/gpuplace/gpuplace.sock"
 _formats = click.Choice(["text", "json"])
@@ -470,3 +470,71 @@ def health_client(
     lines = [f"{c['kind']} {c['name']}: {c['before']} -> {c['after']}" for c in answer["changes"]]
     lines += [f"drained {a['host']} ({a['reason']})" for a in answer.get("scheduler", [])]
     _show(answer, fmt, "\n".join(lines) or "no change")
+
+
+# ---------------------------------------------------------------- gpuplace k8s extender
+@click.command("extender")
+@click.option("--cluster", "-c", required=True, help="A preset name or a topology file.")
+@click.option("--nodes", type=int, default=None, help="Preset size in hosts.")
+@click.option("--racks", type=int, default=None, help="Preset size in racks (gb200-nvl72).")
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Start from this state (when the journal is new).",
+)
+@click.option(
+    "--journal",
+    default="gpuplace-extender.db",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Where the gang plans are journaled (they survive a restart).",
+)
+@click.option("--solver", "-s", default="greedy", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8888, show_default=True)
+@click.option("--prefix", default="", help="URL prefix (the extender's urlPrefix path).")
+@click.option(
+    "--token-file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Bearer token (needed to bind anything but loopback, unless TLS client certs).",
+)
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.pass_context
+def extender_cmd(
+    ctx: click.Context,
+    cluster: str,
+    nodes: int | None,
+    racks: int | None,
+    state_path: str | None,
+    journal: str,
+    solver: str,
+    host: str,
+    port: int,
+    prefix: str,
+    token_file: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_client_ca: str | None,
+) -> None:
+    """Serve kube-scheduler extender filter/prioritize verbs that send each pod of a gang
+    (annotation gpuplace/job) to the node gpuplace planned for its completion index: the
+    placement service (`gpuplace serve`) on HOST:PORT with the verbs under PREFIX."""
+    ctx.invoke(
+        serve_cmd,
+        journal_path=journal,
+        clusters=(cluster,),
+        nodes=nodes,
+        racks=racks,
+        state_path=state_path,
+        solver=solver,
+        listen=f"{host}:{port}",
+        extender_prefix=prefix.rstrip("/") or "/",
+        token_file=token_file,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_client_ca=tls_client_ca,
+    )

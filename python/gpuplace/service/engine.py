@@ -628,7 +628,9 @@ class Engine:
                 continue
             host = self._host_of(rt.state, c["kind"], c["name"])
             if host is not None and host not in reasons:
-                reasons[host] = f"gpuplace: {c['reason']}"
+                # "gpuplace: XID 79 on GPU n01:4" (the full evidence stays in gpuplace's state).
+                rule = str(c["reason"]).split(": ", 1)[0] or c["after"]
+                reasons[host] = f"gpuplace: {rule} on {c['kind'].upper()} {c['name']}"
         for host, reason in sorted(reasons.items()):
             start = time.perf_counter()
             entry: dict[str, Any] = {"host": host, "reason": reason}
