@@ -368,9 +368,11 @@ def slurm_overhead(samples: int) -> dict[str, object] | None:
     os.chmod(base, 0o755)
     shutil.copy(ROOT / "contrib" / "slurm" / "job_submit.lua", base / "job_submit.lua")
     slurm = LoopbackSlurm(base, 2, 4, gpus=8, extra_conf=("JobSubmitPlugins=lua",))
+    # Before slurmctld starts: it reads the plugin's GPUPLACE_SOCKET from its environment.
+    service = GpuplaceService(slurm, "--host-type", "dgx-h100")
     plain, tagged = [], []
     try:
-        with slurm, GpuplaceService(slurm, "--host-type", "dgx-h100"):
+        with slurm, service:
             for _ in range(samples):
                 for kind, times in (("plain", plain), ("tagged", tagged)):
                     args = ["sbatch", "--parsable", "-N", "1", "--exclusive", "-o", "/dev/null"]
@@ -432,7 +434,13 @@ def main() -> None:
                 f"peer (same run): the library call per request, place + allocate in memory: "
                 f"p50 {peer['p50_ms']:.3f} ms, p99 {peer['p99_ms']:.3f} ms"
             )
-            say("")
+        finally:
+            stop(proc)
+    say("")
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        proc = start_service(directory)  # a fresh cluster: part 1 left it full of jobs
+        try:
             say(
                 "2. 50 clients at once (place + release, 20 each), with and without 1,000 idle connections"
             )

@@ -224,6 +224,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       time_limit = set_or_nil(job_desc.time_limit),
       min_nodes = spec == nil and min_nodes or nil,
       gres_per_node = asked_gres,
+      -- the service holds nothing for a request it answers after the plugin gave up
+      timeout_ms = math.floor((tonumber(setting("GPUPLACE_TIMEOUT", "2")) or 2) * 800),
       spec = spec,
    })
    local answer, reason = ask(body)

@@ -18,6 +18,7 @@ extender's ``filter``/``prioritize`` (and ``release``) under its prefix, ``/metr
 from __future__ import annotations
 
 import asyncio
+import heapq
 import hmac
 import io
 import json
@@ -152,6 +153,9 @@ class SlurmSubmitRequest(BaseModel):
     time_limit: int | str | None = Field(None, description="Minutes (or a Slurm time).")
     min_nodes: int | None = None
     gres_per_node: int | None = Field(None, description="GPUs per node the job asked for.")
+    timeout_ms: int | None = Field(
+        None, gt=0, description="The caller gives up after this long: nothing is held then."
+    )
     spec: str | None = Field(None, description="The job document (#GPUPLACE lines) or tp=..,dp=..")
 
 
@@ -302,7 +306,12 @@ class Service:
         self.pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="gpuplace-worker")
         self.pending = 0
         self.metrics = Metrics(engine)
-        engine.journal.on_commit = self.metrics.on_commit
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Requests waiting for their event to reach the disk: (seq, order, future).
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = 0
+        engine.journal.on_commit = self._on_commit
+        engine.journal.on_failure = self._on_failure
         engine.on_change = lambda cluster, outcome: self.metrics.placements.labels(
             cluster, outcome
         ).inc()
@@ -322,8 +331,52 @@ class Service:
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
-    async def run(self, route: str, work: Callable[[Ticket], Any]) -> Any:
-        """Run ``work`` on the pool within the limits; returns its result or raises _Error."""
+    # Waiting for the journal without holding a worker: the committer thread wakes the loop.
+    def _on_commit(self, events: int, seconds: float) -> None:
+        self.metrics.on_commit(events, seconds)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._wake)
+
+    def _on_failure(self, exc: BaseException) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._wake, exc)
+
+    def _wake(self, failure: BaseException | None = None) -> None:
+        committed = self.engine.journal.committed
+        while self._waiters and (failure is not None or self._waiters[0][0] <= committed):
+            _, _, future = heapq.heappop(self._waiters)
+            if not future.done():
+                if failure is not None:
+                    future.set_exception(JournalError(f"the journal failed: {failure}"))
+                else:
+                    future.set_result(None)
+
+    async def durable(self, seq: int | None) -> None:
+        """Return once event ``seq`` is on disk."""
+        journal = self.engine.journal
+        if seq is None or journal.committed >= seq:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._order += 1
+        heapq.heappush(self._waiters, (seq, self._order, future))
+        self._wake()  # it may have committed meanwhile
+        journal.check()
+        await future
+
+    async def run(
+        self,
+        route: str,
+        work: Callable[[Ticket], Any],
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Run ``work`` on the pool within the limits (and ``timeout``, when shorter); returns
+        its result (once on disk, for a :class:`Durable`: the worker is free meanwhile) or
+        raises _Error. (Running fast work on the event loop itself was measured: no faster on a
+        busy host, and a long-held engine lock would then stall every connection.)"""
+        limit = self.limits.timeout if timeout is None else min(timeout, self.limits.timeout)
         if self.pending >= self.limits.queue:
             self.metrics.placements.labels("-", "refused busy").inc()
             raise _Error(503, f"busy: {self.pending} requests queued; retry shortly", retry_after=1)
@@ -331,20 +384,33 @@ class Service:
         self.metrics.queue.set(self.pending)
         ticket = Ticket()
         loop = asyncio.get_running_loop()
+        self._loop = loop
         future = loop.run_in_executor(self.pool, _call, work, ticket)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), self.limits.timeout)
-        except asyncio.TimeoutError:
-            if ticket.cancel():
-                raise _Error(
-                    504,
-                    f"{route}: no answer within {self.limits.timeout:g} s; nothing was changed",
-                ) from None
-            # The change was applied already: answer it (only the journal write is left).
-            return await future
+            try:
+                result = await asyncio.wait_for(asyncio.shield(future), limit)
+            except asyncio.TimeoutError:
+                if ticket.cancel():
+                    raise _Error(
+                        504, f"{route}: no answer within {limit:g} s; nothing was changed"
+                    ) from None
+                # The change was applied already: answer it (only the journal write is left).
+                result = await future
+            if isinstance(result, Durable):
+                await self.durable(result.seq)
+                return result.value
+            return result
         finally:
             self.pending -= 1
             self.metrics.queue.set(self.pending)
+
+
+@dataclass
+class Durable:
+    """A request's answer, to be sent once journal event ``seq`` is on disk."""
+
+    value: Any
+    seq: int | None
 
 
 def _call(work: Callable[[Ticket], Any], ticket: Ticket) -> Any:
@@ -354,6 +420,11 @@ def _call(work: Callable[[Ticket], Any], ticket: Ticket) -> Any:
 def _durable(engine: Engine, seq: int | None) -> None:
     if seq is not None:
         engine.journal.wait(seq)
+
+
+def _encode(out: Any) -> Response:
+    """A JSON response encoded on the worker (not by FastAPI's encoder on the event loop)."""
+    return Response(json.dumps(out, separators=(",", ":")).encode(), media_type="application/json")
 
 
 def _status_of(exc: BaseException) -> tuple[int, dict[str, Any]]:
@@ -435,11 +506,11 @@ def build_app(service: Service) -> FastAPI:
         """The cluster's state as a state-file body (``ClusterState.restore`` reads it)."""
         return await service.run("state", lambda t: engine.state_document(cluster))
 
-    @app.post("/v1/place", tags=["placement"])
-    async def place_route(body: PlaceRequest) -> dict[str, Any]:
+    @app.post("/v1/place", tags=["placement"], response_model=None)
+    async def place_route(body: PlaceRequest) -> Response:
         """Place a job and hold its GPUs; answered once the hold is on disk."""
 
-        def work(ticket: Ticket) -> dict[str, Any]:
+        def work(ticket: Ticket) -> Durable:
             job = _job(body.job)
             request = ctld.SlurmRequest.from_dict(body.slurm) if body.slurm else None
             try:
@@ -455,31 +526,29 @@ def build_app(service: Service) -> FastAPI:
             except Infeasible:
                 service.metrics.placements.labels(body.cluster or "-", "infeasible").inc()
                 raise
-            _durable(engine, seq)
             out = placement.to_dict()
             out["rank_table"] = placement.rank_table()
             out["held"] = seq is not None
             out["journal_seq"] = seq
-            return out
+            return Durable(_encode(out), seq)
 
         return await service.run("place", work)
 
-    @app.post("/v1/release", tags=["placement"])
-    async def release_route(body: JobRef) -> dict[str, Any]:
+    @app.post("/v1/release", tags=["placement"], response_model=None)
+    async def release_route(body: JobRef) -> Response:
         """Release a held placement (or a job's GPUs)."""
 
-        def work(ticket: Ticket) -> dict[str, Any]:
+        def work(ticket: Ticket) -> Durable:
             out, seq = engine.release(body.job, cluster=body.cluster, ticket=ticket)
-            _durable(engine, seq)
-            return out
+            return Durable(_encode(out), seq)
 
         return await service.run("release", work)
 
-    @app.post("/v1/repair", tags=["placement"])
-    async def repair_route(body: RepairRequest) -> dict[str, Any]:
+    @app.post("/v1/repair", tags=["placement"], response_model=None)
+    async def repair_route(body: RepairRequest) -> Response:
         """Re-place only what broke of a job: proposed, or applied with ``apply``."""
 
-        def work(ticket: Ticket) -> dict[str, Any]:
+        def work(ticket: Ticket) -> Durable:
             out, seq = engine.repair(
                 body.job,
                 cluster=body.cluster,
@@ -488,8 +557,7 @@ def build_app(service: Service) -> FastAPI:
                 spares=_SPARES[body.spares],
                 ticket=ticket,
             )
-            _durable(engine, seq)
-            return out
+            return Durable(_encode(out), seq)
 
         return await service.run("repair", work)
 
@@ -525,14 +593,17 @@ def build_app(service: Service) -> FastAPI:
         runs or ends. With ``Accept: text/plain`` the answer is ``key value`` lines (Lua reads
         them without a JSON library)."""
 
-        def work(ticket: Ticket) -> dict[str, Any]:
+        def work(ticket: Ticket) -> Durable:
             out, seq = engine.slurm_submit(body.model_dump(), ticket=ticket)
-            _durable(engine, seq)
-            return out
+            return Durable(out, seq)
 
         plain = "text/plain" in (request.headers.get("accept") or "")
         try:
-            out = await service.run("slurm_submit", work)
+            out = await service.run(
+                "slurm_submit",
+                work,
+                timeout=None if body.timeout_ms is None else body.timeout_ms / 1000,
+            )
         except Exception as exc:
             if not plain:
                 raise

@@ -338,6 +338,7 @@ class Engine:
 
     def _record(self, event: dict[str, Any], job: Job | None = None) -> int:
         """Apply and journal one event (the caller holds the lock); returns its number."""
+        self.journal.check()  # a failed journal: change nothing it would not record
         self.apply(event, job)
         seq = self.journal.append(event)
         self._since_snapshot += 1

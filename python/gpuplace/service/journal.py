@@ -86,8 +86,10 @@ class Journal:
         self._cond = threading.Condition()
         self._failed: BaseException | None = None
         self._closing = False
-        #: Seconds each group commit took, for the metrics (the committer appends).
+        #: Called on the committer thread after each group commit (events, seconds), and
+        #: when the journal fails (the exception): the service wakes its waiting requests.
         self.on_commit: Callable[[int, float], None] | None = None
+        self.on_failure: Callable[[BaseException], None] | None = None
         self._thread = threading.Thread(
             target=self._commit_loop, name="gpuplace-journal", daemon=True
         )
@@ -173,6 +175,12 @@ class Journal:
         except sqlite3.Error:
             pass
 
+    def check(self) -> None:
+        """Raise JournalError if the journal failed (before changing anything that it would
+        then not record)."""
+        with self._cond:
+            self._raise_if_failed()
+
     def _raise_if_failed(self) -> None:
         if self._failed is not None:
             raise JournalError(f"{self.path}: the journal failed: {self._failed}")
@@ -193,6 +201,8 @@ class Journal:
                 with self._cond:
                     self._failed = exc
                     self._cond.notify_all()
+                if self.on_failure is not None:
+                    self.on_failure(exc)
                 return
             elapsed = time.perf_counter() - start
             with self._cond:
