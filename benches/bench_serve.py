@@ -233,6 +233,31 @@ async def _open_loop(
     }
 
 
+async def _closed_loop(sock: Path, seconds: float, connections: int = 32) -> float:
+    """Requests per second when every connection sends its next place/release as soon as the
+    last is answered: the most the service sustains here."""
+    pool = [await Connection.open(sock) for _ in range(connections)]
+    done = 0
+    stop_at = time.monotonic() + seconds
+
+    async def worker(k: int, conn: Connection) -> None:
+        nonlocal done
+        i = 0
+        while time.monotonic() < stop_at:
+            if i % 2 == 0:
+                body: object = {"job": {"name": f"c{k}-{i}", "parallelism": {"tp": 8, "dp": 1}}}
+                await conn.request("POST", "/v1/place", body)
+            else:
+                await conn.request("POST", "/v1/release", {"job": f"c{k}-{i - 1}"})
+            i += 1
+            done += 1
+
+    await asyncio.gather(*(worker(k, c) for k, c in enumerate(pool)))
+    for conn in pool:
+        conn.close()
+    return done / seconds
+
+
 def peer_library_call(samples: int = 2000) -> dict[str, float]:
     """What the service does for one request, as a library call: place + allocate (and a
     release 1,024 placements later), on a state in memory."""
@@ -408,7 +433,10 @@ def main() -> None:
         lines.append(text)
 
     say(f"gpuplace serve on h100-superpod, {NODES} nodes ({NODES * 8} GPUs); Unix socket")
-    say(f"python {sys.version.split()[0]}, {os.cpu_count()} cores (shared)")
+    say(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} cores (shared; load average "
+        f"{os.getloadavg()[0]:.1f} at the start)"
+    )
     peer = peer_library_call()
     say("")
     say("1. placement latency at a fixed arrival rate (8-GPU jobs, released 1,024 later)")
@@ -430,6 +458,11 @@ def main() -> None:
                     f"{result['all_p50_ms']:.2f} ms | {result['all_p99_ms']:.2f} ms | "
                     f"{result['failures'] or 'none'} |"
                 )
+            most = asyncio.run(_closed_loop(directory / "gpuplace.sock", seconds / 2))
+            say(
+                f"closed loop (32 connections, each sending its next request when answered): "
+                f"{most:,.0f} requests/s"
+            )
             say(
                 f"peer (same run): the library call per request, place + allocate in memory: "
                 f"p50 {peer['p50_ms']:.3f} ms, p99 {peer['p99_ms']:.3f} ms"

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from gpuplace.service.client import Client, ServiceError
 from slurm_harness import GpuplaceService, LoopbackSlurm, missing_daemons
 
 pytestmark = pytest.mark.slurm
@@ -656,6 +657,65 @@ def test_a_cluster_without_gpu_gres(bare: LoopbackSlurm, tmp_path: Path):
         drain_queue(slurm)
 
 
+def test_one_service_follows_two_clusters(served, bare: LoopbackSlurm, tmp_path: Path):
+    """Two Slurm clusters on one host, each with its own slurm.conf (--slurm-cluster
+    NAME=SLURM_CONF): one service follows both and places on the one a request names."""
+    gres_cluster, _ = served
+    sock = tmp_path / "two.sock"
+    env = {k: v for k, v in bare.env.items() if k != "SLURM_CONF"}
+    with open(tmp_path / "serve.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                *CLI,
+                "serve",
+                "--slurm-cluster",
+                f"gres={gres_cluster.env['SLURM_CONF']}",
+                "--slurm-cluster",
+                f"bare={bare.env['SLURM_CONF']}",
+                "--host-type",
+                "dgx-h100",
+                "--journal",
+                str(tmp_path / "j.db"),
+                "--socket",
+                str(sock),
+                "--poll",
+                "0.5",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        client = Client(str(sock), timeout=30)
+
+        def ready():
+            try:
+                status = client.status()
+            except ServiceError:
+                return None
+            clusters = {c["cluster"]: c for c in status["clusters"]}
+            if set(clusters) == {"gres", "bare"} and all(
+                c["slurm"]["last_ok"] for c in clusters.values()
+            ):
+                return clusters
+            return None
+
+        clusters = wait_for("both clusters followed", ready, 60)
+        assert clusters["gres"]["gpus"] == 6 * GPUS and clusters["bare"]["gpus"] == 4 * GPUS
+        placed = client.place(
+            {"name": "on-bare", "parallelism": {"tp": 8, "dp": 2}},
+            cluster="bare",
+            slurm={"partition": "gpu", "time_limit": 10},
+        )
+        assert set(placed["nodes"]) <= {"n01", "n02", "n03", "n04"}
+        assert "on-bare" in client.status("bare")["clusters"][0]["jobs"]
+        assert "on-bare" not in client.status("gres")["clusters"][0]["jobs"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+# Last: it stops the bare cluster's slurmctld.
 def test_slurmctld_down_is_answered_in_seconds(bare: LoopbackSlurm, tmp_path: Path):
     slurm = bare
     slurm.stop_controller()

@@ -69,6 +69,9 @@ class Journal:
             if str(mode).lower() != "wal":
                 raise JournalError(f"{self.path}: SQLite refused WAL mode (got {mode})")
             self._db.execute("PRAGMA synchronous=FULL")
+            # Checkpoints (copying the WAL into the database) run on their own thread and
+            # connection, PASSIVE, so a commit never waits behind one.
+            self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._db.executescript(_SCHEMA)
             row = self._db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
             if row is None:
@@ -169,6 +172,7 @@ class Journal:
             self._closing = True
             self._cond.notify_all()
         self._thread.join(timeout=60)
+        self._checkpointer.join(timeout=60)
         try:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
@@ -184,6 +188,25 @@ class Journal:
     def _raise_if_failed(self) -> None:
         if self._failed is not None:
             raise JournalError(f"{self.path}: the journal failed: {self._failed}")
+
+    def _checkpoint_loop(self, every: float = 2.0) -> None:
+        try:
+            db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
+        except sqlite3.Error:
+            return
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._closing, timeout=every)
+                    closing = self._closing
+                if closing:
+                    return
+                try:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error:
+                    pass  # the next one will try again; commits are unaffected
+        finally:
+            db.close()
 
     def _commit_loop(self) -> None:
         while True:
