@@ -97,6 +97,10 @@ class Journal:
             target=self._commit_loop, name="gpuplace-journal", daemon=True
         )
         self._thread.start()
+        self._checkpointer = threading.Thread(
+            target=self._checkpoint_loop, name="gpuplace-checkpoint", daemon=True
+        )
+        self._checkpointer.start()
 
     # ------------------------------------------------------------------ reading
     def recover(self) -> Recovered:
