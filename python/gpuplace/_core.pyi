@@ -34,7 +34,6 @@ __all__ = [
     "fabric_load",
     "fence_mask",
     "gpu_peak_tflops",
-    "gpu_peaks",
     "hottest_uplinks",
     "io_seconds",
     "job_load",
@@ -86,6 +85,8 @@ class Condition(_Labelled):
     Degraded: ClassVar[Condition]
     Failed: ClassVar[Condition]
     Drained: ClassVar[Condition]
+    @property
+    def severity(self) -> int: ...
 
 @final
 class ComponentKind(_Labelled):
@@ -406,7 +407,6 @@ def collective_terms(kind: CollectiveKind, n: int, bytes: float) -> tuple[float,
 
 # NCCL side of the topology and the GPU peak table (rust/py/src/nccl.rs, step.rs).
 def gpu_peak_tflops(model: str) -> float | None: ...
-def gpu_peaks() -> list[tuple[list[str], float, str]]: ...
 def topology_with_fabric(
     topology: Topology,
     nvls_gbps: list[float],

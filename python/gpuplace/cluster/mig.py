@@ -249,6 +249,7 @@ class MigCluster:
                     if first is None:
                         first = min(members, key=self._order.__getitem__)
                     free_after = c - after[1]
+                    key: tuple[float, ...]
                     if policy == "fgd":
                         key = (
                             tier,
@@ -351,7 +352,7 @@ class MigCluster:
         size in memory slices) as free instances; all or nothing (InvalidState naming the
         instance that breaks the rules)."""
         gpu = self.gpus[gpu_id]
-        state, added = gpu.state, []
+        state, added = gpu.state, list[Instance]()
         for profile, start, size in rows:
             p = self.model.profiles.get(profile)
             if p is None:

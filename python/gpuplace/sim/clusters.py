@@ -25,8 +25,8 @@ from typing import Any
 
 from gpuplace.errors import InvalidTopology
 from gpuplace.model.inventory import NVLINK_GBPS_PER_LINK
-from gpuplace.model.presets import NDR_GBPS
-from gpuplace.model.topology import FORMAT, Topology
+from gpuplace.model.presets import NDR_GBPS, hgx_node_type, topology_document
+from gpuplace.model.topology import Topology
 from gpuplace.sim.traces import _open_text
 
 __all__ = ["CLUSTERS", "cluster", "lingjun", "pai"]
@@ -46,27 +46,17 @@ def lingjun(path: str | Path | None = None) -> Topology:
         nodes.append({"name": f"h{row['ip'][:12]}", "type": "hgx-h800", "domains": domains})
     nodes.sort(key=lambda n: (n["domains"]["spine"], n["domains"]["leaf"], n["name"]))
     nvlink = 18 * NVLINK_GBPS_PER_LINK["hopper"]
-    document = {
-        "format": FORMAT,
-        "name": "lingjun",
-        "levels": [
-            {"name": "node", "bandwidth_gbps": nvlink, "latency_us": 1.0},
-            {"name": "leaf", "bandwidth_gbps": NDR_GBPS, "latency_us": 2.5},
-            {"name": "spine", "bandwidth_gbps": NDR_GBPS, "latency_us": 3.0},
-            {"name": "core", "bandwidth_gbps": NDR_GBPS, "latency_us": 3.5},
+    document = topology_document(
+        "lingjun",
+        [
+            ("node", nvlink, 1.0),
+            ("leaf", NDR_GBPS, 2.5),
+            ("spine", NDR_GBPS, 3.0),
+            ("core", NDR_GBPS, 3.5),
         ],
-        "node_level": "node",
-        "nvlink_domain": "node",
-        "node_types": {
-            "hgx-h800": {
-                "gpus": 8,
-                "gpu_model": "H800 (assumed)",
-                "nics": [f"mlx5_{i}" for i in range(8)],
-                "gpu_nic": list(range(8)),
-            }
-        },
-        "nodes": nodes,
-    }
+        {"hgx-h800": hgx_node_type("H800 (assumed)")},
+        nodes,
+    )
     return Topology.from_dict(document, source=source)
 
 
@@ -121,20 +111,17 @@ def pai(
         )
     if not nodes:
         raise InvalidTopology(f"{source}: no GPU machines")
-    document = {
-        "format": FORMAT,
-        "name": "pai",
-        "levels": [
-            {"name": "node", "bandwidth_gbps": _PCIE3_GBPS, "latency_us": 3.0},
-            {"name": "leaf", "bandwidth_gbps": _PAI_NIC_GBPS, "latency_us": 5.0},
-            {"name": "spine", "bandwidth_gbps": _PAI_NIC_GBPS, "latency_us": 6.0},
-            {"name": "core", "bandwidth_gbps": _PAI_NIC_GBPS, "latency_us": 7.0},
+    document = topology_document(
+        "pai",
+        [
+            ("node", _PCIE3_GBPS, 3.0),
+            ("leaf", _PAI_NIC_GBPS, 5.0),
+            ("spine", _PAI_NIC_GBPS, 6.0),
+            ("core", _PAI_NIC_GBPS, 7.0),
         ],
-        "node_level": "node",
-        "nvlink_domain": "node",
-        "node_types": node_types,
-        "nodes": nodes,
-    }
+        node_types,
+        nodes,
+    )
     return Topology.from_dict(document, source=source)
 
 

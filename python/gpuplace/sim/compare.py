@@ -275,7 +275,7 @@ def run_suite(
                     f"({time.perf_counter() - start:.1f} s)"
                 )
         job = instance.job.build(seed)
-        base = dict(
+        base: dict[str, Any] = dict(
             cluster=spec.label,
             cluster_gpus=topology.num_gpus,
             occupancy=instance.occupancy,
