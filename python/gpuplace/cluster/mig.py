@@ -477,12 +477,13 @@ def enable(
             model = current.model
         else:
             names = {gpu_model_of(state, g) for g in ids}
-            if len(names) != 1 or None in names:
+            only = next(iter(names)) if len(names) == 1 else None
+            if only is None:
                 raise InvalidState(
                     f"the GPUs have models {sorted(map(str, names))}; give one model's GPUs, or "
                     "the rules (a listing read with gpuplace.io.read_nvidia_smi_mig)"
                 )
-            model = model_for(names.pop())  # type: ignore[arg-type]
+            model = model_for(only)
     layout = list(geometry)
     if layout:  # refuse a geometry that breaks the rules before changing anything
         MigCluster(model, 1).add_free_instances(0, layout)

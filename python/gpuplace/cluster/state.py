@@ -33,7 +33,7 @@ from gpuplace import _core
 from gpuplace.cluster import fabric, power, pricing, state_file
 from gpuplace.cluster.state_file import STATE_FORMAT
 from gpuplace.enums import ComponentKind, Condition, Health
-from gpuplace.errors import InvalidState
+from gpuplace.errors import InvalidState, InvalidTopology
 from gpuplace.model.policy import ClusterPolicy
 from gpuplace.model.storage import io_demands
 from gpuplace.model.topology import Nics, nics_of
@@ -399,7 +399,7 @@ class ClusterState:
         if per is not None:
             try:
                 level = self.topology.level_index(per)
-            except KeyError:
+            except InvalidTopology:
                 raise InvalidState(f"per: {per!r} is not a level of {self.topology.name}") from None
             if level < self.topology.node_level:
                 raise InvalidState(

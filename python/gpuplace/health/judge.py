@@ -303,11 +303,12 @@ class _Mapper:
         self.bus: dict[str, list[str]] = {}
         for name, ids in (rules.get("pci_bus_ids") or {}).items():
             normal = [normalize_pci(str(b)) for b in ids]
-            if any(b is None for b in normal):
+            known = [b for b in normal if b is not None]
+            if len(known) != len(normal):
                 raise InvalidState(
                     f"rules: pci_bus_ids.{name}: expected PCI addresses like 0000:1b:00"
                 )
-            self.bus[str(name)] = normal  # type: ignore[assignment]
+            self.bus[str(name)] = known
         for r in results:
             for key, ids in r.bus_ids.items():
                 owner = key or r.host or self._only_host()

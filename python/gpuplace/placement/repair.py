@@ -35,9 +35,10 @@ __all__ = ["MovedRank", "Repair", "repair", "spare_policy"]
 _HEALTH = Health.members()
 
 
-def spare_policy(spares: bool | str | SparePolicy | None) -> SparePolicy:
+def spare_policy(spares: object) -> SparePolicy:
     """The :class:`gpuplace.SparePolicy` that ``spares`` names: a member, its label
-    (``allow``, ``forbid``, ``only``), or None/True (allow) and False (forbid)."""
+    (``allow``, ``forbid``, ``only``), or None/True (allow) and False (forbid); anything else
+    is an InvalidJob naming what is accepted."""
     if isinstance(spares, SparePolicy):
         return spares
     if spares is None or spares is True:

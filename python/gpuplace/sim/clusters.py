@@ -32,6 +32,15 @@ from gpuplace.sim.traces import _open_text
 __all__ = ["CLUSTERS", "cluster", "lingjun", "pai"]
 
 
+def _three_tiers(
+    host: tuple[float, float], per_gpu_gbps: float, latency_us: tuple[float, float, float]
+) -> list[tuple[str, float, float]]:
+    """The levels of a 3-tier Clos: the host's (GB/s, µs), then leaf, spine and core at the
+    same per-GPU bandwidth (GB/s) and their latencies (µs)."""
+    tiers = zip(("leaf", "spine", "core"), latency_us, strict=True)
+    return [("node", *host), *((name, per_gpu_gbps, latency) for name, latency in tiers)]
+
+
 def lingjun(path: str | Path | None = None) -> Topology:
     """The Lingjun 3-tier topology (see the module docstring)."""
     text, source = _open_text(path, "lingjun_topo.csv.gz")
@@ -48,12 +57,7 @@ def lingjun(path: str | Path | None = None) -> Topology:
     nvlink = 18 * NVLINK_GBPS_PER_LINK["hopper"]
     document = topology_document(
         "lingjun",
-        [
-            ("node", nvlink, 1.0),
-            ("leaf", NDR_GBPS, 2.5),
-            ("spine", NDR_GBPS, 3.0),
-            ("core", NDR_GBPS, 3.5),
-        ],
+        _three_tiers((nvlink, 1.0), NDR_GBPS, (2.5, 3.0, 3.5)),
         {"hgx-h800": hgx_node_type("H800 (assumed)")},
         nodes,
     )
@@ -112,15 +116,7 @@ def pai(
     if not nodes:
         raise InvalidTopology(f"{source}: no GPU machines")
     document = topology_document(
-        "pai",
-        [
-            ("node", _PCIE3_GBPS, 3.0),
-            ("leaf", _PAI_NIC_GBPS, 5.0),
-            ("spine", _PAI_NIC_GBPS, 6.0),
-            ("core", _PAI_NIC_GBPS, 7.0),
-        ],
-        node_types,
-        nodes,
+        "pai", _three_tiers((_PCIE3_GBPS, 3.0), _PAI_NIC_GBPS, (5.0, 6.0, 7.0)), node_types, nodes
     )
     return Topology.from_dict(document, source=source)
 
@@ -130,4 +126,8 @@ CLUSTERS = {"lingjun": lingjun, "pai": pai}
 
 
 def cluster(name: str) -> Topology:
-    return CLUSTERS[name]()
+    """One of :data:`CLUSTERS` by name, read from the file shipped with gpuplace."""
+    build = CLUSTERS.get(name)
+    if build is None:
+        raise InvalidTopology(f"unknown cluster {name!r}; expected one of {', '.join(CLUSTERS)}")
+    return build()

@@ -184,7 +184,7 @@ _CUT_FAMILIES = 6
 def _physical_cores() -> int:
     """Physical cores (not hyper-threads) of this machine, best effort."""
     try:
-        import psutil  # type: ignore[import-untyped]
+        import psutil
 
         n = psutil.cpu_count(logical=False)
         if n:
