@@ -34,6 +34,7 @@ from typing import Any
 from gpuplace._util.documents import parse_json, read_text, write_atomically
 from gpuplace._util.hostlist import HostlistError, compress, expand
 from gpuplace.cluster.state import ClusterState
+from gpuplace.enums import Condition
 from gpuplace.errors import GpuplaceError, InvalidJob, InvalidState, InvalidTopology
 from gpuplace.io import read_nvidia_smi_topo, read_slurm_topology
 from gpuplace.model.inventory import Fabric
@@ -83,12 +84,12 @@ class SlurmNode:
 
     @property
     def out_of_service(self) -> str | None:
-        """'failed', 'drained' or None."""
+        """'failed', 'drained' (the labels of :class:`gpuplace.Condition`) or None."""
         words = {self.state, *(f.lower() for f in self.flags)}
         if words & _DOWN:
-            return "failed"
+            return Condition.Failed.label
         if words & _DRAIN:
-            return "drained"
+            return Condition.Drained.label
         return None
 
 
@@ -336,8 +337,8 @@ def sync(
         rest = sorted(busy - explained[node.name])
         if rest:
             state.allocate(name=f"slurm-busy-{node.name}", gpus=[int(base[i]) for i in rest])
-    failed = [n.name for n in nodes if n.out_of_service == "failed"]
-    drained = [n.name for n in nodes if n.out_of_service == "drained"]
+    failed = [n.name for n in nodes if n.out_of_service == Condition.Failed.label]
+    drained = [n.name for n in nodes if n.out_of_service == Condition.Drained.label]
     if failed:
         state.fail(host=failed, reason="slurm: down")
     if drained:
