@@ -1116,7 +1116,11 @@ mod tests {
         let set = |s: &mut ClusterState, c: Component, condition: Condition| {
             let health = ComponentHealth {
                 condition,
-                factor: if condition == Condition::Degraded { 0.5 } else { 1.0 },
+                factor: if condition == Condition::Degraded {
+                    0.5
+                } else {
+                    1.0
+                },
                 reason: String::new(),
             };
             s.set_condition(&[c], Some(health)).unwrap();
