@@ -170,7 +170,7 @@ def extender_cmd(
         else ClusterState(topology)
     )
     server = serve(Extender(state, solver=solver), host=host, port=port, prefix=prefix)
-    address, bound = server.server_address[:2]
+    address, bound = server.socket.getsockname()[:2]
     click.echo(f"gpuplace extender on http://{address}:{bound}{prefix}/filter and /prioritize")
     try:
         server.serve_forever()
