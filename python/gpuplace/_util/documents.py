@@ -11,7 +11,10 @@ import contextlib
 import fcntl
 import json
 import math
+import os
+import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -111,24 +114,35 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {text}"
 
 
-def read_document(path: str | Path, error: type[GpuplaceError]) -> Any:
-    """Read a YAML or JSON file (by suffix), raising ``error`` with the file and line."""
-    path = Path(path)
+def read_text(path: str | os.PathLike[str], error: type[GpuplaceError]) -> str:
+    """The text of a user's file (UTF-8), raising ``error`` naming the file when it is missing
+    or cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise error(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise error(f"{path}: cannot read: {exc}") from None
+
+
+def parse_json(text: str, source: str | os.PathLike[str], error: type[GpuplaceError]) -> Any:
+    """Parse JSON text, raising ``error`` with the source, line and column."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(
+            f"{source}: line {exc.lineno}, column {exc.colno}: invalid JSON: {exc.msg}"
+        ) from None
+    except RecursionError:
+        raise error(f"{source}: invalid JSON: nested too deeply") from None
+
+
+def read_document(path: str | os.PathLike[str], error: type[GpuplaceError]) -> Any:
+    """Read a YAML or JSON file (by suffix), raising ``error`` with the file and line."""
+    path = Path(path)
+    text = read_text(path, error)
     if path.suffix.lower() == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise error(
-                f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON: {exc.msg}"
-            ) from None
-        except RecursionError:
-            raise error(f"{path}: invalid JSON: nested too deeply") from None
+        return parse_json(text, path, error)
     try:
         return yaml.safe_load(text)
     except RecursionError:
@@ -147,9 +161,6 @@ def write_atomically(path: str | Path, text: str) -> None:
     The data goes to a temporary file in the same directory, is flushed and fsynced, then
     renamed over the target; the directory is fsynced so the rename itself is durable.
     """
-    import os
-    import tempfile
-
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
@@ -161,8 +172,6 @@ def write_atomically(path: str | Path, text: str) -> None:
         # Crash tests set this to hold the process between the write and the rename.
         pause = os.environ.get("GPUPLACE_TEST_PAUSE_BEFORE_RENAME_S")
         if pause:
-            import time
-
             time.sleep(float(pause))
         os.replace(tmp, path)
     except BaseException:
@@ -181,10 +190,9 @@ def write_atomically(path: str | Path, text: str) -> None:
         os.close(dir_fd)
 
 
-#: Lock files the current thread holds (resolved path -> depth): the lock is re-entrant for
-#: the thread that holds it, so ``ClusterState.save`` may take it while a command that loaded
-#: the state under it still holds it (flock on a second descriptor would wait forever). Other
-#: threads open their own descriptor and wait, as other processes do.
+#: Locks the current thread holds (resolved path -> depth): re-entrant for the thread that
+#: holds them (flock on a second descriptor would wait forever). Other threads open their own
+#: descriptor and wait, as other processes do.
 _HELD = threading.local()
 
 
@@ -211,6 +219,34 @@ def exclusive_lock(path: str | Path) -> Iterator[None]:
         finally:
             held.pop(lock_path, None)
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def directory_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock on the directory holding ``path`` (flock on the
+    directory itself, so no lock file is left beside the file): for a check-then-replace of
+    ``path`` that must not interleave with another process's. Re-entrant within one thread."""
+    directory = str(Path(path).resolve().parent)
+    key = f"dir:{directory}"
+    held: dict[str, int] = _HELD.__dict__.setdefault("paths", {})
+    if held.get(key):
+        held[key] += 1
+        try:
+            yield
+        finally:
+            held[key] -= 1
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held[key] = 1
+        try:
+            yield
+        finally:
+            held.pop(key, None)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def dump_document(path: str | Path, document: Any) -> str:

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from gpuplace.cli.reports import placement_rows
 from gpuplace.cluster.state import ClusterState
+from gpuplace.enums import SparePolicy
 from gpuplace.errors import InvalidState, InvalidTopology
 from gpuplace.model.presets import PRESETS
 from gpuplace.model.topology import Topology
@@ -27,6 +28,7 @@ __all__ = [
     "open_state",
     "out",
     "print_placement",
+    "spares_option",
     "state_options",
     "with_cluster",
 ]
@@ -124,6 +126,19 @@ def with_cluster(func: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(cluster_options):
         func = option(func)
     return func
+
+
+def spares_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--spares``: the labels of the core's :class:`gpuplace.SparePolicy` (``allow`` by
+    default); the command receives the member."""
+    return click.option(
+        "--spares",
+        type=click.Choice([p.label for p in SparePolicy.members()]),
+        default=SparePolicy.Allow.label,
+        show_default=True,
+        callback=lambda _ctx, _param, label: SparePolicy.from_label(label),
+        help=help,
+    )
 
 
 def state_options(func: Callable[..., Any]) -> Callable[..., Any]:

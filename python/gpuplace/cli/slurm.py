@@ -9,7 +9,9 @@ whole-node request from a state file, for the ``job_submit/lua`` example in cont
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -113,7 +115,7 @@ _sources = [
 ]
 
 
-def _with_sources(func):  # type: ignore[no-untyped-def]
+def _with_sources(func: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(_sources):
         func = option(func)
     return func

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpuplace.enums import Health
-from gpuplace.errors import Constraint, Explanation
+from gpuplace.errors import Constraint, Explanation, InvalidTopology
 from gpuplace.placement.probe import why_not_fits
 from gpuplace.policy.fence import Restriction, can_borrow, restrictions
 
@@ -105,7 +105,7 @@ def explain(
         size = getattr(job, d)
         try:
             level = topo.level_index(level_name)
-        except KeyError:
+        except InvalidTopology:
             continue
         if size <= 1 and level_name == "nvlink_domain":
             continue
