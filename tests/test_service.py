@@ -116,6 +116,30 @@ def test_repair_explain_and_health_evidence(tmp_path: Path) -> None:
         assert applied["rank_hosts"][5] != host
 
 
+def test_a_failed_gpu_taints_its_kubernetes_node(tmp_path: Path) -> None:
+    """Without Slurm, the configured command taints the node (a stand-in for kubectl that
+    records its arguments: no API server runs here)."""
+    record = tmp_path / "kubectl.args"
+    fake = tmp_path / "kubectl"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {record}\n')
+    fake.chmod(0o755)
+    with running_service(tmp_path) as svc:
+        svc.engine.cluster(None).taint_command = [str(fake), "--context", "test"]
+        report = svc.client.health(xid_line("dgx003", 1), host="dgx003")
+        (action,) = report["scheduler"]
+        assert action["action"] == "kubernetes taint" and action["host"] == "dgx003"
+        assert action["reason"] == "gpuplace: XID 79 on GPU dgx003:1"
+    assert record.read_text().split() == [
+        "--context",
+        "test",
+        "taint",
+        "nodes",
+        "dgx003",
+        "gpuplace.io/unhealthy=true:NoSchedule",
+        "--overwrite",
+    ]
+
+
 def test_restart_replays_the_journal(tmp_path: Path) -> None:
     topology = gpuplace.Topology.preset("h100-superpod", nodes=8)
     journal = tmp_path / "j.db"

@@ -3,7 +3,8 @@
 ``slurm sync`` writes a state (and its topology) from ``sinfo --json``, ``squeue --json`` and
 ``scontrol show topology``; ``slurm submit`` places a job and runs ``sbatch`` pinned to the
 chosen nodes with ``SLURM_HOSTFILE`` in rank order; ``slurm pick`` prints the nodes for a
-whole-node request from a state file, for the ``job_submit/lua`` example in contrib/slurm/.
+whole-node request from a state file (the ``job_submit/lua`` plugin in contrib/slurm/ asks the
+live service, ``gpuplace serve``, instead).
 """
 
 from __future__ import annotations
