@@ -202,7 +202,11 @@ def _solve(
             return found
 
         if state.topology.power_domains:
-            result, slot = place_within_power(state, job, solve)
+            # Every phase slot is tried and the cheapest placement kept: a later slot inside
+            # one rack beats slot 0 split across racks.
+            result, slot = place_within_power(
+                state, job, solve, cost=lambda found: _total_seconds(state, job, found.gpus)
+            )
             phases = state.topology.power_phases
             extra = {"phase_slot": slot, "phase_offset": slot / phases} if phases > 1 else {}
             result = SolveResult(
@@ -245,13 +249,21 @@ def _gpu_ids(solver: str, gpus: Any) -> np.ndarray:
     return array.astype(np.int64)
 
 
+def _total_seconds(state: ClusterState, job: Job, gpus: Any) -> float:
+    """Communication (among the running jobs) plus storage I/O seconds per step of ``job`` on
+    ``gpus`` in ``state``: what placements of one job are compared by."""
+    seconds = evaluate(state.topology, job, _gpu_ids("place", gpus), state=state).comm_seconds
+    if getattr(job, "data", None) is not None and state.topology.stores:
+        seconds += io_seconds(state, job, gpus)
+    return seconds
+
+
 def place_near_data(state: ClusterState, job: Job, solve: Any, first: Any) -> Any:
     """The cheaper, by ``comm_seconds + io_seconds`` in ``state``, of ``first`` and the
     placements ``solve`` finds on the near-data views."""
 
     def total(result: Any) -> float:
-        cost = evaluate(state.topology, job, result.gpus, state=state)
-        return cost.comm_seconds + io_seconds(state, job, result.gpus)
+        return _total_seconds(state, job, result.gpus)
 
     best, best_cost = first, total(first)
     for view in near_data_views(state, job):
