@@ -1,0 +1,3 @@
+"""Schemas placeholder."""
+SCHEMAS: dict = {}
+COMMANDS: dict = {}
