@@ -17,8 +17,8 @@ from gpuplace.cli import health, health_ingest, k8s, lifecycle, mig, policy, slu
 from gpuplace.cli.bench import bench
 from gpuplace.cli.calibrate import calibrate_cmd
 from gpuplace.cli.catalog import presets_cmd, schema_cmd, solvers_cmd
-from gpuplace.cli.fabric import fabric_cmd
 from gpuplace.cli.common import json_requested, load_cluster, report_error
+from gpuplace.cli.fabric import fabric_cmd
 from gpuplace.cli.place import place_cmd
 from gpuplace.cli.simulate import simulate_cmd
 from gpuplace.cli.topo import topo

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -106,7 +107,7 @@ def calibrate_cmd(
     after = sample_errors(fitted, samples)
     fitted.save(output)
     parameters = fitted_parameters(topology, fitted)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "sample": name,
             "gpus": len(gpus),
@@ -150,8 +151,10 @@ def calibrate_cmd(
             f"{100 * r['error_before']:+.1f} %",
             f"{100 * r['error_after']:+.1f} %",
         )
+    # Wide enough for the longest sample name on one line (rich caps a print at the console's
+    # width, 80 columns when the output is not a terminal).
     longest = max(len(r["sample"]) for r in rows)
-    _out.print(table, width=max(_out.width, longest + 50))
+    Console(highlight=False, soft_wrap=True, width=max(_out.width, longest + 50)).print(table)
     _out.print(
         f"rms log error {rms['before']:.3f} before, {rms['after']:.3f} after, over "
         f"{len(rows)} samples; wrote {output}"

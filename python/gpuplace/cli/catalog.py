@@ -53,11 +53,7 @@ def solvers_cmd(fmt: str) -> None:
     registered = solvers()
     if fmt == "json":
         emit(
-            {
-                "solvers": [
-                    {"name": name, "description": text} for name, text in registered.items()
-                ]
-            }
+            {"solvers": [{"name": name, "description": text} for name, text in registered.items()]}
         )
         return
     table = Table("solver", "description")

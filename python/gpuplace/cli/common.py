@@ -152,7 +152,6 @@ def report_error(exc: BaseException, *, json_output: bool) -> int:
     return int(document["error"]["exit_code"])
 
 
-
 def load_cluster(
     cluster: str,
     nodes: int | None = None,
@@ -284,7 +283,7 @@ def with_optional_cluster(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _cluster_options(func: Callable[..., Any], *, required: bool) -> Callable[..., Any]:
-    options = [
+    options: list[Callable[[Any], Any]] = [
         click.option(
             "--cluster",
             "-c",
@@ -295,7 +294,10 @@ def _cluster_options(func: Callable[..., Any], *, required: bool) -> Callable[..
         ),
         click.option("--nodes", type=int, default=None, help="Preset size in hosts (-p nodes=N)."),
         click.option(
-            "--racks", type=int, default=None, help="Preset size in racks (-p racks=N, gb200-nvl72)."
+            "--racks",
+            type=int,
+            default=None,
+            help="Preset size in racks (-p racks=N, gb200-nvl72).",
         ),
         param_option,
     ]
@@ -305,7 +307,7 @@ def _cluster_options(func: Callable[..., Any], *, required: bool) -> Callable[..
 
 
 def _state_options(func: Callable[..., Any], help_text: str) -> Callable[..., Any]:
-    options = [
+    options: list[Callable[[Any], Any]] = [
         click.option(
             "--state",
             "state_path",
@@ -321,7 +323,10 @@ def _state_options(func: Callable[..., Any], help_text: str) -> Callable[..., An
         ),
         click.option("--nodes", type=int, default=None, help="Preset size in hosts (-p nodes=N)."),
         click.option(
-            "--racks", type=int, default=None, help="Preset size in racks (-p racks=N, gb200-nvl72)."
+            "--racks",
+            type=int,
+            default=None,
+            help="Preset size in racks (-p racks=N, gb200-nvl72).",
         ),
         param_option,
     ]
@@ -333,9 +338,7 @@ def _state_options(func: Callable[..., Any], help_text: str) -> Callable[..., An
 def state_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--state`` (read, changed all or nothing, written atomically) and the cluster options
     for a state file that does not name its cluster yet."""
-    return _state_options(
-        func, "State file (read, changed all or nothing, written atomically)."
-    )
+    return _state_options(func, "State file (read, changed all or nothing, written atomically).")
 
 
 def read_state_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -34,8 +34,7 @@ def _running(state: ClusterState, name: str, verb: str) -> dict[str, Any]:
     """The running job's row (before it stops); InvalidState when it does not run."""
     if name == MIG_JOB and state.mig is not None:
         raise InvalidState(
-            f"{name!r} holds the GPUs in MIG mode; release MIG requests with "
-            "`gpuplace mig release`"
+            f"{name!r} holds the GPUs in MIG mode; release MIG requests with `gpuplace mig release`"
         )
     gpus = state.job_gpus(name)
     if gpus is None:

@@ -205,8 +205,7 @@ def explain_cmd(
         "needed",
         "available",
         "binding",
-        title=f"why {job.name} is {'placeable' if result.placeable else 'not placed'} "
-        f"({solver})",
+        title=f"why {job.name} is {'placeable' if result.placeable else 'not placed'} ({solver})",
         title_justify="left",
     )
     for c in result.constraints:

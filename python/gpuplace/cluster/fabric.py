@@ -155,9 +155,7 @@ def uplinks_by_level(state: ClusterState, count: int = 5) -> list[dict[str, Any]
     Empty while no running job loads the fabric."""
     topology = state.topology
     out = []
-    for level, directions, loaded, over, hottest in _core.uplinks_by_level(
-        state._core, int(count)
-    ):
+    for level, directions, loaded, over, hottest in _core.uplinks_by_level(state._core, int(count)):
         rows = [
             {
                 "uplink": uplink_name(topology, slot // 2),

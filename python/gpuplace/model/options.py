@@ -111,9 +111,9 @@ def apply_options(document: Mapping[str, Any], options: Mapping[str, Any]) -> di
         if key in _TOP:
             doc[key] = value
         elif root == "levels" and len(parts) == 3:
-            level = _named(doc.get("levels", []), parts[1], key, "level")
+            entry = _named(doc.get("levels", []), parts[1], key, "level")
             _field(parts[2], _LEVEL_FIELDS, key)
-            level[parts[2]] = value
+            entry[parts[2]] = value
         elif root == "node_types" and len(parts) == 3:
             types = doc.get("node_types", {})
             if parts[1] not in types:
@@ -163,7 +163,9 @@ def _named(entries: Any, name: str, key: str, what: str) -> dict[str, Any]:
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and entry.get("name") == name:
             return entry
-    known = [e.get("name") for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    known = (
+        [e.get("name") for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    )
     raise _unknown(key, what, name, known)
 
 

@@ -218,9 +218,7 @@ def account(
     return Explanation(job.name, needed, placeable, out, solver_message)
 
 
-def _power(
-    state: ClusterState, job: Job, allowed: np.ndarray, placeable: bool
-) -> list[Constraint]:
+def _power(state: ClusterState, job: Job, allowed: np.ndarray, placeable: bool) -> list[Constraint]:
     """One row per power domain that holds back free GPUs the job may use, in the phase slot
     where it holds back least; binding when the job fits with that domain's limit lifted
     (every slot tried), or, when no single domain's does, the limiting domains together."""

@@ -550,7 +550,7 @@ pub fn uplinks_by_level(state: &ClusterState, count: usize) -> Vec<LevelLoad> {
     let topo = state.topology();
     let capacity = topo.uplink_gbps();
     let mut levels: Vec<LevelLoad> = Vec::new();
-    for u in 0..topo.uplink_count() {
+    for (u, &cap) in capacity.iter().enumerate() {
         let (level, _) = topo.uplink_owner(u);
         if levels.last().is_none_or(|l| l.level != level) {
             levels.push(LevelLoad {
@@ -567,10 +567,10 @@ pub fn uplinks_by_level(state: &ClusterState, count: usize) -> Vec<LevelLoad> {
             let load = total[slot];
             if load > 0.0 {
                 entry.loaded += 1;
-                if load > capacity[u] * (1.0 + 1e-9) {
+                if load > cap * (1.0 + 1e-9) {
                     entry.over_capacity += 1;
                 }
-                entry.hottest.push((slot, load, capacity[u]));
+                entry.hottest.push((slot, load, cap));
             }
         }
     }
