@@ -66,8 +66,8 @@ def solvers_cmd(fmt: str) -> None:
 @click.argument("name", required=False)
 @format_option
 def schema_cmd(name: str | None, fmt: str) -> None:
-    """The JSON Schema of a command's --format json output (NAME: a schema or a command, e.g.
-    `place`, `mig status`, `error`); without NAME, which schema each command uses."""
+    """The JSON Schema of a command's --format json output; without NAME, the schema each
+    command prints. NAME is a command (place, mig status) or a schema (lifecycle, error)."""
     if name is None:
         if fmt == "json":
             emit({"schemas": sorted(SCHEMAS), "commands": dict(COMMANDS)})
