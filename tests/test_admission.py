@@ -6,6 +6,7 @@ and a state file remembers them; the fabric is ranked level by level; Ray withou
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import types
 from typing import Any
@@ -103,6 +104,27 @@ def test_staggering_prefers_a_later_slot_in_one_rack_over_splitting_racks() -> N
     assert placed.cost.comm_seconds < gpuplace.evaluate(topology, c, split.gpus).comm_seconds
     state.allocate(placed)
     state.check()
+
+
+def test_explain_when_every_phase_slot_has_a_different_domain_in_the_way() -> None:
+    topology = gpuplace.Topology.from_spec(
+        "h100-superpod",
+        {
+            "nodes": 2,
+            "power.node.budget_w": 1e6,
+            "power.node.max_synchronized": 1,
+            "power_phases": 2,
+        },
+    )
+    state = gpuplace.ClusterState(topology)
+    state.allocate(gpuplace.place(state, synced("x", 4, 1, 700, 500)))  # dgx001, slot 0
+    y = gpuplace.place(state, synced("y", 4, 1, 700, 500))
+    assert y.nodes == ["dgx002"]
+    state.allocate(dataclasses.replace(y, details={**y.details, "phase_slot": 1}))
+    explanation = agrees(state, synced("z", 4, 2, 700, 500))
+    (power,) = explanation.binding
+    assert power.name == "power budgets in every phase slot"
+    assert "slot 0: dgx001" in power.detail and "slot 1: dgx002" in power.detail
 
 
 @settings(max_examples=25, deadline=None)

@@ -169,14 +169,23 @@ def power_limits(state: ClusterState, job: Job) -> list[tuple[int, list[DomainLi
     running = _running(state)
     phases = topology.power_phases
     free = state.free_mask()
+    domain_gpus = _domain_gpus(topology)
+    # Per domain, what does not depend on the slot: the job's draw there and the domain's.
+    fixed = [
+        (
+            job_power(job, float(np.max(board[gpus]))),
+            domain_draw(topology, running, d),
+            int(free[gpus].sum()),
+            len(gpus),
+        )
+        for d, gpus in enumerate(domain_gpus)
+    ]
     out: list[tuple[int, list[DomainLimit]]] = []
     for slot in range(phases if _synchronized(job) else 1):
         limits = []
         for d, dom in enumerate(topology.power_domains):
-            gpus = _domain_gpus(topology, d)
-            peak, average, synced = job_power(job, float(np.max(board[gpus])))
+            (peak, average, synced), (draw, margin), n_free, size = fixed[d]
             limit = dom.max_synchronized
-            draw, margin = domain_draw(topology, running, d)
             headroom = dom.budget_w - draw
             cause = None
             if synced and limit is not None and _sync_count(running, d, slot, phases) >= limit:
@@ -193,8 +202,7 @@ def power_limits(state: ClusterState, job: Job) -> list[tuple[int, list[DomainLi
                 allowed_a = (dom.budget_w - base - margin[slot]) / (average + extra)
                 allowed_b = (dom.budget_w - base - worst_other) / average
                 allowed = math.floor(min(allowed_a, allowed_b) + 1e-9)
-                allowed = max(0, min(allowed, len(gpus))) if headroom >= 0 else 0
-            n_free = int(free[gpus].sum())
+                allowed = max(0, min(allowed, size)) if headroom >= 0 else 0
             if allowed < n_free and cause is None:
                 cause = "budget"
             limits.append(
@@ -213,9 +221,13 @@ def power_limits(state: ClusterState, job: Job) -> list[tuple[int, list[DomainLi
     return out
 
 
-def _domain_gpus(topology: Topology, d: int) -> np.ndarray:
-    hosts = topology.power_domains[d].hosts
-    return np.concatenate([topology.host_gpus(topology.hosts[h]) for h in hosts])
+def _domain_gpus(topology: Topology) -> list[np.ndarray]:
+    """The GPU ids of every power domain, in id order."""
+    host_of = topology.host_of_gpu
+    return [
+        np.flatnonzero(np.isin(host_of, np.asarray(dom.hosts, dtype=np.int64)))
+        for dom in topology.power_domains
+    ]
 
 
 def power_view(
@@ -229,6 +241,7 @@ def power_view(
     if not topology.power_domains:
         return [(0, state)]
     out: list[tuple[int, ClusterState]] = []
+    domain_gpus = _domain_gpus(topology)
     for slot, limits in power_limits(state, job):
         view = state.copy()
         free = view.free_mask()
@@ -236,13 +249,13 @@ def power_view(
         for lim in limits:
             if lim.index in relax:
                 continue
-            gpus = _domain_gpus(topology, lim.index)
+            gpus = domain_gpus[lim.index]
             mine = gpus[free[gpus]]
             if len(mine) > lim.allowed:
                 held.extend(int(g) for g in mine[lim.allowed :])
                 free[mine[lim.allowed :]] = False
         if held:
-            view.drain(gpu=held, reason="power budget")
+            view.drain_gpus(held)  # held back for the budget, in this copy only
         out.append((slot, view))
     return out
 
@@ -277,12 +290,14 @@ def place_within_power(
     job: Job,
     solve: Callable[[ClusterState], Any],
     cost: Callable[[Any], float] | None = None,
+    enough: Callable[[Any], bool] | None = None,
 ) -> tuple[Any, int]:
     """Run ``solve(view)`` on the power-limited view of each phase slot. Without ``cost`` the
     first slot that places the job wins; with it, every slot is tried and the cheapest
     placement wins (the earliest slot on a tie), so a job staggered into a later slot inside
-    one rack is preferred over one split across racks in slot 0. Raises Infeasible naming
-    the limiting power domains when no slot places the job."""
+    one rack is preferred over one split across racks in slot 0; a placement for which
+    ``enough`` holds (no later slot can keep it tighter) ends the search early. Raises
+    Infeasible naming the limiting power domains when no slot places the job."""
     last: Infeasible | None = None
     best: tuple[float, Any, int] | None = None
     for slot, view in power_view(state, job):
@@ -291,7 +306,7 @@ def place_within_power(
         except Infeasible as exc:
             last = exc
             continue
-        if cost is None:
+        if cost is None or (best is None and enough is not None and enough(found)):
             return found, slot
         price = cost(found)
         if best is None or price < best[0] * (1 - 1e-12):

@@ -231,16 +231,35 @@ def _power(state: ClusterState, job: Job, allowed: np.ndarray, placeable: bool) 
     best: dict[int, tuple[int, DomainLimit]] = {}
     for slot, limits in slots:
         for lim in limits:
-            if lim.cause is None and lim.index not in best:
+            seen = best.get(lim.index)
+            if seen is None or (
+                seen[1].cause is not None and (lim.cause is None or lim.allowed > seen[1].allowed)
+            ):
                 best[lim.index] = (slot, lim)
-            elif lim.cause is not None:
-                seen = best.get(lim.index)
-                if seen is None or (seen[1].cause is not None and lim.allowed > seen[1].allowed):
-                    best[lim.index] = (slot, lim)
     limiting = [(slot, lim) for slot, lim in best.values() if lim.cause is not None]
-    if not limiting:
-        return []
     power_binds = not placeable and _fits(state, job, allowed, None)
+    if not limiting:
+        # Each domain leaves the job room in some slot, but no slot leaves it room everywhere.
+        per_slot = [
+            f"slot {slot}: " + ", ".join(lim.domain for lim in limits if lim.cause is not None)
+            for slot, limits in slots
+            if any(lim.cause is not None for lim in limits)
+        ]
+        if not power_binds or not per_slot:
+            return []
+        return [
+            Constraint(
+                "power",
+                "power budgets in every phase slot",
+                None,
+                job.gpus,
+                0,
+                True,
+                "every phase slot has a power domain that holds back GPUs the job needs ("
+                + "; ".join(per_slot)
+                + "); the job fits without the power limits",
+            )
+        ]
     singles = {
         lim.index: power_binds and _fits(state, job, allowed, frozenset({lim.index}))
         for _, lim in limiting

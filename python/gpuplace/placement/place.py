@@ -205,7 +205,11 @@ def _solve(
             # Every phase slot is tried and the cheapest placement kept: a later slot inside
             # one rack beats slot 0 split across racks.
             result, slot = place_within_power(
-                state, job, solve, cost=lambda found: _total_seconds(state, job, found.gpus)
+                state,
+                job,
+                solve,
+                cost=lambda found: _total_seconds(state, job, found.gpus),
+                enough=lambda found: _tightest(state.topology, job, found.gpus),
             )
             phases = state.topology.power_phases
             extra = {"phase_slot": slot, "phase_offset": slot / phases} if phases > 1 else {}
@@ -247,6 +251,16 @@ def _gpu_ids(solver: str, gpus: Any) -> np.ndarray:
             f"ids, got {array.dtype} with shape {array.shape}"
         )
     return array.astype(np.int64)
+
+
+def _tightest(topology: Topology, job: Job, gpus: Any) -> bool:
+    """Whether ``gpus`` stay inside one domain of the lowest level (from the NVLink domain
+    up) whose largest domain could hold the whole job: no other placement spans less."""
+    path = topology.path[np.asarray(gpus, dtype=np.int64)]
+    for level in range(topology.nvlink_level, len(topology.levels)):
+        if int(topology.domain_sizes(level).max()) >= job.gpus:
+            return bool((path[:, level] == path[0, level]).all())
+    return True
 
 
 def _total_seconds(state: ClusterState, job: Job, gpus: Any) -> float:
