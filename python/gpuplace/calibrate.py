@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -119,7 +119,7 @@ def fitted_parameters(before: Topology, after: Topology) -> list[dict[str, Any]]
 class _Params:
     """The fitted parameters as log values written into a topology dictionary."""
 
-    def __init__(self, doc: dict[str, Any], factors: list[int], algorithms: list[str]):
+    def __init__(self, doc: dict[str, Any], factors: list[int], algorithms: Sequence[str]):
         self.doc = doc
         self.slots: list[tuple[str, Any, str]] = []
         for i, _ in enumerate(doc["levels"]):

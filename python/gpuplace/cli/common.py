@@ -23,6 +23,7 @@ from rich.table import Table
 
 from gpuplace.cli.reports import placement_rows
 from gpuplace.cluster.state import ClusterState
+from gpuplace.enums import SparePolicy
 from gpuplace.errors import GpuplaceError, Infeasible, InvalidState, InvalidTopology
 from gpuplace.model.options import parse_assignments
 from gpuplace.model.presets import PRESETS
@@ -48,6 +49,7 @@ __all__ = [
     "print_placement",
     "read_state_options",
     "report_error",
+    "spares_option",
     "state_options",
     "state_or_cluster",
     "with_cluster",
@@ -304,6 +306,19 @@ def _cluster_options(func: Callable[..., Any], *, required: bool) -> Callable[..
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def spares_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--spares``: the labels of the core's :class:`gpuplace.SparePolicy` (``allow`` by
+    default); the command receives the member."""
+    return click.option(
+        "--spares",
+        type=click.Choice([p.label for p in SparePolicy.members()]),
+        default=SparePolicy.Allow.label,
+        show_default=True,
+        callback=lambda _ctx, _param, label: SparePolicy.from_label(label),
+        help=help,
+    )
 
 
 def _state_options(func: Callable[..., Any], help_text: str) -> Callable[..., Any]:

@@ -24,11 +24,12 @@ from gpuplace.cli.common import (
     open_state,
     out,
     read_state_options,
+    spares_option,
     state_options,
 )
 from gpuplace.cli.reports import fabric_doc, pool_status, print_fabric, print_pools, print_power
 from gpuplace.cluster.state import ClusterState
-from gpuplace.enums import Health
+from gpuplace.enums import Condition, Health, SparePolicy
 from gpuplace.errors import InvalidState
 from gpuplace.placement.repair import repair
 
@@ -219,13 +220,7 @@ def _pair(text: str | None, what: str) -> tuple[float, float] | None:
     help="Surviving ranks that may move too when that lowers the cost (a tp group counts as "
     "its size); with nothing failed, this evacuates groups from degraded hardware.",
 )
-@click.option(
-    "--spares",
-    type=click.Choice(["allow", "forbid", "only"]),
-    default="allow",
-    show_default=True,
-    help="Whether reserved spare GPUs may be used.",
-)
+@spares_option("Whether reserved spare GPUs may be used.")
 @click.option("--time-limit", type=float, default=None, help="Seconds for the improvement steps.")
 @format_option
 def repair_cmd(
@@ -235,16 +230,15 @@ def repair_cmd(
     racks: int | None,
     job_name: str,
     max_moves: int,
-    spares: str,
+    spares: SparePolicy,
     time_limit: float | None,
     fmt: str,
 ) -> None:
     """Repair a job: keep surviving ranks, give lost ranks free healthy GPUs; with
     --max-moves, also move whole groups off degraded hardware when that lowers the cost."""
-    policy = {"allow": True, "forbid": False, "only": "only"}[spares]
     with exclusive_lock(state_path):
         state = open_state(state_path, cluster, nodes, racks)
-        result = repair(state, job_name, max_moves=max_moves, spares=policy, time_limit=time_limit)
+        result = repair(state, job_name, max_moves=max_moves, spares=spares, time_limit=time_limit)
         state.save(state_path)
     if fmt == "json":
         emit({**result.to_dict(), "state": state_path})
@@ -281,9 +275,9 @@ def status(
     state = open_state(state_path, cluster, nodes, racks)
     topo = state.topology
     health = state.health()
-    jobs = []
+    jobs: list[dict[str, Any]] = []
     for name, gpus in state.jobs.items():
-        bad = int((health[gpus] != 0).sum())
+        bad = int((health[gpus] != int(Health.Ok)).sum())
         jobs.append(
             {
                 "name": name,
@@ -292,7 +286,7 @@ def status(
                 "ranks_on_unusable_gpus": bad,
             }
         )
-    levels = []
+    levels: list[dict[str, Any]] = []
     for i, level in enumerate(topo.levels):
         free = state.free_counts(i)
         sizes = topo.domain_sizes(i)
@@ -379,7 +373,7 @@ def status(
         title_justify="left",
     )
     for h in doc["unhealthy"]:
-        factor = f"{h['factor']:.3g}" if h["condition"] == "degraded" else "-"
+        factor = f"{h['factor']:.3g}" if h["condition"] == Condition.Degraded.label else "-"
         table.add_row(h["kind"], h["name"], h["condition"], factor, h["reason"])
     _out.print(table)
     print_fabric(state, _out)

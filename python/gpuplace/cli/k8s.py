@@ -171,7 +171,7 @@ def extender_cmd(
 
     state = state_or_cluster(state_path, cluster, nodes, racks, new=False)
     server = serve(Extender(state, solver=solver), host=host, port=port, prefix=prefix)
-    address, bound = server.server_address[:2]
+    address, bound = server.socket.getsockname()[:2]
     url = f"http://{address}:{bound}{prefix}"
     if fmt == "json":
         emit({"listening": url, "verbs": [f"{url}/filter", f"{url}/prioritize"]})

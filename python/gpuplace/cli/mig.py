@@ -190,7 +190,7 @@ def place_cmd(
             packing.set_distribution(dist)
         for r in requests:  # an unknown profile is an input error: refuse before changing
             r.candidates(packing.model) if r.profile is None else packing.model.profile(r.profile)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for r in requests:
             counts = (packing.reused, packing.destroyed)
             try:
@@ -224,11 +224,11 @@ def place_cmd(
     table = Table(
         "request", "profile", "GPU", "memory slices", "instance", title=f"MIG placement ({policy})"
     )
-    for r in rows:
-        if r["placed"]:
-            table.add_row(r["request"], r["profile"], r["gpu"], r["slices"], r["how"])
+    for row in rows:
+        if row["placed"]:
+            table.add_row(row["request"], row["profile"], row["gpu"], row["slices"], row["how"])
         else:
-            table.add_row(r["request"], "-", "not placed", "-", r["reason"])
+            table.add_row(row["request"], "-", "not placed", "-", row["reason"])
     _out.print(table)
     _out.print(
         f"placed {placed} of {len(rows)} requests; {unallocated:.2f} of {len(packing.gpus)} "

@@ -169,7 +169,7 @@ def pool_status(state: ClusterState) -> list[dict[str, Any]]:
     if not masks:
         return []
     free = state.free_mask()
-    rows = {
+    rows: dict[str, dict[str, Any]] = {
         name: {"pool": name, "gpus": int(m.sum()), "used": 0, "lent": 0, "borrowed": 0}
         for name, m in masks.items()
     }

@@ -49,7 +49,9 @@ class _Running:
     slot: int
 
 
-def _running(state: ClusterState, extra: tuple[str, Job | None, Any, int] | None = None):
+def _running(
+    state: ClusterState, extra: tuple[str, Job | None, Any, int] | None = None
+) -> list[_Running]:
     topology = state.topology
     domains = topology.power_domains
     host_domains: dict[int, list[int]] = {}

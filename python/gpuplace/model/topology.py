@@ -218,15 +218,27 @@ class Topology:
             return self.nvlink_level
         if name in ("node", "host"):
             return self.node_level
-        raise KeyError(name)
+        raise InvalidTopology(
+            f"{self.name}: no level named {name!r} (levels: {', '.join(self.level_names)}; "
+            "nvlink_domain and node name the NVLink-domain and host levels)"
+        )
+
+    def _gpu_id(self, gpu: int) -> int:
+        """``gpu`` as an int, checked to exist (a negative id would index from the end)."""
+        g = int(gpu)
+        if not 0 <= g < self.num_gpus:
+            raise InvalidTopology(
+                f"{self.name}: GPU {gpu} does not exist (GPU ids are 0..{self.num_gpus - 1})"
+            )
+        return g
 
     def host_of(self, gpu: int) -> str:
         """Host name of a GPU."""
-        return self.hosts[int(self._host_of_gpu[gpu])]
+        return self.hosts[int(self._host_of_gpu[self._gpu_id(gpu)])]
 
     def local_index(self, gpu: int) -> int:
         """Index of a GPU inside its host (its CUDA device ordinal)."""
-        return int(self._gpu_local[gpu])
+        return int(self._gpu_local[self._gpu_id(gpu)])
 
     def host_gpus(self, host: str) -> np.ndarray:
         """GPU ids of a host, by local index."""
@@ -256,7 +268,7 @@ class Topology:
 
     def domain_of(self, gpu: int, level: int | str) -> str:
         lvl = level if isinstance(level, int) else self.level_index(level)
-        return self.domain_names[lvl][int(self._core.path()[gpu, lvl])]
+        return self.domain_names[lvl][int(self.path[self._gpu_id(gpu), lvl])]
 
     def bandwidth_matrix(self, gpus: Any = None) -> np.ndarray:
         """Bandwidth (GB/s) between every pair of ``gpus`` (default: all) as the cost model

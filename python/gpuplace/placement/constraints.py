@@ -21,7 +21,7 @@ import numpy as np
 from gpuplace.cluster.mig import MIG_JOB
 from gpuplace.cluster.power import DomainLimit, power_limits, power_view
 from gpuplace.enums import Health
-from gpuplace.errors import Constraint, Explanation
+from gpuplace.errors import Constraint, Explanation, InvalidTopology
 from gpuplace.placement.probe import why_not_fits
 from gpuplace.policy.fence import Restriction, can_borrow, restrictions
 
@@ -148,7 +148,7 @@ def account(
         size = getattr(job, d)
         try:
             level = topo.level_index(level_name)
-        except KeyError:
+        except InvalidTopology:
             continue
         if size <= 1 and level_name == "nvlink_domain":
             continue

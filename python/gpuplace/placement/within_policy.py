@@ -159,7 +159,7 @@ def _preemption(state: ClusterState, job: Job, solve: Solve, borrow: bool) -> Pl
     for name, _, _ in chosen:
         final.release(name)
     placement = solve(final.fenced_view(allowed))
-    victims = [
+    victims: list[dict[str, Any]] = [
         {
             "job": name,
             "priority_class": klass.name,

@@ -291,7 +291,7 @@ def run_contention_suite(
                 f"{len(state.jobs)} running jobs"
             )
         for solver in solver_names:
-            base = {
+            base: dict[str, Any] = {
                 "cluster": inst.cluster,
                 "occupancy": inst.occupancy,
                 "job": inst.job,

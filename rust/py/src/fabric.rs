@@ -50,7 +50,8 @@ fn with_uplink_gbps(
     })
 }
 
-/// The running jobs' load per uplink direction (GB/s; index 2 * uplink + 0 up, + 1 down).
+/// The running jobs' load per uplink direction (GB/s; index 2 * uplink + 0 up, + 1 down). Used
+/// only by tests (tests/bindings/).
 #[pyfunction]
 fn fabric_load<'py>(
     py: Python<'py>,
@@ -65,7 +66,7 @@ fn fabric_load<'py>(
         .into_pyarray(py)
 }
 
-/// A job's load per uplink direction: (slots, GB/s).
+/// A job's load per uplink direction: (slots, GB/s). Used only by tests (tests/bindings/).
 #[pyfunction]
 fn job_load<'py>(
     py: Python<'py>,
