@@ -26,6 +26,7 @@ from gpuplace.errors import (
     InvalidJob,
     InvalidState,
     InvalidTopology,
+    MissingExtra,
     StateConflict,
 )
 from gpuplace.model.job import Communication, Job, TransformerModel
@@ -68,6 +69,7 @@ __all__ = [
     "Job",
     "Level",
     "Mapping",
+    "MissingExtra",
     "MoveReason",
     "MovedRank",
     "NodeType",

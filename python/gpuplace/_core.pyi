@@ -50,6 +50,7 @@ __all__ = [
     "set_fence",
     "topology_with_fabric",
     "uplinks",
+    "uplinks_by_level",
     "with_uplink_gbps",
 ]
 
@@ -386,6 +387,9 @@ def added_to_neighbours(
     state: ClusterState, job: JobSpec, gpus: npt.NDArray[np.int64]
 ) -> float: ...
 def hottest_uplinks(state: ClusterState, count: int) -> list[tuple[int, float, float]]: ...
+def uplinks_by_level(
+    state: ClusterState, count: int
+) -> list[tuple[int, int, int, int, list[tuple[int, float, float]]]]: ...
 def jobs_hurt(state: ClusterState) -> list[tuple[str, float, float]]: ...
 def io_seconds(
     state: ClusterState,

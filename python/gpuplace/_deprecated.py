@@ -35,7 +35,7 @@ MOVED: dict[str, str | tuple[str, ...]] = {
     "fabric": "gpuplace.cluster.fabric",
     "pricing": "gpuplace.cluster.pricing",
     "admission": "gpuplace.placement.within_policy",
-    "explain": "gpuplace.placement.explain",
+    "explain": ("gpuplace.placement.explain", "gpuplace.placement.constraints"),
     "repair": "gpuplace.placement.repair",
     "mapping": "gpuplace.placement.mapping",
     "report": "gpuplace.placement.compare",

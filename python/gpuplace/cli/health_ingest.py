@@ -5,7 +5,6 @@ logs and applies new evidence as it arrives."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuplace._util.documents import exclusive_lock
-from gpuplace.cli.common import open_state, spares_option, state_options
+from gpuplace.cli.common import emit, format_option, open_state, spares_option, state_options
 from gpuplace.cluster.state import ClusterState
 from gpuplace.enums import Condition, SparePolicy
 from gpuplace.errors import InvalidState
@@ -78,9 +77,7 @@ def health() -> None:
     default=None,
     help="--follow: stop after this many seconds (default: until interrupted).",
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@format_option
 def ingest_cmd(
     state_path: str,
     cluster: str | None,
@@ -138,7 +135,7 @@ def ingest_cmd(
 
 def _print(report: IngestReport, state_path: str, fmt: str, state: Any) -> None:
     if fmt == "json":
-        click.echo(json.dumps({**report.to_dict(), "state": state_path}))
+        emit({**report.to_dict(), "state": state_path})
         return
     for r in report.sources:
         bad = (
@@ -282,7 +279,7 @@ def _follow(
 
 def _print_follow(report: IngestReport, state_path: str, fmt: str) -> None:
     if fmt == "json":
-        click.echo(json.dumps({**report.to_dict(), "state": state_path}))
+        emit({**report.to_dict(), "state": state_path})
         return
     stamp = time.strftime("%H:%M:%S")
     for c in report.changes:

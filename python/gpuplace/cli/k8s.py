@@ -16,9 +16,8 @@ import click
 import yaml
 
 from gpuplace._util.documents import write_atomically
-from gpuplace.cli.common import load_cluster
+from gpuplace.cli.common import emit, format_option, state_or_cluster, with_optional_cluster
 from gpuplace.cli.lazy import LazyGroup
-from gpuplace.cluster.state import ClusterState
 from gpuplace.integrations import k8s as objects
 from gpuplace.model.job import Job
 from gpuplace.placement.place import place
@@ -32,9 +31,7 @@ def k8s() -> None:
 
 
 @k8s.command("export")
-@click.option("--cluster", "-c", required=True, help="A preset name or a topology file.")
-@click.option("--nodes", type=int, default=None, help="Preset size in hosts.")
-@click.option("--racks", type=int, default=None, help="Preset size in racks (gb200-nvl72).")
+@with_optional_cluster
 @click.option(
     "--output",
     "-o",
@@ -64,7 +61,8 @@ def k8s() -> None:
     "--state",
     "state_path",
     type=click.Path(exists=True, dir_okay=False),
-    help="Place the job on this state (not changed).",
+    help="A state file: its cluster (no --cluster needed), and with --job the job is placed "
+    "on it (only read: this command does not change it).",
 )
 @click.option("--solver", "-s", default="greedy", show_default=True)
 @click.option("--workload", type=click.Choice(["job", "jobset"]), default="job", show_default=True)
@@ -72,8 +70,9 @@ def k8s() -> None:
     "--pin", type=click.Choice(["nodeName", "affinity"]), default="nodeName", show_default=True
 )
 @click.option("--container", default="main", show_default=True, help="Container to set env on.")
+@format_option
 def export(
-    cluster: str,
+    cluster: str | None,
     nodes: int | None,
     racks: int | None,
     out_dir: str,
@@ -86,11 +85,13 @@ def export(
     workload: str,
     pin: str,
     container: str,
+    fmt: str,
 ) -> None:
     """Write node labels and Kueue, Volcano and KAI topology objects for a cluster; with
     --job, also one pod template patch per rank of the job's placement."""
 
-    topology = load_cluster(cluster, nodes, racks)
+    state = state_or_cluster(state_path, cluster, nodes, racks, new=False)
+    topology = state.topology
     # Render everything before writing anything, so an error leaves the directory as it was.
     files = {
         "nodes.json": _json(objects.node_list(topology, topograph_run=topograph_run)),
@@ -107,24 +108,28 @@ def export(
             [objects.kai_topology(topology, name=name, topograph_run=topograph_run)]
         ),
     }
+    placement = None
     if job_path is not None:
         job = Job.load(job_path)
-        state = (
-            ClusterState.load(topology, state_path)
-            if state_path is not None
-            else ClusterState(topology)
-        )
         placement = place(state, job, solver)
         patches = objects.pod_patches(placement, workload=workload, container=container, pin=pin)
         files["pod-patches.yaml"] = _yaml(
             [{"job": job.name, "workload": workload, "pods": patches}]
         )
-    elif state_path is not None:
-        raise click.BadParameter("--state needs --job", param_hint="--state")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for filename, text in files.items():
         write_atomically(out / filename, text)
+    if fmt == "json":
+        emit(
+            {
+                "cluster": topology.name,
+                "directory": str(out),
+                "files": list(files),
+                "placement": None if placement is None else placement.to_dict(),
+            }
+        )
+        return
     click.echo(f"wrote {', '.join(files)} to {out}")
 
 

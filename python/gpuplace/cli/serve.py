@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import logging
 import os
 import signal
@@ -20,7 +19,14 @@ from typing import Any
 
 import click
 
-from gpuplace.cli.common import load_cluster
+from gpuplace.cli.common import (
+    emit,
+    format_option,
+    load_cluster,
+    param_option,
+    state_or_cluster,
+    with_optional_cluster,
+)
 from gpuplace.cluster.state import ClusterState
 from gpuplace.errors import InvalidState
 from gpuplace.integrations import slurm as sl
@@ -37,7 +43,6 @@ from gpuplace.service.server import Server, listen_tcp, listen_unix, raise_fd_li
 __all__ = ["extender_cmd", "serve_cmd", "service_group"]
 
 DEFAULT_SOCKET = "/run/gpuplace/gpuplace.sock"
-_formats = click.Choice(["text", "json"])
 
 
 def _read_token(path: str | None) -> str | None:
@@ -105,6 +110,7 @@ def _slurm_targets(
 @click.option("--cluster", "-c", "clusters", multiple=True, help="A preset or topology file.")
 @click.option("--nodes", type=int, default=None, help="Preset size in hosts.")
 @click.option("--racks", type=int, default=None, help="Preset size in racks (gb200-nvl72).")
+@param_option
 @click.option(
     "--state",
     "state_path",
@@ -168,6 +174,23 @@ def _slurm_targets(
 @click.option("--log-level", default="info", show_default=True)
 def serve_cmd(**o: Any) -> None:
     """Run the live placement service (stop it with SIGTERM or Ctrl-C)."""
+    builders: list[tuple[str, Any]] = []
+    for spec in o["clusters"]:
+        topology = load_cluster(spec, o["nodes"], o["racks"])
+        builders.append((topology.name, _from_topology(topology, o["state_path"])))
+    if not o["clusters"] and o["state_path"] is not None:
+        state = state_or_cluster(o["state_path"], None, None, None, new=False)
+        builders.append((state.topology.name, lambda: state))
+    _serve(o, builders)
+
+
+def _serve(
+    o: dict[str, Any],
+    builders: list[tuple[str, Any]],
+    announce: Any = None,
+) -> None:
+    """Run the service with the options of ``serve`` (``o``) on the clusters ``builders``
+    make; ``announce(urls)`` is told where it listens once it does."""
     logging.basicConfig(
         level=getattr(logging, str(o["log_level"]).upper(), logging.INFO),
         format="%(asctime)s gpuplace serve: %(levelname)s %(message)s",
@@ -177,10 +200,6 @@ def serve_cmd(**o: Any) -> None:
     if tls != (o["tls_key"] is not None):
         raise click.UsageError("--tls-cert and --tls-key go together")
     targets = _slurm_targets(o["follow_slurm"], o["slurm_clusters"], o["slurm_timeout"])
-    builders: list[tuple[str, Any]] = []
-    for spec in o["clusters"]:
-        topology = load_cluster(spec, o["nodes"], o["racks"])
-        builders.append((topology.name, _from_topology(topology, o["state_path"])))
     for name, target in targets:
         builders.append((name, _from_slurm(name, target, o)))
     if not builders and not Path(o["journal_path"]).exists():
@@ -249,6 +268,15 @@ def serve_cmd(**o: Any) -> None:
     for follower in followers:
         follower.start()
     server = Server(service, sockets, idle_timeout=o["idle_timeout"], ssl=ssl)
+    if announce is not None:
+        announce(
+            [
+                str(s.getsockname())
+                if s.family == socket.AF_UNIX
+                else f"http{'s' if tls else ''}://{s.getsockname()[0]}:{s.getsockname()[1]}"
+                for s in sockets
+            ]
+        )
     # What start-up built lives as long as the service: out of the cyclic collector's way,
     # so its full collections stay short (they stalled requests for tens of milliseconds).
     gc.collect()
@@ -329,7 +357,7 @@ def _connect(func: Any) -> Any:
         help=f"Socket path or http://HOST:PORT (default: $GPUPLACE_SERVICE or {DEFAULT_SOCKET}).",
     )(func)
     func = click.option("--token-file", type=click.Path(exists=True, dir_okay=False))(func)
-    func = click.option("--format", "fmt", type=_formats, default="text", show_default=True)(func)
+    func = format_option(func)
     func = click.option("--cluster", default=None, help="Cluster (default: the service's first).")(
         func
     )
@@ -338,7 +366,7 @@ def _connect(func: Any) -> Any:
 
 def _show(answer: Any, fmt: str, text: str) -> None:
     if fmt == "json":
-        click.echo(json.dumps(answer, indent=1))
+        emit(answer if isinstance(answer, dict) else {"answer": answer})
     else:
         click.echo(text)
 
@@ -479,14 +507,12 @@ def health_client(
 
 # ---------------------------------------------------------------- gpuplace k8s extender
 @click.command("extender")
-@click.option("--cluster", "-c", required=True, help="A preset name or a topology file.")
-@click.option("--nodes", type=int, default=None, help="Preset size in hosts.")
-@click.option("--racks", type=int, default=None, help="Preset size in racks (gb200-nvl72).")
+@with_optional_cluster
 @click.option(
     "--state",
     "state_path",
     type=click.Path(exists=True, dir_okay=False),
-    help="Start from this state (when the journal is new).",
+    help="Start from this state, on its cluster (only read: the plans live in the journal).",
 )
 @click.option(
     "--journal",
@@ -508,10 +534,11 @@ def health_client(
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None)
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None)
 @click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), default=None)
+@format_option
 @click.pass_context
 def extender_cmd(
     ctx: click.Context,
-    cluster: str,
+    cluster: str | None,
     nodes: int | None,
     racks: int | None,
     state_path: str | None,
@@ -524,22 +551,42 @@ def extender_cmd(
     tls_cert: str | None,
     tls_key: str | None,
     tls_client_ca: str | None,
+    fmt: str,
 ) -> None:
     """Serve kube-scheduler extender filter/prioritize verbs that send each pod of a gang
     (annotation gpuplace/job) to the node gpuplace planned for its completion index: the
-    placement service (`gpuplace serve`) on HOST:PORT with the verbs under PREFIX."""
-    ctx.invoke(
-        serve_cmd,
-        journal_path=journal,
-        clusters=(cluster,),
-        nodes=nodes,
-        racks=racks,
-        state_path=state_path,
-        solver=solver,
-        listen=f"{host}:{port}",
-        extender_prefix=prefix.rstrip("/") or "/",
-        token_file=token_file,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-        tls_client_ca=tls_client_ca,
-    )
+    placement service (`gpuplace serve`) on HOST:PORT with the verbs under PREFIX (with
+    --format json, the address it listens on is one JSON line)."""
+    state = state_or_cluster(state_path, cluster, nodes, racks, new=False)
+    args = [
+        "--journal",
+        journal,
+        "--solver",
+        solver,
+        "--listen",
+        f"{host}:{port}",
+        "--extender-prefix",
+        prefix.rstrip("/") or "/",
+        "--log-level",
+        "warning",
+    ]
+    for flag, value in (
+        ("--token-file", token_file),
+        ("--tls-cert", tls_cert),
+        ("--tls-key", tls_key),
+        ("--tls-client-ca", tls_client_ca),
+    ):
+        if value is not None:
+            args += [flag, value]
+    # serve's own parser fills in every other option with its default.
+    options = serve_cmd.make_context("serve", args, parent=ctx).params
+    verbs_prefix = prefix.rstrip("/")
+
+    def announce(urls: list[str]) -> None:
+        url = f"{urls[0]}{verbs_prefix}"
+        if fmt == "json":
+            emit({"listening": url, "verbs": [f"{url}/filter", f"{url}/prioritize"]})
+        else:
+            click.echo(f"gpuplace extender on {url}/filter and /prioritize")
+
+    _serve(options, [(state.topology.name, lambda: state)], announce)

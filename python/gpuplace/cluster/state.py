@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from gpuplace.model.job import Job
     from gpuplace.placement.result import Placement
 
-__all__ = ["STATE_FORMAT", "ClusterState", "Nics", "loss_factor", "nics_of"]
+__all__ = ["STATE_FORMAT", "ClusterState", "Nics", "QueuedJob", "loss_factor", "nics_of"]
 
 #: The hardware keywords of fail/drain/recover/degrade (``node=`` is ``host=``): the labels of
 #: the core's ComponentKind, defined once there.
@@ -76,6 +77,8 @@ class ClusterState:
         #: State file (resolved path) -> the checksum it had when this state last loaded or
         #: saved it: :meth:`save` refuses to overwrite a file another process changed since.
         self.file_checksums: dict[str, str] = {}
+        #: Jobs waiting to be placed (requeued ones), by name, in queue order.
+        self.queue: dict[str, QueuedJob] = {}
 
     def copy(self) -> ClusterState:
         out = ClusterState.__new__(ClusterState)
@@ -86,6 +89,7 @@ class ClusterState:
         out.policy = self.policy
         out.mig = None if self.mig is None else copy.deepcopy(self.mig)
         out.file_checksums = dict(self.file_checksums)
+        out.queue = dict(self.queue)
         return out
 
     # ----------------------------------------------------------------- queries
@@ -135,6 +139,11 @@ class ClusterState:
         """The most loaded fabric uplinks (:func:`gpuplace.cluster.fabric.hottest_uplinks`)."""
         return fabric.hottest_uplinks(self, count)
 
+    def uplinks_by_level(self, count: int = 5) -> list[dict[str, Any]]:
+        """The load of each uplink level and its hottest uplinks
+        (:func:`gpuplace.cluster.fabric.uplinks_by_level`)."""
+        return fabric.uplinks_by_level(self, count)
+
     def fabric_loaded(self) -> bool:
         """Whether any running job loads a fabric uplink (so that placements here contend)."""
         return bool(_core.hottest_uplinks(self._core, 1))
@@ -162,6 +171,8 @@ class ClusterState:
         view._core = self._core.copy()
         view.specs = dict(self.specs)
         view.file_checksums = dict(self.file_checksums)
+        view.phase_slots = dict(self.phase_slots)
+        view.queue = dict(self.queue)
         return view
 
     def fenced_view(self, allowed: np.ndarray | None) -> ClusterState:
@@ -233,6 +244,40 @@ class ClusterState:
         self.specs.pop(name, None)
         self.phase_slots.pop(name, None)
         return gpus
+
+    # ----------------------------------------------------------------- the queue
+    def enqueue(self, job: Job, reason: str = "") -> None:
+        """Put a job at the end of the queue of jobs waiting to be placed; InvalidState when
+        a job of that name runs or waits already."""
+        if job.name in self.queue:
+            raise InvalidState(f"job {job.name!r} is already queued")
+        if self.job_gpus(job.name) is not None:
+            raise InvalidState(f"job {job.name!r} is running; release or requeue it first")
+        self.queue[job.name] = QueuedJob(job, reason)
+
+    def dequeue(self, name: str) -> Job:
+        """Take a job out of the queue (to place it, or to cancel it); returns its spec."""
+        if name not in self.queue:
+            raise InvalidState(f"no job named {name!r} is queued{_listing(self.queue)}")
+        return self.queue.pop(name).job
+
+    def requeue(self, name: str, reason: str = "") -> Job:
+        """Stop a running job and queue it again (its GPUs are freed, its spec waits at the
+        end of the queue, to be placed again); all or nothing. InvalidState when no such job
+        runs or the state does not know its spec (allocated by GPUs only)."""
+        if self.job_gpus(name) is None:
+            raise InvalidState(f"no job named {name!r} is running{_listing(self.jobs)}")
+        spec = self.specs.get(name)
+        if spec is None:
+            raise InvalidState(
+                f"job {name!r} was allocated without its spec; it cannot be queued again "
+                "(release it, then place its job file)"
+            )
+        if name in self.queue:
+            raise InvalidState(f"job {name!r} is already queued")
+        self.release(name)
+        self.queue[name] = QueuedJob(spec, reason)
+        return spec
 
     def _set_health(self, gpus: Iterable[int], status: Health) -> dict[str, np.ndarray]:
         affected = self._core.set_health(np.asarray(list(gpus), dtype=np.int64), status)
@@ -513,14 +558,28 @@ def _cluster_topology(path: str | Path) -> Topology:
     if not Path(path).exists():
         raise InvalidState(f"{path}: no such state file; give the topology to start a new one")
     cluster = state_file.cluster_of(path)
-    if cluster is not None and isinstance(cluster.get("preset"), str):
-        params = cluster.get("params") or {}
-        if not isinstance(params, dict):
-            raise InvalidState(f"{path}: cluster.params: expected a mapping")
-        return Topology.preset(cluster["preset"], **params)
-    if cluster is not None and isinstance(cluster.get("file"), str):
-        return Topology.load(cluster["file"])
-    raise InvalidState(f"{path}: the state file does not name its cluster; give the topology")
+    if cluster is None:
+        raise InvalidState(f"{path}: the state file does not name its cluster; give the topology")
+    try:
+        return Topology.from_origin(cluster)
+    except InvalidTopology as exc:
+        raise InvalidState(f"{path}: the cluster it names cannot be read: {exc}") from None
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job waiting in a state's queue, and why it waits (free text)."""
+
+    job: Job
+    reason: str = ""
+
+
+def _listing(names: Iterable[str]) -> str:
+    names = list(names)
+    if not names:
+        return " (there are none)"
+    shown = ", ".join(repr(n) for n in names[:10])
+    return f" (there are {shown}{' ...' if len(names) > 10 else ''})"
 
 
 def parse_fraction(value: Any, what: str) -> float:

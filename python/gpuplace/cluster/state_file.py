@@ -1,6 +1,6 @@
 """The state file: a checksummed JSON snapshot of a :class:`gpuplace.ClusterState` (jobs and
-their specs, unhealthy hardware, spares, the policy and MIG geometry, and the cluster it
-belongs to), written atomically;
+their specs, unhealthy hardware, spares, the policy and MIG geometry, the queue of jobs waiting
+to be placed, and the cluster it belongs to), written atomically;
 a truncated, corrupted or foreign file is refused with InvalidState naming the field."""
 
 from __future__ import annotations
@@ -78,6 +78,11 @@ def snapshot(state: ClusterState) -> dict[str, Any]:
         out["policy"] = state.policy.to_dict()
     if state.mig is not None:
         out["mig"] = state.mig.to_dict()
+    if state.queue:
+        out["queue"] = [
+            {"spec": q.job.to_dict(), **({"reason": q.reason} if q.reason else {})}
+            for q in state.queue.values()
+        ]
     return out
 
 
@@ -182,6 +187,15 @@ def restore(state: ClusterState, snapshot: Any, *, source: str | None = None) ->
             raise c.fail(p, str(exc)) from None
     if "mig" in snap:
         mig.restore(state, snap["mig"], c)
+    for i, raw in enumerate(c.sequence(snap.get("queue", []), "queue")):
+        entry = c.mapping(raw, f"queue[{i}]")
+        c.keys(entry, f"queue[{i}]", {"spec", "reason"})
+        try:
+            queued = Job.from_dict(entry.get("spec"), source=f"queue[{i}].spec")
+            queued.compile(topology)
+            state.enqueue(queued, str(entry.get("reason", "")))
+        except (InvalidJob, InvalidState) as exc:
+            raise c.fail(f"queue[{i}]", str(exc)) from None
     spares = [
         c.integer(g, f"spares[{i}]", minimum=0)
         for i, g in enumerate(c.sequence(snap.get("spares", []), "spares"))

@@ -172,13 +172,13 @@ def topology_ref(topology: Topology) -> dict[str, Any]:
     """How to rebuild a topology at restart: its preset and parameters, or its document."""
     origin = getattr(topology, "origin", None) or {}
     if isinstance(origin.get("preset"), str):
-        return {"preset": origin["preset"], "params": dict(origin.get("params") or {})}
+        return {"origin": dict(origin)}
     return {"document": topology.to_dict()}
 
 
 def build_topology(ref: dict[str, Any]) -> Topology:
-    if "preset" in ref:
-        return Topology.preset(ref["preset"], **(ref.get("params") or {}))
+    if "origin" in ref:
+        return Topology.from_origin(ref["origin"])
     return Topology.from_dict(ref["document"], source="journal")
 
 
