@@ -1,0 +1,156 @@
+//! The FGD experiment's arrival-only packing: pods arrive one after another on an empty
+//! cluster, each is placed by the policy or fails (and is dropped), nothing ever leaves. After
+//! every arrival the run records the milli-GPUs that have arrived so far (placed or not) and
+//! the milli-GPUs allocated; the unallocated share at a given arrived share is the paper's
+//! Figure 9a (Weng et al., ATC'23). Many runs (policies x seeds) go in parallel.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use crate::error::{CoreError, Result};
+use crate::share::cluster::{PodRequest, SharedCluster};
+use crate::share::frag::Distribution;
+use crate::share::policy::{Scheduler, SharePolicy};
+
+/// One run: the arrival order (indexes into the pod list), the policy and its seed.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub order: Vec<u32>,
+    pub policy: SharePolicy,
+    pub seed: u64,
+}
+
+/// What one run recorded, one entry per arrival.
+#[derive(Debug, Clone, Default)]
+pub struct Arrivals {
+    pub arrived_gpu_milli: Vec<u64>,
+    pub used_gpu_milli: Vec<u64>,
+    pub placed: Vec<bool>,
+    /// Nanoseconds the policy took to decide (the filter, scores and choice; not the
+    /// bookkeeping of the allocation).
+    pub decision_ns: Vec<u64>,
+}
+
+fn check(pods: &[PodRequest], run: &Run) -> Result<()> {
+    for pod in pods {
+        pod.check()?;
+    }
+    if let Some(&bad) = run.order.iter().find(|&&i| i as usize >= pods.len()) {
+        return Err(CoreError::InvalidJob(format!(
+            "arrival order names pod {bad}; there are {}",
+            pods.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Replay one run on a copy of `cluster` (left unchanged).
+pub fn replay(
+    cluster: &SharedCluster,
+    pods: &[PodRequest],
+    run: &Run,
+    distribution: Option<Arc<Distribution>>,
+) -> Result<Arrivals> {
+    check(pods, run)?;
+    let mut cluster = cluster.clone();
+    let mut scheduler = Scheduler::new(run.policy, run.seed, distribution)?;
+    let n = run.order.len();
+    let mut out = Arrivals {
+        arrived_gpu_milli: Vec::with_capacity(n),
+        used_gpu_milli: Vec::with_capacity(n),
+        placed: Vec::with_capacity(n),
+        decision_ns: Vec::with_capacity(n),
+    };
+    let mut arrived = 0u64;
+    for (k, &i) in run.order.iter().enumerate() {
+        if k % 256 == 0 && crate::interrupt::interrupted() {
+            break;
+        }
+        let pod = &pods[i as usize];
+        arrived += pod.total_gpu_milli();
+        let start = Instant::now();
+        let slot = scheduler.choose(&cluster, pod);
+        out.decision_ns.push(start.elapsed().as_nanos() as u64);
+        if let Some(slot) = &slot {
+            cluster.allocate_chosen(pod, slot);
+        }
+        out.placed.push(slot.is_some());
+        out.arrived_gpu_milli.push(arrived);
+        out.used_gpu_milli.push(cluster.used_gpu_milli());
+    }
+    Ok(out)
+}
+
+/// [`replay`] every run, in parallel (rayon's pool); results in the order of `runs`.
+pub fn replay_all(
+    cluster: &SharedCluster,
+    pods: &[PodRequest],
+    runs: &[Run],
+    distribution: Option<Arc<Distribution>>,
+) -> Result<Vec<Arrivals>> {
+    for run in runs {
+        check(pods, run)?;
+        if run.policy.needs_distribution() && distribution.is_none() {
+            Scheduler::new(run.policy, run.seed, None)?;
+        }
+    }
+    runs.par_iter()
+        .map(|run| replay(cluster, pods, run, distribution.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::share::cluster::tests::{pod, small};
+
+    #[test]
+    fn arrivals_account_for_every_pod() {
+        let c = small();
+        let pods = vec![pod(1000, 1, 400), pod(1000, 8, 1000), pod(1000, 2, 1000)];
+        let order: Vec<u32> = (0..30).map(|k| k % 3).collect();
+        let dist = Arc::new(
+            Distribution::new(pods.iter().map(|p| (*p, 1.0)).collect(), 2, false).unwrap(),
+        );
+        let runs: Vec<Run> = SharePolicy::ALL
+            .iter()
+            .map(|&policy| Run {
+                order: order.clone(),
+                policy,
+                seed: 5,
+            })
+            .collect();
+        let out = replay_all(&c, &pods, &runs, Some(dist)).unwrap();
+        for (run, a) in runs.iter().zip(&out) {
+            assert_eq!(a.placed.len(), 30);
+            let placed: u64 = run
+                .order
+                .iter()
+                .zip(&a.placed)
+                .filter(|(_, &ok)| ok)
+                .map(|(&i, _)| pods[i as usize].total_gpu_milli())
+                .sum();
+            assert_eq!(*a.used_gpu_milli.last().unwrap(), placed);
+            assert_eq!(
+                *a.arrived_gpu_milli.last().unwrap(),
+                10 * (400 + 8000 + 2000)
+            );
+            assert!(a.used_gpu_milli.windows(2).all(|w| w[0] <= w[1]));
+            assert!(placed <= c.total_gpu_milli());
+        }
+        // The cluster the runs started from is untouched.
+        assert_eq!(c.used_gpu_milli(), 0);
+    }
+
+    #[test]
+    fn a_bad_order_is_refused() {
+        let run = Run {
+            order: vec![3],
+            policy: SharePolicy::BestFit,
+            seed: 0,
+        };
+        assert!(replay(&small(), &[pod(0, 0, 0)], &run, None).is_err());
+    }
+}

@@ -1,0 +1,625 @@
+//! Placement policies for pods on shared GPUs: the baselines of the FGD paper (Weng et al.,
+//! "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation Gradient
+//! Descent", USENIX ATC'23, section 6.1) and gpuplace's own.
+//!
+//! Every policy filters the nodes that fit the pod (CPU, memory, GPU model, GPUs with room:
+//! [`NodeView::fits`]), scores each, and takes the best. Among equal scores it takes the node
+//! ranked first in a random ranking of the nodes drawn once from the seed: the authors'
+//! simulator runs a kube-scheduler whose `selectHost` takes the lexicographically smallest node
+//! name among the best (their fork of Kubernetes 1.20.5, "for reproducibility"), after naming
+//! the nodes with a random permutation prefix (`syncClusterResourceList`). So ties go the same
+//! way all run long, which packs pods that score alike (those without GPUs, under most
+//! policies) onto the same nodes. The baselines keep
+//! the integer scores (0-100) and GPU choices of the authors' Kubernetes scheduler plugins
+//! (hkust-adsl/kubernetes-scheduler-simulator, `pkg/simulator/plugin/*_score.go` and
+//! `open_gpu_share.go`), since those produced the published figures:
+//!
+//! - `random`: a node drawn at random among those that fit; a share goes to a random GPU with
+//!   room.
+//! - `dotprod` (Tetris, SIGCOMM'14, as the paper applies it): the node whose free resources
+//!   (CPU, GPU) have the *smallest* dot product with the request, both normalised by the
+//!   largest node (128 cores, 8 GPUs): score `100 (1 - dot / 2)`.
+//! - `clustering`: pods with the same GPU ask together. 75-100 on a node holding only pods of
+//!   the same ask, 50-75 on one holding that ask among others, 25-50 on an idle node, 0-25
+//!   otherwise; within a band, the fuller node. Pods without GPUs score 0 everywhere.
+//! - `packing`: a share goes first to GPUs already in use (the fuller the better), then to
+//!   idle GPUs of a node in use, then to an idle node (smaller nodes first).
+//! - `bestfit`: the node with the least free resources after placement, CPU and GPU weighted
+//!   equally and normalised by the largest node.
+//! - `fgd`: the node where the pod raises the expected fragmentation
+//!   ([`crate::share::frag`]) least, score `100 sigmoid(-delta / 1000)`; a share goes to the
+//!   GPU that raises it least.
+//!
+//! Within a node, `dotprod`, `clustering`, `packing` and `bestfit` give a share the tightest GPU
+//! with room; every policy gives whole GPUs by lowest index.
+//!
+//! `gpuplace` is described on [`SharePolicy::Gpuplace`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::{CoreError, Result};
+use crate::share::cluster::{NodeView, PodRequest, SharedCluster, Slot, MILLI};
+use crate::share::frag::Distribution;
+
+/// The largest node the authors' plugins normalise by: 128 cores, 8 GPUs.
+const MAX_SPEC_CPU: f64 = 128_000.0;
+const MAX_SPEC_GPU: i64 = 8_000;
+const MAX_SCORE: i64 = 100;
+
+/// How a pod's node and GPUs are chosen (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SharePolicy {
+    Random,
+    DotProd,
+    Clustering,
+    Packing,
+    BestFit,
+    Fgd,
+    /// gpuplace's policy: fragmentation gradient descent on the exact (not rounded) change of
+    /// the expected fragmentation, with memory counted beside CPU, and ties broken by best
+    /// fit instead of at random.
+    Gpuplace,
+}
+
+impl SharePolicy {
+    pub const ALL: [SharePolicy; 7] = [
+        SharePolicy::Random,
+        SharePolicy::DotProd,
+        SharePolicy::Clustering,
+        SharePolicy::Packing,
+        SharePolicy::BestFit,
+        SharePolicy::Fgd,
+        SharePolicy::Gpuplace,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SharePolicy::Random => "random",
+            SharePolicy::DotProd => "dotprod",
+            SharePolicy::Clustering => "clustering",
+            SharePolicy::Packing => "packing",
+            SharePolicy::BestFit => "bestfit",
+            SharePolicy::Fgd => "fgd",
+            SharePolicy::Gpuplace => "gpuplace",
+        }
+    }
+
+    pub fn from_label(label: &str) -> Result<SharePolicy> {
+        SharePolicy::ALL
+            .into_iter()
+            .find(|p| p.label() == label)
+            .ok_or_else(|| {
+                CoreError::InvalidJob(format!(
+                    "unknown shared-GPU policy {label:?} (policies: {})",
+                    SharePolicy::ALL.map(|p| p.label()).join(", ")
+                ))
+            })
+    }
+
+    /// Does the policy weigh fragmentation over a pod distribution?
+    pub fn needs_distribution(self) -> bool {
+        matches!(self, SharePolicy::Fgd | SharePolicy::Gpuplace)
+    }
+}
+
+/// Per request shape, per node: the score and chosen GPU as of the node's stamp.
+#[derive(Debug, Clone)]
+struct ShapeCache {
+    stamp: Vec<u64>,
+    score: Vec<f64>,
+    gpu: Vec<u32>,
+}
+
+/// Chooses slots for pods, one at a time, under one policy.
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    policy: SharePolicy,
+    rng: ChaCha8Rng,
+    /// Each node's rank among equals (lower wins), a permutation drawn from the seed.
+    rank: Vec<u32>,
+    distribution: Option<Arc<Distribution>>,
+    /// Cached fragmentation scores (fgd, gpuplace), valid for one cluster epoch.
+    epoch: u64,
+    shapes: HashMap<PodRequest, usize>,
+    caches: Vec<ShapeCache>,
+    scratch: Vec<u16>,
+}
+
+/// A node's score for a pod and the GPU a share would get there.
+#[derive(Debug, Clone, Copy)]
+struct Scored {
+    score: f64,
+    gpu: u32,
+}
+
+const NO_GPU: u32 = u32::MAX;
+
+impl Scheduler {
+    /// `distribution` is required by the policies that weigh fragmentation.
+    pub fn new(
+        policy: SharePolicy,
+        seed: u64,
+        distribution: Option<Arc<Distribution>>,
+    ) -> Result<Scheduler> {
+        if policy.needs_distribution() && distribution.is_none() {
+            return Err(CoreError::InvalidJob(format!(
+                "policy {} weighs fragmentation over a pod distribution; none was given",
+                policy.label()
+            )));
+        }
+        Ok(Scheduler {
+            policy,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            rank: Vec::new(),
+            distribution,
+            epoch: 0,
+            shapes: HashMap::new(),
+            caches: Vec::new(),
+            scratch: Vec::new(),
+        })
+    }
+
+    pub fn policy(&self) -> SharePolicy {
+        self.policy
+    }
+
+    /// The slot the policy picks for `pod`, or None when no node fits it.
+    pub fn choose(&mut self, cluster: &SharedCluster, pod: &PodRequest) -> Option<Slot> {
+        if self.rank.len() != cluster.num_nodes() {
+            let mut order: Vec<u32> = (0..cluster.num_nodes() as u32).collect();
+            order.shuffle(&mut self.rng);
+            self.rank = order;
+        }
+        match self.policy {
+            SharePolicy::Random => self.choose_random(cluster, pod),
+            SharePolicy::Fgd | SharePolicy::Gpuplace => self.choose_cached(cluster, pod),
+            _ => self.choose_scored(cluster, pod),
+        }
+    }
+
+    fn choose_random(&mut self, cluster: &SharedCluster, pod: &PodRequest) -> Option<Slot> {
+        let mut seen = 0u32;
+        let mut pick = None;
+        for n in 0..cluster.num_nodes() {
+            if cluster.node(n).fits(pod) {
+                seen += 1;
+                if self.rng.gen_range(0..seen) == 0 {
+                    pick = Some(n);
+                }
+            }
+        }
+        let node = pick?;
+        let view = cluster.node(node);
+        let gpus = if pod.shared() {
+            let mut seen = 0u32;
+            let mut gpu = 0;
+            for (g, &left) in view.gpu_left.iter().enumerate() {
+                if left >= pod.gpu_milli {
+                    seen += 1;
+                    if self.rng.gen_range(0..seen) == 0 {
+                        gpu = g as u32;
+                    }
+                }
+            }
+            vec![gpu]
+        } else {
+            view.first_gpus(pod.gpu_milli, pod.gpus)?
+        };
+        Some(Slot {
+            node: node as u32,
+            gpus,
+        })
+    }
+
+    /// Keep the best-scored node; among equals, the first in the ranking.
+    #[inline]
+    fn consider(&self, best: &mut Option<(f64, usize, u32)>, score: f64, n: usize, gpu: u32) {
+        match best {
+            Some((s, _, _)) if score < *s => {}
+            Some((s, node, _)) if score == *s && self.rank[n] > self.rank[*node] => {}
+            _ => *best = Some((score, n, gpu)),
+        }
+    }
+
+    fn slot(view: &NodeView<'_>, node: usize, pod: &PodRequest, gpu: u32) -> Option<Slot> {
+        let gpus = if pod.shared() {
+            vec![if gpu == NO_GPU {
+                view.tightest_gpu(pod.gpu_milli)?
+            } else {
+                gpu
+            }]
+        } else {
+            view.first_gpus(pod.gpu_milli, pod.gpus)?
+        };
+        Some(Slot {
+            node: node as u32,
+            gpus,
+        })
+    }
+
+    fn choose_scored(&mut self, cluster: &SharedCluster, pod: &PodRequest) -> Option<Slot> {
+        let mut best = None;
+        for n in 0..cluster.num_nodes() {
+            let view = cluster.node(n);
+            if !view.fits(pod) {
+                continue;
+            }
+            let score = match self.policy {
+                SharePolicy::DotProd => dot_product_score(&view, pod),
+                SharePolicy::Clustering => clustering_score(cluster, n, &view, pod),
+                SharePolicy::Packing => packing_score(&view, pod),
+                SharePolicy::BestFit => best_fit_score(&view, pod),
+                _ => unreachable!("choose_scored serves the plain baselines"),
+            };
+            self.consider(&mut best, score as f64, n, NO_GPU);
+        }
+        let (_, node, _) = best?;
+        Self::slot(&cluster.node(node), node, pod, NO_GPU)
+    }
+
+    fn choose_cached(&mut self, cluster: &SharedCluster, pod: &PodRequest) -> Option<Slot> {
+        if self.epoch != cluster.epoch() {
+            self.epoch = cluster.epoch();
+            self.shapes.clear();
+            self.caches.clear();
+        }
+        let n_nodes = cluster.num_nodes();
+        let shape = *self.shapes.entry(*pod).or_insert_with(|| {
+            self.caches.push(ShapeCache {
+                stamp: vec![u64::MAX; n_nodes],
+                score: vec![f64::NEG_INFINITY; n_nodes],
+                gpu: vec![NO_GPU; n_nodes],
+            });
+            self.caches.len() - 1
+        });
+        let dist = Arc::clone(self.distribution.as_ref().expect("checked in new"));
+        let mut best = None;
+        for n in 0..n_nodes {
+            let stamp = cluster.stamp(n);
+            if self.caches[shape].stamp[n] != stamp {
+                let view = cluster.node(n);
+                let scored = if view.fits(pod) {
+                    match self.policy {
+                        SharePolicy::Fgd => fgd_score(&dist, &view, pod, &mut self.scratch),
+                        _ => gpuplace_score(&dist, &view, pod, &mut self.scratch),
+                    }
+                } else {
+                    Scored {
+                        score: f64::NEG_INFINITY,
+                        gpu: NO_GPU,
+                    }
+                };
+                let cache = &mut self.caches[shape];
+                cache.stamp[n] = stamp;
+                cache.score[n] = scored.score;
+                cache.gpu[n] = scored.gpu;
+            }
+            let score = self.caches[shape].score[n];
+            if score == f64::NEG_INFINITY {
+                continue;
+            }
+            let gpu = self.caches[shape].gpu[n];
+            self.consider(&mut best, score, n, gpu);
+        }
+        let (_, node, gpu) = best?;
+        Self::slot(&cluster.node(node), node, pod, gpu)
+    }
+}
+
+/// `DotProductScorePlugin` with `dimExtMethod: merge`, `normMethod: max`.
+fn dot_product_score(view: &NodeView<'_>, pod: &PodRequest) -> i64 {
+    let node = [
+        view.cpu_left as f64 / MAX_SPEC_CPU,
+        view.gpu_left_total() as f64 / MAX_SPEC_GPU as f64,
+    ];
+    let req = [
+        pod.cpu_milli as f64 / MAX_SPEC_CPU,
+        pod.total_gpu_milli() as f64 / MAX_SPEC_GPU as f64,
+    ];
+    let dot = (node[0] * req[0] + node[1] * req[1]) / 2.0;
+    (MAX_SCORE as f64 * (1.0 - dot)) as i64
+}
+
+/// `GpuClusteringScorePlugin`.
+fn clustering_score(
+    cluster: &SharedCluster,
+    n: usize,
+    view: &NodeView<'_>,
+    pod: &PodRequest,
+) -> i64 {
+    if pod.gpus == 0 {
+        return 0;
+    }
+    let fullness = MAX_SCORE / 4 * (MAX_SPEC_GPU - view.gpu_left_total() as i64) / MAX_SPEC_GPU;
+    let kinds = cluster.affinity_kinds(n);
+    let band = if cluster.affinity_count(n, pod.affinity()) > 0 {
+        if kinds == 1 {
+            3
+        } else {
+            2
+        }
+    } else if kinds == 0 {
+        1
+    } else {
+        0
+    };
+    fullness + MAX_SCORE * band / 4
+}
+
+/// `GpuPackingScorePlugin`.
+fn packing_score(view: &NodeView<'_>, pod: &PodRequest) -> i64 {
+    if pod.gpu_milli == 0 {
+        return 0;
+    }
+    let idle = view.idle_gpus() as i64;
+    if idle == view.spec.gpus as i64 {
+        return (MAX_SCORE / 3 - idle).max(idle);
+    }
+    // GPUs by free capacity, least first (stable), the first `gpus` with room.
+    let mut order: Vec<usize> = (0..view.gpu_left.len()).collect();
+    order.sort_by_key(|&g| view.gpu_left[g]);
+    let mut need = pod.gpus;
+    let mut idle_used = 0i64;
+    let mut free_percent_used = 0i64;
+    for g in order {
+        if need == 0 {
+            break;
+        }
+        let left = view.gpu_left[g];
+        if left >= pod.gpu_milli {
+            need -= 1;
+            if left == MILLI {
+                idle_used += 1;
+            }
+            free_percent_used += left as i64 * 100 / MILLI as i64;
+        }
+    }
+    if idle_used > 0 {
+        return (MAX_SCORE / 2 - idle_used).max(MAX_SCORE / 3);
+    }
+    (MAX_SCORE - free_percent_used / 10).max(MAX_SCORE / 2)
+}
+
+/// `BestFitScorePlugin`.
+fn best_fit_score(view: &NodeView<'_>, pod: &PodRequest) -> i64 {
+    let cpu = (view.cpu_left as f64 - pod.cpu_milli as f64) / MAX_SPEC_CPU * 0.5;
+    let gpu =
+        (view.gpu_left_total() as f64 - pod.total_gpu_milli() as f64) / MAX_SPEC_GPU as f64 * 0.5;
+    ((1.0 - (cpu + gpu)) * MAX_SCORE as f64) as i64
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// The node's GPUs after the pod takes `gpus` whole or shared GPUs the way FGD's `Sub` does:
+/// the least-free GPUs with room first (stable).
+fn take_gpus(view: &NodeView<'_>, pod: &PodRequest, out: &mut Vec<u16>) {
+    out.clear();
+    out.extend_from_slice(view.gpu_left);
+    if pod.gpus == 0 {
+        return;
+    }
+    let mut order: Vec<usize> = (0..out.len()).collect();
+    order.sort_by_key(|&g| out[g]);
+    let mut need = pod.gpus;
+    for g in order {
+        if need == 0 {
+            break;
+        }
+        if out[g] >= pod.gpu_milli {
+            out[g] -= pod.gpu_milli;
+            need -= 1;
+        }
+    }
+}
+
+/// `FGDScorePlugin`: `100 sigmoid((before - after) / 1000)`, truncated; for a share, the GPU
+/// with the best score (the lowest index among equals).
+fn fgd_score(
+    dist: &Distribution,
+    view: &NodeView<'_>,
+    pod: &PodRequest,
+    scratch: &mut Vec<u16>,
+) -> Scored {
+    let model = view.spec.model;
+    let before = dist.fragmentation(model, view.cpu_left, view.memory_left, view.gpu_left);
+    let cpu = view.cpu_left - pod.cpu_milli;
+    let memory = view.memory_left - pod.memory_mib;
+    let score_of = |after: f64| (sigmoid((before - after) / 1000.0) * MAX_SCORE as f64) as i64;
+    if !pod.shared() {
+        take_gpus(view, pod, scratch);
+        let after = dist.fragmentation(model, cpu, memory, scratch);
+        return Scored {
+            score: score_of(after) as f64,
+            gpu: NO_GPU,
+        };
+    }
+    scratch.clear();
+    scratch.extend_from_slice(view.gpu_left);
+    let mut best: Option<(i64, u32)> = None;
+    for g in 0..scratch.len() {
+        let left = scratch[g];
+        if left < pod.gpu_milli {
+            continue;
+        }
+        // GPUs with the same free capacity leave the same node behind.
+        if view.gpu_left[..g].contains(&left) {
+            continue;
+        }
+        scratch[g] = left - pod.gpu_milli;
+        let s = score_of(dist.fragmentation(model, cpu, memory, scratch));
+        scratch[g] = left;
+        if best.is_none_or(|(b, _)| s > b) {
+            best = Some((s, g as u32));
+        }
+    }
+    let (score, gpu) = best.expect("the node fits the pod");
+    Scored {
+        score: score as f64,
+        gpu,
+    }
+}
+
+/// gpuplace's score (see [`SharePolicy::Gpuplace`]): the exact fragmentation change, with a
+/// tie-break by best fit folded into the low digits.
+fn gpuplace_score(
+    dist: &Distribution,
+    view: &NodeView<'_>,
+    pod: &PodRequest,
+    scratch: &mut Vec<u16>,
+) -> Scored {
+    let model = view.spec.model;
+    let before = dist.fragmentation(model, view.cpu_left, view.memory_left, view.gpu_left);
+    let cpu = view.cpu_left - pod.cpu_milli;
+    let memory = view.memory_left - pod.memory_mib;
+    // Best fit among equal fragmentation: less GPU left on the node scores higher.
+    let fit = |gpu_left: u64| -(gpu_left as f64) * 1e-6;
+    if !pod.shared() {
+        take_gpus(view, pod, scratch);
+        let after = dist.fragmentation(model, cpu, memory, scratch);
+        let left: u64 = scratch.iter().map(|&g| g as u64).sum();
+        return Scored {
+            score: (before - after) + fit(left),
+            gpu: NO_GPU,
+        };
+    }
+    scratch.clear();
+    scratch.extend_from_slice(view.gpu_left);
+    let total = view.gpu_left_total() - pod.gpu_milli as u64;
+    let mut best: Option<(f64, u32)> = None;
+    for g in 0..scratch.len() {
+        let left = scratch[g];
+        if left < pod.gpu_milli || view.gpu_left[..g].contains(&left) {
+            continue;
+        }
+        scratch[g] = left - pod.gpu_milli;
+        let after = dist.fragmentation(model, cpu, memory, scratch);
+        scratch[g] = left;
+        // Among GPUs of equal fragmentation, the tightest.
+        let s = (before - after) + fit(total) - (left - pod.gpu_milli) as f64 * 1e-9;
+        if best.is_none_or(|(b, _)| s > b) {
+            best = Some((s, g as u32));
+        }
+    }
+    let (score, gpu) = best.expect("the node fits the pod");
+    Scored { score, gpu }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::share::cluster::tests::{pod, small};
+
+    fn dist() -> Arc<Distribution> {
+        Arc::new(
+            Distribution::new(
+                vec![
+                    (pod(2000, 1, 500), 2.0),
+                    (pod(4000, 1, 1000), 1.0),
+                    (pod(8000, 8, 1000), 1.0),
+                ],
+                2,
+                false,
+            )
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn every_policy_places_only_where_the_pod_fits() {
+        for policy in SharePolicy::ALL {
+            let mut c = small();
+            let mut s = Scheduler::new(policy, 7, Some(dist())).unwrap();
+            let mut placed = 0;
+            for k in 0..60 {
+                let p = match k % 3 {
+                    0 => pod(1000, 1, 300),
+                    1 => pod(500, 0, 0),
+                    _ => pod(2000, 2, 1000),
+                };
+                if let Some(slot) = s.choose(&c, &p) {
+                    c.allocate(&p, &slot).unwrap();
+                    placed += 1;
+                } else {
+                    // Nothing fits: no node passes the filter.
+                    assert!(
+                        (0..c.num_nodes()).all(|n| !c.node(n).fits(&p)),
+                        "{policy:?}"
+                    );
+                }
+            }
+            assert!(placed > 20, "{policy:?} placed {placed}");
+        }
+    }
+
+    #[test]
+    fn fragmentation_policies_need_a_distribution() {
+        assert!(Scheduler::new(SharePolicy::Fgd, 1, None).is_err());
+        assert!(Scheduler::new(SharePolicy::BestFit, 1, None).is_ok());
+        assert!(SharePolicy::from_label("nope").is_err());
+        for p in SharePolicy::ALL {
+            assert_eq!(SharePolicy::from_label(p.label()).unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn fgd_fills_a_used_gpu_before_an_idle_one() {
+        let mut c = small();
+        c.allocate(
+            &pod(1000, 1, 500),
+            &Slot {
+                node: 2,
+                gpus: vec![1],
+            },
+        )
+        .unwrap();
+        let mut s = Scheduler::new(SharePolicy::Fgd, 1, Some(dist())).unwrap();
+        let slot = s.choose(&c, &pod(1000, 1, 500)).unwrap();
+        assert_eq!(
+            slot,
+            Slot {
+                node: 2,
+                gpus: vec![1]
+            }
+        );
+    }
+
+    #[test]
+    fn baseline_scores_match_the_plugins() {
+        let c = small();
+        let v = c.node(0);
+        // dot product: node (64/128, 8000/8000), pod (4/128, 500/8000).
+        let p = pod(4000, 1, 500);
+        let dot = (0.5 * 4000.0 / 128000.0 + 1.0 * 500.0 / 8000.0) / 2.0;
+        assert_eq!(dot_product_score(&v, &p), (100.0 * (1.0 - dot)) as i64);
+        // an idle 8-GPU node: packing max(33 - 8, 8), clustering band 1 (idle), fullness 0.
+        assert_eq!(packing_score(&v, &p), 25);
+        assert_eq!(clustering_score(&c, 0, &v, &p), 25);
+        // best fit: (60/128 * 0.5 + 7500/8000 * 0.5).
+        let bf = ((1.0 - (60000.0 / 128000.0 * 0.5 + 7500.0 / 8000.0 * 0.5)) * 100.0) as i64;
+        assert_eq!(best_fit_score(&v, &p), bf);
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_choices() {
+        let run = |seed| {
+            let mut c = small();
+            let mut s = Scheduler::new(SharePolicy::Random, seed, None).unwrap();
+            (0..10)
+                .filter_map(|_| {
+                    let p = pod(100, 1, 100);
+                    let slot = s.choose(&c, &p)?;
+                    c.allocate(&p, &slot).unwrap();
+                    Some(slot)
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(3), run(3));
+    }
+}
