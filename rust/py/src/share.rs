@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use gpuplace_core::share::{
-    self, Arrivals, Distribution, NodeSpec, PodRequest, Run, Scheduler, SharePolicy, SharedCluster,
-    Slot,
+    self, Arrivals, Distribution, NodePrice, NodeSpec, PodRequest, Run, Scheduler, SharePolicy,
+    SharedCluster, Slot,
 };
 use gpuplace_core::CoreError;
-use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 
 use crate::convert::i64s;
@@ -65,6 +65,22 @@ fn pods(
                 .map_err(|e| invalid_job(format!("pod {i}: {}", e)))
         })
         .collect()
+}
+
+/// Node prices from an `(nodes, 3)` array of dual values (milli-GPU, milli-CPU, MiB).
+fn node_prices(duals: Option<PyReadonlyArray2<'_, f64>>) -> PyResult<Option<Arc<Vec<NodePrice>>>> {
+    let Some(duals) = duals else {
+        return Ok(None);
+    };
+    let a = duals.as_array();
+    if a.ncols() != 3 {
+        return Err(invalid_job(format!(
+            "node prices: expected 3 columns (milli-GPU, milli-CPU, MiB), got {}",
+            a.ncols()
+        )));
+    }
+    let rows: Vec<[f64; 3]> = a.rows().into_iter().map(|r| [r[0], r[1], r[2]]).collect();
+    Ok(Some(Arc::new(NodePrice::from_duals(&rows).py()?)))
 }
 
 /// `gpuplace._core.SharedCluster`: nodes with CPU, memory and GPUs shared by the milli-GPU.
@@ -291,16 +307,30 @@ pub(crate) struct PyShareSlot {
 #[pyclass(name = "ShareScheduler", module = "gpuplace._core")]
 pub(crate) struct PyShareScheduler {
     inner: Scheduler,
+    /// How many nodes the prices were given for.
+    nodes: Option<usize>,
 }
 
 #[pymethods]
 impl PyShareScheduler {
+    /// `prices`: an `(nodes, 3)` array of dual values per node (see `NodePrice`), for the
+    /// gpuplace policy.
     #[new]
-    #[pyo3(signature = (policy, seed, distribution=None))]
-    fn new(policy: &str, seed: u64, distribution: Option<&PyShareDistribution>) -> PyResult<Self> {
+    #[pyo3(signature = (policy, seed, distribution=None, prices=None))]
+    fn new(
+        policy: &str,
+        seed: u64,
+        distribution: Option<&PyShareDistribution>,
+        prices: Option<PyReadonlyArray2<'_, f64>>,
+    ) -> PyResult<Self> {
         let policy = SharePolicy::from_label(policy).py()?;
+        let prices = node_prices(prices)?;
+        let nodes = prices.as_ref().map(|p| p.len());
         Ok(PyShareScheduler {
-            inner: Scheduler::new(policy, seed, distribution.map(|d| Arc::clone(&d.inner))).py()?,
+            inner: Scheduler::new(policy, seed, distribution.map(|d| Arc::clone(&d.inner)))
+                .py()?
+                .with_prices(prices),
+            nodes,
         })
     }
 
@@ -320,6 +350,12 @@ impl PyShareScheduler {
         models: u64,
     ) -> PyResult<Option<PyShareSlot>> {
         let p = pod(cpu_milli, memory_mib, gpus, gpu_milli, models)?;
+        if let Some(n) = self.nodes.filter(|&n| n != cluster.inner.num_nodes()) {
+            return Err(invalid_job(format!(
+                "the scheduler's prices are for {n} nodes; the cluster has {}",
+                cluster.inner.num_nodes()
+            )));
+        }
         Ok(self.inner.choose(&cluster.inner, &p).map(|s| PyShareSlot {
             node: s.node,
             gpus: s.gpus,
@@ -371,7 +407,7 @@ impl PyArrivalRecord {
 /// `cluster`, in parallel, without the GIL; Ctrl-C stops them.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (cluster, cpu_milli, memory_mib, gpus, gpu_milli, models, orders, policies, seeds, distribution=None))]
+#[pyo3(signature = (cluster, cpu_milli, memory_mib, gpus, gpu_milli, models, orders, policies, seeds, distribution=None, prices=None))]
 fn replay_arrivals(
     py: Python<'_>,
     cluster: &PySharedCluster,
@@ -384,7 +420,9 @@ fn replay_arrivals(
     policies: Vec<String>,
     seeds: Vec<u64>,
     distribution: Option<&PyShareDistribution>,
+    prices: Option<PyReadonlyArray2<'_, f64>>,
 ) -> PyResult<Vec<PyArrivalRecord>> {
+    let prices = node_prices(prices)?;
     let list = pods(&cpu_milli, &memory_mib, &gpus, &gpu_milli, &models)?;
     if orders.len() != policies.len() || orders.len() != seeds.len() {
         return Err(invalid_job("orders, policies and seeds differ in length"));
@@ -410,7 +448,9 @@ fn replay_arrivals(
     let out = enter(
         py,
         Stop::OnSignal,
-        || -> Result<Vec<Arrivals>, CoreError> { share::replay_all(cluster, &list, &runs, dist) },
+        || -> Result<Vec<Arrivals>, CoreError> {
+            share::replay_all(cluster, &list, &runs, dist, prices)
+        },
     )?;
     Ok(out
         .into_iter()

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use crate::error::{CoreError, Result};
 use crate::share::cluster::{PodRequest, SharedCluster};
 use crate::share::frag::Distribution;
-use crate::share::policy::{Scheduler, SharePolicy};
+use crate::share::policy::{NodePrice, Scheduler, SharePolicy};
 
 /// One run: the arrival order (indexes into the pod list), the policy and its seed.
 #[derive(Debug, Clone)]
@@ -46,16 +46,29 @@ fn check(pods: &[PodRequest], run: &Run) -> Result<()> {
     Ok(())
 }
 
+fn check_prices(cluster: &SharedCluster, prices: &Option<Arc<Vec<NodePrice>>>) -> Result<()> {
+    match prices {
+        Some(p) if p.len() != cluster.num_nodes() => Err(CoreError::InvalidJob(format!(
+            "{} node prices for {} nodes",
+            p.len(),
+            cluster.num_nodes()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Replay one run on a copy of `cluster` (left unchanged).
 pub fn replay(
     cluster: &SharedCluster,
     pods: &[PodRequest],
     run: &Run,
     distribution: Option<Arc<Distribution>>,
+    prices: Option<Arc<Vec<NodePrice>>>,
 ) -> Result<Arrivals> {
     check(pods, run)?;
+    check_prices(cluster, &prices)?;
     let mut cluster = cluster.clone();
-    let mut scheduler = Scheduler::new(run.policy, run.seed, distribution)?;
+    let mut scheduler = Scheduler::new(run.policy, run.seed, distribution)?.with_prices(prices);
     let n = run.order.len();
     let mut out = Arrivals {
         arrived_gpu_milli: Vec::with_capacity(n),
@@ -89,7 +102,9 @@ pub fn replay_all(
     pods: &[PodRequest],
     runs: &[Run],
     distribution: Option<Arc<Distribution>>,
+    prices: Option<Arc<Vec<NodePrice>>>,
 ) -> Result<Vec<Arrivals>> {
+    check_prices(cluster, &prices)?;
     for run in runs {
         check(pods, run)?;
         if run.policy.needs_distribution() && distribution.is_none() {
@@ -97,7 +112,7 @@ pub fn replay_all(
         }
     }
     runs.par_iter()
-        .map(|run| replay(cluster, pods, run, distribution.clone()))
+        .map(|run| replay(cluster, pods, run, distribution.clone(), prices.clone()))
         .collect()
 }
 
@@ -122,7 +137,7 @@ mod tests {
                 seed: 5,
             })
             .collect();
-        let out = replay_all(&c, &pods, &runs, Some(dist)).unwrap();
+        let out = replay_all(&c, &pods, &runs, Some(dist), None).unwrap();
         for (run, a) in runs.iter().zip(&out) {
             assert_eq!(a.placed.len(), 30);
             let placed: u64 = run
@@ -151,6 +166,6 @@ mod tests {
             policy: SharePolicy::BestFit,
             seed: 0,
         };
-        assert!(replay(&small(), &[pod(0, 0, 0)], &run, None).is_err());
+        assert!(replay(&small(), &[pod(0, 0, 0)], &run, None, None).is_err());
     }
 }

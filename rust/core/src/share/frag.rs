@@ -89,6 +89,39 @@ impl Distribution {
         })
     }
 
+    /// Expected milli-CPU per milli-GPU of the GPU pods that may run on `model`
+    /// (0 when none may).
+    pub fn cpu_per_gpu_milli(&self, model: u8) -> f64 {
+        let table = &self.tables[model as usize];
+        let cpu: f64 = table.gpu.iter().map(|t| t.freq * t.cpu_milli as f64).sum();
+        let gpu: f64 = table
+            .gpu
+            .iter()
+            .map(|t| t.freq * t.gpus as f64 * t.gpu_milli as f64)
+            .sum();
+        if gpu > 0.0 {
+            cpu / gpu
+        } else {
+            0.0
+        }
+    }
+
+    /// Expected memory (MiB) per milli-GPU of the GPU pods that may run on `model`.
+    pub fn memory_per_gpu_milli(&self, model: u8) -> f64 {
+        let table = &self.tables[model as usize];
+        let mem: f64 = table.gpu.iter().map(|t| t.freq * t.memory_mib as f64).sum();
+        let gpu: f64 = table
+            .gpu
+            .iter()
+            .map(|t| t.freq * t.gpus as f64 * t.gpu_milli as f64)
+            .sum();
+        if gpu > 0.0 {
+            mem / gpu
+        } else {
+            0.0
+        }
+    }
+
     /// The typical pods and their normalised frequencies.
     pub fn entries(&self) -> &[(PodRequest, f64)] {
         &self.entries

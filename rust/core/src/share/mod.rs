@@ -16,4 +16,4 @@ pub mod policy;
 pub use arrivals::{replay, replay_all, Arrivals, Run};
 pub use cluster::{Affinity, ModelSet, NodeSpec, NodeView, PodRequest, SharedCluster, Slot, MILLI};
 pub use frag::Distribution;
-pub use policy::{Scheduler, SharePolicy};
+pub use policy::{NodePrice, Scheduler, SharePolicy, STRANDED_WEIGHT};

@@ -60,9 +60,15 @@ pub enum SharePolicy {
     Packing,
     BestFit,
     Fgd,
-    /// gpuplace's policy: fragmentation gradient descent on the exact (not rounded) change of
-    /// the expected fragmentation, with memory counted beside CPU, and ties broken by best
-    /// fit instead of at random.
+    /// gpuplace's policy: fragmentation gradient descent on a wider loss. A placement is
+    /// charged the change of (a) FGD's expected fragmentation, plus (b) the milli-GPUs the
+    /// node strands for lack of CPU (its free GPUs beyond what its free CPU serves at the
+    /// workload's CPU per milli-GPU), weighted [`STRANDED_WEIGHT`] times the node's GPU value,
+    /// plus (c) the opportunity cost of the resources it takes at the node's [`NodePrice`]
+    /// (scarce GPU models stay for the pods that need them). FGD sees CPU only as "the next
+    /// pod fits or not", so it lets CPU-heavy pods drain CPU-poor nodes whose GPUs then sit
+    /// idle; and it sees model scarcity only through pods that cannot use a model. Scores are
+    /// rounded as FGD's, and a share takes the tightest GPU among equals.
     Gpuplace,
 }
 
@@ -107,6 +113,63 @@ impl SharePolicy {
     }
 }
 
+/// What gpuplace charges for one node's resources, in milli-GPUs of the cheapest GPU.
+///
+/// The prices come from a fluid plan of the workload on the cluster: the largest scale of the
+/// pod mix the nodes can hold if pods were divisible, solved as a linear program by the caller
+/// (`gpuplace.share.node_prices`); its dual values price each node group's GPUs, CPU and
+/// memory ([`NodePrice::from_duals`]). A GPU model that constrained pods need more than the
+/// cluster has is dear; GPUs the plan leaves spare are free.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NodePrice {
+    /// The node's GPUs' value relative to the dearest (1: all of them are needed), which
+    /// weighs the GPUs the node strands for lack of CPU.
+    pub gpu_value: f64,
+    /// What a milli-GPU here costs over one of the cheapest GPUs.
+    pub gpu_premium: f64,
+    /// The price of a milli-CPU and of a MiB of memory.
+    pub cpu: f64,
+    pub memory: f64,
+}
+
+impl NodePrice {
+    /// Every GPU equally needed, CPU and memory free: what gpuplace charges without a plan.
+    pub const FLAT: NodePrice = NodePrice {
+        gpu_value: 1.0,
+        gpu_premium: 0.0,
+        cpu: 0.0,
+        memory: 0.0,
+    };
+
+    /// Prices from the plan's dual values per node (milli-GPU, milli-CPU, MiB), scaled so the
+    /// dearest milli-GPU is worth 1. Negative or non-finite duals are an InvalidJob.
+    pub fn from_duals(duals: &[[f64; 3]]) -> Result<Vec<NodePrice>> {
+        if let Some(bad) = duals
+            .iter()
+            .flatten()
+            .find(|d| !(d.is_finite() && **d >= 0.0))
+        {
+            return Err(CoreError::InvalidJob(format!(
+                "node prices: {bad} is not a price (expected finite and >= 0)"
+            )));
+        }
+        let dearest = duals.iter().map(|d| d[0]).fold(0.0, f64::max);
+        if dearest <= 0.0 {
+            return Ok(vec![NodePrice::FLAT; duals.len()]);
+        }
+        let cheapest = duals.iter().map(|d| d[0]).fold(f64::INFINITY, f64::min);
+        Ok(duals
+            .iter()
+            .map(|d| NodePrice {
+                gpu_value: d[0] / dearest,
+                gpu_premium: (d[0] - cheapest) / dearest,
+                cpu: d[1] / dearest,
+                memory: d[2] / dearest,
+            })
+            .collect())
+    }
+}
+
 /// Per request shape, per node: the score and chosen GPU as of the node's stamp.
 #[derive(Debug, Clone)]
 struct ShapeCache {
@@ -123,6 +186,8 @@ pub struct Scheduler {
     /// Each node's rank among equals (lower wins), a permutation drawn from the seed.
     rank: Vec<u32>,
     distribution: Option<Arc<Distribution>>,
+    /// Per node, the prices gpuplace charges (see [`NodePrice`]).
+    prices: Option<Arc<Vec<NodePrice>>>,
     /// Cached fragmentation scores (fgd, gpuplace), valid for one cluster epoch.
     epoch: u64,
     shapes: HashMap<PodRequest, usize>,
@@ -157,11 +222,19 @@ impl Scheduler {
             rng: ChaCha8Rng::seed_from_u64(seed),
             rank: Vec::new(),
             distribution,
+            prices: None,
             epoch: 0,
             shapes: HashMap::new(),
             caches: Vec::new(),
             scratch: Vec::new(),
         })
+    }
+
+    /// Charge gpuplace's placements these per-node prices (one per node of the cluster the
+    /// scheduler will see, by node index; a node past the list pays [`NodePrice::FLAT`]).
+    pub fn with_prices(mut self, prices: Option<Arc<Vec<NodePrice>>>) -> Self {
+        self.prices = prices;
+        self
     }
 
     pub fn policy(&self) -> SharePolicy {
@@ -286,7 +359,16 @@ impl Scheduler {
                 let scored = if view.fits(pod) {
                     match self.policy {
                         SharePolicy::Fgd => fgd_score(&dist, &view, pod, &mut self.scratch),
-                        _ => gpuplace_score(&dist, &view, pod, &mut self.scratch),
+                        _ => gpuplace_score(
+                            &dist,
+                            &view,
+                            pod,
+                            self.prices
+                                .as_ref()
+                                .and_then(|p| p.get(n).copied())
+                                .unwrap_or(NodePrice::FLAT),
+                            &mut self.scratch,
+                        ),
                     }
                 } else {
                     Scored {
@@ -468,46 +550,66 @@ fn fgd_score(
 
 /// gpuplace's score (see [`SharePolicy::Gpuplace`]): the exact fragmentation change, with a
 /// tie-break by best fit folded into the low digits.
+/// How much a milli-GPU stranded for lack of CPU weighs against a milli-GPU of fragmentation
+/// in gpuplace's score (chosen on the openb `default` workload; see benches/bench_share.py).
+pub const STRANDED_WEIGHT: f64 = 2.0;
+
+/// gpuplace's score (see [`SharePolicy::Gpuplace`]).
 fn gpuplace_score(
     dist: &Distribution,
     view: &NodeView<'_>,
     pod: &PodRequest,
+    price: NodePrice,
     scratch: &mut Vec<u16>,
 ) -> Scored {
     let model = view.spec.model;
-    let before = dist.fragmentation(model, view.cpu_left, view.memory_left, view.gpu_left);
+    // The resources' opportunity cost, in milli-GPUs of the cheapest GPU.
+    let cost = price.gpu_premium * pod.total_gpu_milli() as f64
+        + price.cpu * pod.cpu_milli as f64
+        + price.memory * pod.memory_mib as f64;
+    let cpu_per_milli = model.map_or(0.0, |m| dist.cpu_per_gpu_milli(m));
+    let stranded_weight = STRANDED_WEIGHT * price.gpu_value;
+    // Milli-GPUs the node's free CPU cannot serve at the workload's CPU per milli-GPU.
+    let loss = |cpu_left: u32, memory_left: u64, gpu_left: &[u16]| {
+        let frag = dist.fragmentation(model, cpu_left, memory_left, gpu_left);
+        let total: u64 = gpu_left.iter().map(|&g| g as u64).sum();
+        let stranded = if cpu_per_milli > 0.0 {
+            (total as f64 - cpu_left as f64 / cpu_per_milli).max(0.0)
+        } else {
+            0.0
+        };
+        frag + stranded_weight * stranded
+    };
+    let before = loss(view.cpu_left, view.memory_left, view.gpu_left);
     let cpu = view.cpu_left - pod.cpu_milli;
     let memory = view.memory_left - pod.memory_mib;
-    // Best fit among equal fragmentation: less GPU left on the node scores higher.
-    let fit = |gpu_left: u64| -(gpu_left as f64) * 1e-6;
+    // Rounded as FGD rounds, so near-equal nodes tie and go to the first-ranked one.
+    let score_of =
+        |after: f64| (sigmoid((before - after - cost) / 1000.0) * MAX_SCORE as f64) as i64 as f64;
     if !pod.shared() {
         take_gpus(view, pod, scratch);
-        let after = dist.fragmentation(model, cpu, memory, scratch);
-        let left: u64 = scratch.iter().map(|&g| g as u64).sum();
         return Scored {
-            score: (before - after) + fit(left),
+            score: score_of(loss(cpu, memory, scratch)),
             gpu: NO_GPU,
         };
     }
     scratch.clear();
     scratch.extend_from_slice(view.gpu_left);
-    let total = view.gpu_left_total() - pod.gpu_milli as u64;
-    let mut best: Option<(f64, u32)> = None;
+    let mut best: Option<(f64, u16, u32)> = None;
     for g in 0..scratch.len() {
         let left = scratch[g];
         if left < pod.gpu_milli || view.gpu_left[..g].contains(&left) {
             continue;
         }
         scratch[g] = left - pod.gpu_milli;
-        let after = dist.fragmentation(model, cpu, memory, scratch);
+        let s = score_of(loss(cpu, memory, scratch));
         scratch[g] = left;
-        // Among GPUs of equal fragmentation, the tightest.
-        let s = (before - after) + fit(total) - (left - pod.gpu_milli) as f64 * 1e-9;
-        if best.is_none_or(|(b, _)| s > b) {
-            best = Some((s, g as u32));
+        // Among GPUs of equal score, the tightest.
+        if best.is_none_or(|(b, l, _)| s > b || (s == b && left < l)) {
+            best = Some((s, left, g as u32));
         }
     }
-    let (score, gpu) = best.expect("the node fits the pod");
+    let (score, _, gpu) = best.expect("the node fits the pod");
     Scored { score, gpu }
 }
 
