@@ -27,7 +27,7 @@ from pathlib import Path
 import gpuplace
 import numpy as np
 from gpuplace import Job, Topology, TransformerModel
-from gpuplace.placers import cpsat
+from gpuplace.placement.solvers import cpsat
 from gpuplace.sim import workload
 from gpuplace.sim.workload import philly_running_mix
 

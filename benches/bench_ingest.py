@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuplace.io.health import read_kernel_log
+from gpuplace.health.readers import read_kernel_log
 from rich.console import Console
 from rich.table import Table
 
@@ -89,7 +89,7 @@ def _time(fn, runs: int) -> tuple[float, object]:
 def _peak_rss_mb(path: Path | None) -> float:
     code = (
         "import resource, sys\n"
-        "from gpuplace.io.health import read_kernel_log\n"
+        "from gpuplace.health.readers import read_kernel_log\n"
         "if len(sys.argv) > 1: read_kernel_log(sys.argv[1])\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
     )

@@ -3,7 +3,7 @@
 The pods of the openb trace (Weng et al., ATC'23; ``benches/data/README.md``) that ask for
 one GPU or a share of one are turned into MIG requests on A100 80 GB GPUs: ``gpu_milli /
 1000`` is mapped to the non-media profile whose compute fraction (g/7) is nearest, ties to
-the larger (``gpuplace.mig.profile_for_share``): 50-210 -> 1g.10gb, 220-350 -> 2g.20gb,
+the larger (``gpuplace.cluster.mig.profile_for_share``): 50-210 -> 1g.10gb, 220-350 -> 2g.20gb,
 360-500 -> 3g.40gb, 510-710 -> 4g.40gb, 720-999 -> 7g.80gb. Pods with no GPU, with a whole
 GPU (``gpu_milli`` 1000) or with several are left out: they are not MIG requests (a cluster
 serves them from GPUs outside MIG mode).
@@ -29,8 +29,9 @@ import statistics
 import time
 from pathlib import Path
 
+from gpuplace.cluster.mig import MigCluster
 from gpuplace.errors import Infeasible
-from gpuplace.mig import MODELS, MigCluster, Request, profile_for_share
+from gpuplace.model.mig import MODELS, Request, profile_for_share
 from rich.console import Console
 from rich.table import Table
 

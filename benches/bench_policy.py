@@ -12,9 +12,9 @@ import statistics
 import time
 
 import gpuplace
-from gpuplace._validate import Checker
+from gpuplace._util.documents import Checker
 from gpuplace.errors import InvalidState
-from gpuplace.policy import ClusterPolicy
+from gpuplace.model.policy import ClusterPolicy
 from gpuplace.sim.workload import fragment
 from rich.console import Console
 from rich.table import Table

@@ -75,9 +75,9 @@ def _solver_registry_restored():
     """Solvers a test registers are gone after it: the registry is global, and a test solver
     left behind would run in every later suite that places with all registered solvers (the
     bench once ran a test's solver that returned 39 GPUs for a 64-rank job)."""
-    from gpuplace import placement
+    from gpuplace.placement import registry
 
-    saved = dict(placement._REGISTRY)
+    saved = dict(registry._REGISTRY)
     yield
-    placement._REGISTRY.clear()
-    placement._REGISTRY.update(saved)
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved)

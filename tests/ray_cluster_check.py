@@ -1,5 +1,5 @@
 """Run by tests/test_ray.py inside a fresh network namespace (loopback only): a local Ray cluster
-of four fake 8-GPU nodes labelled as ``gpuplace.ray.label_nodes`` says, gpuplace placement
+of four fake 8-GPU nodes labelled as ``gpuplace.integrations.ray.label_nodes`` says, gpuplace placement
 groups on it, and where Ray put each bundle. Prints one JSON object on its last line."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 
 def main() -> None:
     import gpuplace
-    import gpuplace.ray as gray
+    import gpuplace.integrations.ray as gray
     import ray
     from ray.cluster_utils import Cluster
     from ray.util.placement_group import placement_group_table, remove_placement_group

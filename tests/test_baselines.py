@@ -6,7 +6,7 @@ from __future__ import annotations
 import gpuplace
 import numpy as np
 import pytest
-from gpuplace.placers.baselines import gpuallocator_best_effort
+from gpuplace.placement.solvers.baselines import gpuallocator_best_effort
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -8,7 +8,7 @@ import gpuplace
 import numpy as np
 import pytest
 from gpuplace import _core
-from gpuplace import placement as placement_module
+from gpuplace.placement import registry as placement_module
 from gpuplace.sim.workload import DEFAULT_MODEL
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,7 +16,7 @@ from strategies import fragmented_states, jobs, topologies
 
 
 def test_enums_are_the_cores_with_labels_and_codes():
-    assert [k.label for k in gpuplace.CollectiveKind.members()] == list(gpuplace.job.KINDS)
+    assert [k.label for k in gpuplace.CollectiveKind.members()] == list(gpuplace.model.job.KINDS)
     assert gpuplace.CollectiveKind.from_label("p2p") == gpuplace.CollectiveKind.PointToPoint
     assert [int(h) for h in gpuplace.Health.members()] == [0, 1, 2]
     assert [c.label for c in gpuplace.ComponentKind.members()] == ["gpu", "host", "nic", "switch"]

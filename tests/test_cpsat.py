@@ -10,7 +10,7 @@ import gpuplace
 import numpy as np
 import pytest
 from gpuplace import Communication, Job, Topology
-from gpuplace.placers import auto, cpsat
+from gpuplace.placement.solvers import auto, cpsat
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

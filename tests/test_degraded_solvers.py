@@ -11,7 +11,7 @@ import gpuplace
 import numpy as np
 import pytest
 from gpuplace import Communication, Job, Topology
-from gpuplace.placers import auto, cpsat, cpsat_gpus
+from gpuplace.placement.solvers import auto, cpsat, cpsat_gpus
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -287,7 +287,7 @@ def test_pricing_view_matches_the_evaluator() -> None:
     assert np.isinf(matrix[0, 0])
     # A point-to-point transfer from degraded GPU 2 to GPU 6: the evaluator charges exactly the
     # view's price (ring collectives add NCCL's algorithms on top of the same bandwidths).
-    steps, per_rank = gpuplace.pricing.collective_terms("p2p", 2, 1e9)
+    steps, per_rank = gpuplace.cluster.pricing.collective_terms("p2p", 2, 1e9)
     pair = Job("p", pp=2, communication={"pp": Communication("p2p", 1e9)})
     latency = state.topology.levels[0].latency_us * 1e-6
     bandwidth = view.bandwidth_matrix([2, 6])[0, 1] * 1e9

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gpuplace
 import pytest
-from gpuplace.extender import Extender, serve
+from gpuplace.integrations.extender import Extender, serve
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -9,8 +9,9 @@ import json
 import gpuplace
 import numpy as np
 import pytest
-from gpuplace import _core, fabric
+from gpuplace import _core
 from gpuplace.cli import main
+from gpuplace.cluster import fabric
 from gpuplace.sim.workload import DEFAULT_MODEL, MOE_MODEL
 from hypothesis import given, settings
 from hypothesis import strategies as st

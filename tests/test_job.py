@@ -52,7 +52,9 @@ def test_the_compiled_job_is_read_from_the_core():
     for i, dim in enumerate(job.rank_order):
         for group in job.rank_groups(dim):
             assert len(set(coords[group, i].tolist())) == len(group)
-    assert [k.label for k in gpuplace._core.CollectiveKind.members()] == list(gpuplace.job.KINDS)
+    assert [k.label for k in gpuplace._core.CollectiveKind.members()] == list(
+        gpuplace.model.job.KINDS
+    )
     with pytest.raises(gpuplace.Infeasible, match="needs 64 GPUs but the cluster has only 32"):
         Job(name="big", dp=64).compile(topo)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import gpuplace
 import pytest
 import yaml
-from gpuplace import k8s
 from gpuplace.errors import InvalidTopology
+from gpuplace.integrations import k8s
 
 jsonschema = pytest.importorskip("jsonschema")
 

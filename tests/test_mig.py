@@ -12,9 +12,10 @@ from typing import Any
 
 import gpuplace
 import pytest
-from gpuplace import mig
+from gpuplace.cluster import mig
 from gpuplace.errors import Infeasible, InvalidState, InvalidTopology
 from gpuplace.io.mig import read_nvidia_smi_mig
+from gpuplace.model.mig import MODELS
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -29,17 +30,17 @@ def shape(model: mig.MigModel) -> dict[str, tuple[int, int, tuple[int, ...], int
 
 # ------------------------------------------------------------------ built-in rules
 def test_built_in_rules_follow_the_guide():
-    a100 = mig.MODELS["A100-40GB"]
+    a100 = MODELS["A100-40GB"]
     assert (a100.memory_slices, a100.compute_slices) == (8, 7)
     assert shape(a100)["1g.5gb"] == (1, 1, (0, 1, 2, 3, 4, 5, 6), 7)
     assert shape(a100)["3g.20gb"] == (3, 4, (0, 4), 2)
     assert shape(a100)["4g.20gb"] == (4, 4, (0,), 1)
     assert shape(a100)["1g.5gb+me"][3] == 1
-    assert set(mig.MODELS["H200-141GB"].profiles) >= {"1g.18gb", "3g.71gb", "7g.141gb"}
-    for model in mig.MODELS.values():
+    assert set(MODELS["H200-141GB"].profiles) >= {"1g.18gb", "3g.71gb", "7g.141gb"}
+    for model in MODELS.values():
         model.check()
-    assert mig.model_for("H100-SXM5-80GB") is mig.MODELS["H100-80GB"]
-    assert mig.model_for("NVIDIA H100 NVL 94GB") is mig.MODELS["H100-94GB"]
+    assert mig.model_for("H100-SXM5-80GB") is MODELS["H100-80GB"]
+    assert mig.model_for("NVIDIA H100 NVL 94GB") is MODELS["H100-94GB"]
     with pytest.raises(InvalidTopology, match="read_nvidia_smi_mig"):
         mig.model_for("V100-SXM2-32GB")
 
@@ -51,7 +52,7 @@ def test_built_in_rules_follow_the_guide():
 )
 def test_reader_on_real_listings_matches_the_guide(listing, built_in):
     read = read_nvidia_smi_mig(DATA / listing, model=built_in)
-    assert shape(read) == shape(mig.MODELS[built_in])
+    assert shape(read) == shape(MODELS[built_in])
     assert (read.memory_slices, read.compute_slices) == (8, 7)
     assert read.profiles[next(iter(read.profiles))].profile_id == 19
 
@@ -62,7 +63,7 @@ def test_reader_on_an_early_driver_and_two_files():
     )
     # Drivers of that time had neither 1g.10gb nor the +me profiles on A100 40 GB.
     assert list(read.profiles) == ["1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]
-    built = shape(mig.MODELS["A100-40GB"])
+    built = shape(MODELS["A100-40GB"])
     assert all(shape(read)[n] == built[n] for n in read.profiles)
     assert read.profiles["3g.20gb"].memory_gb == 19.62
 
@@ -160,7 +161,7 @@ KINDS = ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.1
     st.booleans(),
 )
 def test_packing_never_breaks_a_start_rule(ops, policy, gpus, configured):
-    model = mig.MODELS["A100-80GB"]
+    model = MODELS["A100-80GB"]
     packing = mig.MigCluster(model, gpus, distribution={"3g.40gb": 2, "1g.10gb": 1, "7g.80gb": 1})
     if configured:  # start from a configured geometry of free instances
         for g in range(gpus):
@@ -205,7 +206,7 @@ def test_packing_never_breaks_a_start_rule(ops, policy, gpus, configured):
 
 
 def test_fgd_keeps_the_4g_slot_that_first_fit_strands():
-    model = mig.MODELS["A100-80GB"]
+    model = MODELS["A100-80GB"]
     for policy, start in (("fgd", 4), ("first-fit", 0), ("best-fit", 0)):
         packing = mig.MigCluster(model, 1, distribution={"3g.40gb": 1, "4g.40gb": 1})
         _, inst = packing.place(mig.Request("a", "3g.40gb"), policy)
@@ -310,11 +311,11 @@ def test_existing_instances_from_nvidia_smi_lgi():
 
     a100 = read_nvidia_smi_mig_instances(DATA / "a100-40gb-lgi.txt")
     assert a100 == {0: [("3g.20gb", 4, 4), ("3g.20gb", 0, 4)]}
-    packing = mig.MigCluster(mig.MODELS["A100-40GB"], 1)
+    packing = mig.MigCluster(MODELS["A100-40GB"], 1)
     packing.add_existing_instances(0, a100[0])
     assert packing.free_share() == 1.0 and len(packing.gpus[0].instances) == 2
     with pytest.raises(InvalidState, match=r"3g\.20gb at 2:4 breaks"):
-        mig.MigCluster(mig.MODELS["A100-40GB"], 1).add_existing_instances(0, [("3g.20gb", 2, 4)])
+        mig.MigCluster(MODELS["A100-40GB"], 1).add_existing_instances(0, [("3g.20gb", 2, 4)])
 
     h100 = read_nvidia_smi_mig_instances(DATA / "h100-80gb-lgi.txt")
     topo = gpuplace.Topology.preset("h100-superpod", nodes=32)

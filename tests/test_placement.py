@@ -9,7 +9,7 @@ import gpuplace
 import numpy as np
 import pytest
 from gpuplace import ClusterState, Job, Topology, TransformerModel
-from gpuplace.hostlist import expand
+from gpuplace._util.hostlist import expand
 from reference import reference_evaluate
 
 LLAMA7B = TransformerModel(parameters=7e9, layers=32, hidden_size=4096, sequence_length=4096)

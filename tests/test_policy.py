@@ -11,9 +11,11 @@ from typing import Any
 import gpuplace
 import numpy as np
 import pytest
-from gpuplace._validate import Checker
+from gpuplace._util.documents import Checker
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState, InvalidTopology
-from gpuplace.policy import ClusterPolicy, Condition, allowed_gpus, version_key
+from gpuplace.model.policy import ClusterPolicy, version_key
+from gpuplace.model.policy import Comparison as Condition
+from gpuplace.policy.fence import allowed_gpus
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -229,7 +231,7 @@ def test_repair_honours_exclusions():
     state.fail(host=topo.host_of(int(p.gpus[0])))
     result = gpuplace.repair(state, "j")
     assert not hosts_of(topo, result.placement.gpus) & {"h01", "h02", "h03", "h04"}
-    assert not np.asarray(gpuplace.policy.fenced_view(state, None)._core.free_mask()).all()
+    assert not np.asarray(state.fenced_view(None)._core.free_mask()).all()
     assert not gpuplace._core.fence_mask(state._core).any()  # the fence was lifted
     state.check()
 
@@ -458,6 +460,9 @@ def test_cli_pool_preemption_exclusion_explain_and_status(tmp_path: Path):
     assert set(jobs) == {"train-gang", "urgent"}
     assert jobs["urgent"]["priority_class"] == "production"
     assert jobs["train-gang"]["pool"] == "training"
+    r = run("status", "--state", state)
+    assert r.returncode == 0, r.stderr
+    assert "pools" in r.stdout and "training" in r.stdout
 
 
 # ------------------------------------------------------------------ attributes from nvidia-smi
@@ -572,7 +577,7 @@ _VALUE = st.recursive(
 
 @given(st.sampled_from(["policy", "mig"]), _VALUE)
 def test_garbage_policy_or_mig_sections_are_refused_cleanly(section, value):
-    from gpuplace import mig
+    from gpuplace.cluster import mig
 
     doc = cluster_dict()
     doc["node_types"]["hgx"]["gpu_model"] = "A100-SXM4-80GB"

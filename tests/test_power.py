@@ -9,7 +9,7 @@ import gpuplace
 import numpy as np
 import pytest
 from gpuplace.cli import main
-from gpuplace.power import BOARD_POWER_W, JobPower, gpu_power_w
+from gpuplace.model.power import BOARD_POWER_W, JobPower, gpu_power_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import gpuplace
-import gpuplace.ray as gray
+import gpuplace.integrations.ray as gray
 import pytest
 
 HERE = Path(__file__).parent

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from gpuplace import InvalidJob, Topology
 from gpuplace.cli import main
-from gpuplace.placement import CostReport
+from gpuplace.placement.result import CostReport
 from gpuplace.sim import metrics
 from gpuplace.sim.engine import SimConfig, simulate
 from gpuplace.sim.failures import Cause, FailureModel, llama3, load_failures

@@ -21,8 +21,8 @@ from pathlib import Path
 import gpuplace
 import numpy as np
 import pytest
-from gpuplace import slurm as sl
-from gpuplace.topology import Topology
+from gpuplace.integrations import slurm as sl
+from gpuplace.model.topology import Topology
 from slurm_harness import LoopbackSlurm, missing_daemons
 
 pytestmark = pytest.mark.slurm

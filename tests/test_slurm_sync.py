@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpuplace import slurm as sl
 from gpuplace.errors import InvalidState, InvalidTopology
+from gpuplace.integrations import slurm as sl
 
 TOPOLOGY = (
     Path(__file__).parent / "data" / "topologies" / "slurm-topology-conf-tree-manpage-example.conf"

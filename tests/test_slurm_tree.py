@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 import gpuplace
-import gpuplace.placers
+import gpuplace.placement.solvers
 import numpy as np
 import pytest
 from slurm_harness import LoopbackSlurm, missing_daemons

@@ -13,9 +13,10 @@ import pytest
 import yaml
 from gpuplace import ClusterState, Job, Topology
 from gpuplace.errors import InvalidJob
-from gpuplace.job import Communication, TransformerModel
-from gpuplace.presets import PRESETS
-from gpuplace.step import StepOptions, gpu_peak_tflops
+from gpuplace.model.job import Communication, TransformerModel
+from gpuplace.model.presets import PRESETS
+from gpuplace.model.step import StepOptions
+from gpuplace.placement.result import gpu_peak_tflops
 
 MODEL = TransformerModel(
     parameters=70.6e9, layers=80, hidden_size=8192, sequence_length=8192, micro_batches=16
@@ -186,7 +187,7 @@ def test_cli_place_prints_step_mfu_and_first_fit_comparison(tmp_path: Path) -> N
 
 
 def test_tokens_count_every_dp_replica_and_expert_parallel_rank() -> None:
-    from gpuplace.step import flops_and_tokens
+    from gpuplace.model.step import flops_and_tokens
 
     moe = TransformerModel(
         parameters=47e9,

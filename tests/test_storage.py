@@ -8,7 +8,8 @@ import json
 import gpuplace
 import pytest
 from gpuplace.cli import main
-from gpuplace.storage import DataAccess, io_seconds
+from gpuplace.cluster.storage import io_seconds
+from gpuplace.model.storage import DataAccess
 
 
 def _cluster() -> gpuplace.Topology:

@@ -6,14 +6,19 @@
 >>> job = gpuplace.Job(name="llama", tp=8, pp=4, dp=4)
 >>> placement = gpuplace.place(state, job)
 >>> state.allocate(placement)
+
+The package is grouped by concept, each layer using only those below it (the contracts are in
+``pyproject.toml``, checked in CI): :mod:`gpuplace.model` (what clusters and jobs are),
+:mod:`gpuplace.cluster` (a live cluster's state and what it prices), :mod:`gpuplace.policy`
+(who may use what), :mod:`gpuplace.placement` (solvers, place, repair, explain),
+:mod:`gpuplace.health`, :mod:`gpuplace.io` (readers and writers), :mod:`gpuplace.sim`,
+:mod:`gpuplace.integrations` (Slurm, Ray, Kubernetes) and :mod:`gpuplace.cli`.
 """
 
-# The solvers written in Python (gpuplace.placers) register themselves on import.
-from gpuplace import health
-from gpuplace import placers as _placers  # noqa: F401
+from gpuplace import _deprecated, health
 from gpuplace._core import __version__
-from gpuplace.admission import apply_preemption
 from gpuplace.calibrate import calibrate
+from gpuplace.cluster.state import ClusterState
 from gpuplace.enums import CollectiveKind, ComponentKind, Condition, Health, MoveReason, SparePolicy
 from gpuplace.errors import (
     GpuplaceError,
@@ -22,22 +27,28 @@ from gpuplace.errors import (
     InvalidState,
     InvalidTopology,
 )
-from gpuplace.explain import Explanation, explain
-from gpuplace.job import Communication, Job, TransformerModel
-from gpuplace.mapping import Mapping, map_ranks
+from gpuplace.model.job import Communication, Job, TransformerModel
+from gpuplace.model.topology import Level, NodeType, Topology
 from gpuplace.placement import (
     CostReport,
+    Mapping,
+    MovedRank,
     Placement,
+    Repair,
     SolveResult,
+    apply_preemption,
     evaluate,
+    explain,
+    map_ranks,
     place,
     refine,
     register_solver,
+    repair,
     solvers,
 )
-from gpuplace.repair import MovedRank, Repair, repair
-from gpuplace.state import ClusterState
-from gpuplace.topology import Level, NodeType, Topology
+from gpuplace.placement.explain import Explanation
+
+_deprecated.install()
 
 __all__ = [
     "ClusterState",

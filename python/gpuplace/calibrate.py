@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuplace.errors import InvalidJob, InvalidTopology
-from gpuplace.placement import evaluate
+from gpuplace.model.topology import Topology as _Topology
+from gpuplace.placement.place import evaluate
 
 if TYPE_CHECKING:
-    from gpuplace.job import Job
-    from gpuplace.topology import Topology
+    from gpuplace.model.job import Job
+    from gpuplace.model.topology import Topology
 
 __all__ = ["calibrate", "sample_errors"]
 
@@ -138,8 +139,6 @@ def _fit(
     fit_algorithms: bool = True,
 ) -> tuple[Topology, float]:
     from scipy.optimize import least_squares
-
-    from gpuplace.topology import Topology as _Topology
 
     doc = topology.to_dict()
     doc.pop("provenance", None)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import gpuplace
 import pytest
-from gpuplace.io.health import (
+from gpuplace.health.readers import (
     FORMATS,
     KernelLogScanner,
     detect_format,
@@ -424,7 +424,7 @@ def test_readers_refuse_what_is_not_a_source() -> None:
 
 
 def test_dcgmi_health_stream_yields_each_table_when_it_closes() -> None:
-    from gpuplace.io.health import DcgmiHealthStream
+    from gpuplace.health.readers import DcgmiHealthStream
 
     first = (DATA / "dcgmi-health-c-l4-dcgm461.txt").read_bytes()
     second = (DATA / "mutated" / "dcgmi-health-c-gpu1-memory-failure.txt").read_bytes()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gpuplace.hostlist import HostlistError, compress, expand
+from gpuplace._util.hostlist import HostlistError, compress, expand
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

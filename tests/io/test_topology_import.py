@@ -12,8 +12,8 @@ import gpuplace
 import numpy as np
 import pytest
 from gpuplace import Topology
+from gpuplace._util.hostlist import expand
 from gpuplace.errors import InvalidJob, InvalidTopology
-from gpuplace.hostlist import expand
 from gpuplace.io import (
     Fabric,
     Host,

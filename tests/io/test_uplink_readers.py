@@ -8,8 +8,8 @@ from pathlib import Path
 
 import gpuplace
 import pytest
-from gpuplace import fabric
 from gpuplace.cli import main
+from gpuplace.cluster import fabric
 from gpuplace.io import read_ibnetdiscover, read_slurm_topology
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "topologies"

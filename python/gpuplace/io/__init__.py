@@ -10,7 +10,6 @@ from gpuplace.io.cloud import read_ec2_topology, read_k8s_nodes
 from gpuplace.io.gpu_query import read_nvidia_smi_query
 from gpuplace.io.ibnetdiscover import read_ibnetdiscover
 from gpuplace.io.mig import read_nvidia_smi_mig, read_nvidia_smi_mig_instances
-from gpuplace.io.model import Fabric, Host, Link, NodeType, Switch, to_topology_dict
 from gpuplace.io.nccl_tests import NcclTestsRow, NcclTestsRun, read_nccl_tests
 from gpuplace.io.nvidia_smi import read_nvidia_smi_topo
 from gpuplace.io.placement_table import read_placement_table
@@ -29,6 +28,7 @@ from gpuplace.io.writers import (
     write_slurm_topology,
     write_torchrun_commands,
 )
+from gpuplace.model.inventory import Fabric, Host, Link, NodeType, Switch, to_topology_dict
 
 __all__ = [
     "Fabric",

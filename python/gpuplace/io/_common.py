@@ -9,8 +9,8 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
+from gpuplace._util.hostlist import HostlistError, expand
 from gpuplace.errors import InvalidTopology
-from gpuplace.hostlist import HostlistError, expand
 
 #: Largest input a reader accepts. The biggest real sample (a 40-switch SuperPOD
 #: ibnetdiscover dump) is 300 kB; 64 MiB leaves room for fabrics of ~100k ports.

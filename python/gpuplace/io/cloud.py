@@ -7,7 +7,7 @@ import json
 import re
 
 from gpuplace.io._common import MAX_NAMES, fail, guarded, read_source
-from gpuplace.io.model import Fabric, Host
+from gpuplace.model.inventory import Fabric, Host
 
 __all__ = ["EC2_GPUS", "read_ec2_topology", "read_k8s_nodes"]
 

@@ -16,7 +16,7 @@ import statistics
 from collections import Counter
 
 from gpuplace.io._common import MAX_NAMES, fail, guarded, read_source
-from gpuplace.io.model import Fabric, Host, Link, Switch, ib_rate_gbit
+from gpuplace.model.inventory import Fabric, Host, Link, Switch, ib_rate_gbit
 
 __all__ = ["read_ibnetdiscover"]
 

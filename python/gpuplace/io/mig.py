@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from gpuplace.io._common import fail, guarded, read_source
-from gpuplace.mig import MigModel, MigProfile
+from gpuplace.model.mig import MigModel, MigProfile
 
 __all__ = ["read_nvidia_smi_mig", "read_nvidia_smi_mig_instances"]
 

@@ -21,10 +21,11 @@ import numpy as np
 
 from gpuplace.errors import InvalidTopology
 from gpuplace.io._common import fail, read_source
+from gpuplace.model.job import Communication, Job
 
 if TYPE_CHECKING:
-    from gpuplace.job import Job
-    from gpuplace.topology import Topology
+    from gpuplace.model.job import Job
+    from gpuplace.model.topology import Topology
 
 __all__ = ["NcclTestsRow", "NcclTestsRun", "read_nccl_tests"]
 
@@ -135,7 +136,6 @@ class NcclTestsRun:
 
     def job(self, row: NcclTestsRow, ranks: int) -> Job:
         """One call of the run's collective at ``row``'s size over ``ranks`` ranks, as a job."""
-        from gpuplace.job import Communication, Job
 
         if self.kind is None:
             raise InvalidTopology(f"{self.source}: the collective is unknown; pass collective=")

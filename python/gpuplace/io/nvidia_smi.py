@@ -11,7 +11,7 @@ from gpuplace.io._common import (
     parse_id_list,
     read_source,
 )
-from gpuplace.io.model import NVLINK_GBPS_PER_LINK, PCIE_GBPS, NodeType
+from gpuplace.model.inventory import NVLINK_GBPS_PER_LINK, PCIE_GBPS, NodeType
 
 __all__ = ["gpu_generation_of", "read_nvidia_smi_topo"]
 

@@ -17,7 +17,7 @@ from gpuplace.errors import InvalidJob
 from gpuplace.io._common import read_source
 
 if TYPE_CHECKING:
-    from gpuplace.job import Job
+    from gpuplace.model.job import Job
 
 __all__ = ["read_placement_table"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from gpuplace.io._common import MAX_DEVICES_PER_HOST, fail, guarded, read_source
-from gpuplace.io.model import NodeType
+from gpuplace.model.inventory import NodeType
 
 __all__ = ["read_rocm_smi_topo"]
 

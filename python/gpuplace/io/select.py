@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from gpuplace.errors import InvalidTopology
-from gpuplace.io.model import Fabric
+from gpuplace.model.inventory import Fabric
 
 __all__ = ["name_shape", "select_hosts", "unusual_hosts"]
 

@@ -14,7 +14,7 @@ import re
 from collections import Counter
 
 from gpuplace.io._common import MAX_NAMES, expand_hostlist, fail, guarded, read_source
-from gpuplace.io.model import Fabric, Host, Switch
+from gpuplace.model.inventory import Fabric, Host, Switch
 
 __all__ = ["read_slurm_topology"]
 

@@ -17,12 +17,12 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from gpuplace._util.hostlist import compress, expand
 from gpuplace.errors import InvalidJob, InvalidTopology
-from gpuplace.hostlist import compress, expand
 
 if TYPE_CHECKING:
-    from gpuplace.placement import Placement
-    from gpuplace.topology import Topology
+    from gpuplace.model.topology import Topology
+    from gpuplace.placement.result import Placement
 
 __all__ = [
     "k8s_node_affinity",
@@ -216,7 +216,7 @@ def _block(
 
 def slurm_hostlist(placement: Placement) -> str:
     """The placement's hosts as one compressed Slurm hostlist (``dgx[001-004,010]``), for
-    ``sbatch --nodelist``; :func:`gpuplace.hostlist.expand` reads it back."""
+    ``sbatch --nodelist``; :func:`gpuplace._util.hostlist.expand` reads it back."""
     return placement.hostlist()
 
 

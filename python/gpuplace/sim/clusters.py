@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuplace.errors import InvalidTopology
-from gpuplace.io.model import NVLINK_GBPS_PER_LINK
-from gpuplace.presets import NDR_GBPS
+from gpuplace.model.inventory import NVLINK_GBPS_PER_LINK
+from gpuplace.model.presets import NDR_GBPS
+from gpuplace.model.topology import FORMAT, Topology
 from gpuplace.sim.traces import _open_text
-from gpuplace.topology import FORMAT, Topology
 
 __all__ = ["CLUSTERS", "cluster", "lingjun", "pai"]
 

@@ -27,12 +27,14 @@ from typing import Any
 
 import numpy as np
 
+from gpuplace.cluster.state import ClusterState
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
-from gpuplace.job import Job
-from gpuplace.placement import Placement, place, solvers
+from gpuplace.model.job import Job
+from gpuplace.model.topology import Topology
+from gpuplace.placement.place import place
+from gpuplace.placement.registry import solvers
+from gpuplace.placement.result import Placement
 from gpuplace.sim.workload import DEFAULT_MODEL, MOE_MODEL, fragment, training_job
-from gpuplace.state import ClusterState
-from gpuplace.topology import Topology
 
 __all__ = [
     "CLUSTERS",

@@ -8,7 +8,7 @@ rounds over, so free nodes are scattered and running jobs straddle leaves. Every
 allocated with its spec, so its collectives load the uplinks.
 
 A new job is then placed by each solver on the same state, and each placement is priced with
-the same contention-aware cost model (``gpuplace.fabric``): the new job's communication time
+the same contention-aware cost model (``gpuplace.cluster.fabric``): the new job's communication time
 per step with its neighbours, its slowdown over the same placement alone on the fabric, and the
 time it adds to the running jobs. gpuplace's solvers count that last term in their objective
 (the default); the peers do not know about the fabric's load. Communication time is reported
@@ -29,13 +29,13 @@ from typing import Any
 
 import numpy as np
 
+from gpuplace.cluster.fabric import added_to_neighbours, contention
+from gpuplace.cluster.state import ClusterState
 from gpuplace.errors import Infeasible
-from gpuplace.fabric import added_to_neighbours, contention
-from gpuplace.job import Job
-from gpuplace.placement import place
+from gpuplace.model.job import Job
+from gpuplace.model.topology import Topology
+from gpuplace.placement.place import place
 from gpuplace.sim.workload import DEFAULT_MODEL, MOE_MODEL
-from gpuplace.state import ClusterState
-from gpuplace.topology import Topology
 
 __all__ = [
     "CONTENTION_CLUSTERS",

@@ -48,15 +48,16 @@ from typing import Any
 
 import numpy as np
 
+from gpuplace.cluster.state import ClusterState, nics_of
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
-from gpuplace.job import Job
-from gpuplace.placement import evaluate, place, solvers
-from gpuplace.repair import repair
+from gpuplace.model.job import Job
+from gpuplace.model.topology import Topology
+from gpuplace.placement.place import evaluate, place
+from gpuplace.placement.registry import solvers
+from gpuplace.placement.repair import repair
 from gpuplace.sim.failures import Cause, FailureModel
 from gpuplace.sim.speed import JobProfile, Speed, job_profile, job_speed, peak_flops
 from gpuplace.sim.traces import SimJob, Workload, job_template
-from gpuplace.state import ClusterState, nics_of
-from gpuplace.topology import Topology
 
 __all__ = [
     "BACKFILL_DEPTH",
@@ -271,7 +272,7 @@ class _Simulator:
         sizes = np.array([j.gpus for j in workload.jobs] or [1])
         ks, counts = np.unique(sizes, return_counts=True)
         self.fgd_sizes, self.fgd_weights = ks, counts / counts.sum()
-        self.node_capacity = np.asarray(topology._core.domain_sizes(topology.node_level))
+        self.node_capacity = np.asarray(topology.domain_sizes(topology.node_level))
         self.frag: list[tuple[float, int, float]] = []
         self.over_capacity = {j.name for j in workload.jobs if j.gpus > topology.num_gpus}
         if config.spares_per_leaf:
@@ -330,7 +331,7 @@ class _Simulator:
         for domain in np.unique(path[:, leaf]):
             members = np.flatnonzero(path[:, leaf] == domain)
             gpus.extend(members[-self.config.spares_per_leaf :].tolist())
-        self.state._core.set_spare(np.asarray(gpus, dtype=np.int64), True)
+        self.state.reserve_spares(gpus=gpus)
 
     # ------------------------------------------------------------------ running jobs
     def _set_speed(self, run: _Run, now: float, speed: Speed) -> None:
@@ -363,7 +364,7 @@ class _Simulator:
         allocate: bool = True,
     ) -> None:
         if allocate:
-            self.state._core.allocate(record.job.name, gpus)
+            self.state.allocate(name=record.job.name, gpus=gpus)
         self.allocated += len(gpus)
         run = _Run(record, gpus, now, restart, cause)
         run.profile = profile
@@ -401,7 +402,7 @@ class _Simulator:
                 profile.model_flops_per_gpu * gpus * kept / profile.reference_step_seconds
             )
         if release:
-            self.state._core.release(run.name)
+            self.state.release(run.name)
         self.allocated -= gpus
         self.release_epoch += 1
         del self.running[run.name]

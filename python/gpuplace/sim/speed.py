@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpuplace.job import Job
-    from gpuplace.placement import CostReport
-    from gpuplace.topology import Topology
+    from gpuplace.model.job import Job
+    from gpuplace.model.topology import Topology
+    from gpuplace.placement.result import CostReport
 
 __all__ = [
     "COMPUTE_EFFICIENCY",

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplace.errors import InvalidJob
+from gpuplace.model.topology import Topology
 from gpuplace.sim import metrics
 from gpuplace.sim.engine import SimConfig, SimResult, simulate
 from gpuplace.sim.traces import Workload
-from gpuplace.topology import Topology
 
 __all__ = ["Task", "run_all", "run_on_ray"]
 

@@ -34,7 +34,7 @@ import numpy as np
 import yaml
 
 from gpuplace.errors import InvalidJob
-from gpuplace.job import Job, TransformerModel
+from gpuplace.model.job import Job, TransformerModel
 from gpuplace.sim.workload import DEFAULT_MODEL
 
 __all__ = [

@@ -13,10 +13,10 @@ from importlib import resources
 
 import numpy as np
 
+from gpuplace.cluster.state import ClusterState
 from gpuplace.errors import Infeasible
-from gpuplace.job import Job, TransformerModel
-from gpuplace.placement import place
-from gpuplace.state import ClusterState
+from gpuplace.model.job import Job, TransformerModel
+from gpuplace.placement.place import place
 
 __all__ = ["JobSizeMix", "fragment", "philly_running_mix", "training_job"]
 

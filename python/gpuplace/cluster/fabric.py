@@ -1,0 +1,161 @@
+"""Jobs sharing the fabric: uplink capacities, the running jobs' load and contention.
+
+Every domain from the NVLink domain up to below the top level has an *uplink* to its parent
+(a host's NICs, a leaf's links to the spine). Its capacity (GB/s, each direction) is its GPUs
+times the bandwidth of the level above, divided by the level's ``oversubscription`` (2 for
+2:1 leaf uplinks), unless the topology's ``uplink_gbps`` names it explicitly. The Rust state
+keeps, per uplink and direction, the load of every running job's collectives (the flows of
+their rings and all-to-alls) and updates it on allocate, release and repair; ``check()``
+recounts it. A collective whose path crosses an uplink over capacity gets its fair share
+there, in the one cost model (``rust/core/src/fabric.rs`` documents the model and what it
+leaves out, such as phase shifts between jobs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpuplace import _core
+
+if TYPE_CHECKING:
+    from gpuplace.cluster.state import ClusterState
+    from gpuplace.model.job import Job
+    from gpuplace.model.topology import Topology
+
+__all__ = [
+    "Contention",
+    "HotUplink",
+    "contention",
+    "hottest_uplinks",
+    "jobs_hurt",
+    "uplink_capacity",
+    "uplink_name",
+]
+
+_DIRECTIONS = ("up", "down")
+
+
+def uplink_name(topology: Topology, uplink: int) -> str:
+    """``level:domain`` of an uplink id (``leaf:su003``)."""
+    levels, domains, _ = _core.uplinks(topology._core)
+    level = int(levels[uplink])
+    return f"{topology.levels[level].name}:{topology.domain_names[level][int(domains[uplink])]}"
+
+
+def uplink_capacity(topology: Topology) -> dict[str, float]:
+    """Capacity (GB/s each direction) of every uplink, by ``level:domain`` name."""
+    levels, domains, capacity = _core.uplinks(topology._core)
+    return {
+        f"{topology.levels[int(lv)].name}:{topology.domain_names[int(lv)][int(d)]}": float(c)
+        for lv, d, c in zip(levels, domains, capacity, strict=True)
+    }
+
+
+@dataclass(frozen=True)
+class HotUplink:
+    """An uplink direction over capacity on a job's path."""
+
+    uplink: str
+    direction: str
+    capacity_gbps: float
+    #: The job's own demand (its heaviest class), GB/s.
+    own_gbps: float
+    #: Every other running job's demand, GB/s.
+    others_gbps: float
+    #: The other jobs loading it, heaviest first: name -> GB/s.
+    jobs: dict[str, float]
+
+    @property
+    def utilisation(self) -> float:
+        """Demand over capacity (above 1 means the flows share it)."""
+        return (self.own_gbps + self.others_gbps) / self.capacity_gbps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "uplink": self.uplink,
+            "direction": self.direction,
+            "capacity_gbps": self.capacity_gbps,
+            "own_gbps": self.own_gbps,
+            "others_gbps": self.others_gbps,
+            "utilisation": self.utilisation,
+            "jobs": self.jobs,
+        }
+
+
+@dataclass(frozen=True)
+class Contention:
+    """A placement priced with its neighbours: alone and contended communication seconds per
+    step, and the uplinks responsible for the difference."""
+
+    alone_seconds: float
+    contended_seconds: float
+    uplinks: tuple[HotUplink, ...]
+
+    @property
+    def slowdown(self) -> float:
+        """Contended over alone (1.0 = not slowed)."""
+        return self.contended_seconds / self.alone_seconds if self.alone_seconds > 0 else 1.0
+
+
+def contention(state: ClusterState, job: Job, gpus: Any) -> Contention:
+    """Price ``job`` on ``gpus`` alone and with the running jobs of ``state``; when the job
+    is running on exactly those GPUs its own load is not counted against it."""
+    topology = state.topology
+    raw = _core.contention(state._core, job.compile(topology), np.asarray(gpus, dtype=np.int64))
+    return Contention(
+        alone_seconds=raw.alone_seconds,
+        contended_seconds=raw.contended_seconds,
+        uplinks=tuple(
+            HotUplink(
+                uplink=uplink_name(topology, u.uplink),
+                direction=_DIRECTIONS[u.direction],
+                capacity_gbps=u.capacity_gbps,
+                own_gbps=u.own_gbps,
+                others_gbps=u.others_gbps,
+                jobs=dict(u.jobs),
+            )
+            for u in raw.uplinks
+        ),
+    )
+
+
+def added_to_neighbours(state: ClusterState, job: Job, gpus: Any) -> float:
+    """Seconds per step that placing ``job`` on ``gpus`` would add to the running jobs."""
+    return float(
+        _core.added_to_neighbours(
+            state._core, job.compile(state.topology), np.asarray(gpus, dtype=np.int64)
+        )
+    )
+
+
+def hottest_uplinks(state: ClusterState, count: int = 5) -> list[dict[str, Any]]:
+    """The most loaded uplink directions: name, direction, load and capacity (GB/s),
+    utilisation, highest first."""
+    return [
+        {
+            "uplink": uplink_name(state.topology, slot // 2),
+            "direction": _DIRECTIONS[slot % 2],
+            "load_gbps": load,
+            "capacity_gbps": cap,
+            "utilisation": load / cap,
+        }
+        for slot, load, cap in _core.hottest_uplinks(state._core, int(count))
+    ]
+
+
+def jobs_hurt(state: ClusterState, count: int = 5) -> list[dict[str, Any]]:
+    """Running jobs by slowdown from contention, most hurt first (jobs allocated without
+    their spec are not priced)."""
+    rows = [
+        {
+            "job": name,
+            "alone_seconds": alone,
+            "contended_seconds": contended,
+            "slowdown": contended / alone if alone > 0 else 1.0,
+        }
+        for name, alone, contended in _core.jobs_hurt(state._core)
+    ]
+    return rows[: int(count)]

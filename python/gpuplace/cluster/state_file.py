@@ -1,0 +1,254 @@
+"""The state file: a checksummed JSON snapshot of a :class:`gpuplace.ClusterState` (jobs and
+their specs, unhealthy hardware, spares, the policy and MIG geometry, and the cluster it
+belongs to), written atomically;
+a truncated, corrupted or foreign file is refused with InvalidState naming the field."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpuplace import _core
+from gpuplace._util.documents import Checker, write_atomically
+from gpuplace.cluster import mig
+from gpuplace.errors import InvalidJob, InvalidState
+from gpuplace.model.job import Job
+from gpuplace.model.policy import ClusterPolicy
+from gpuplace.model.storage import io_demands
+
+if TYPE_CHECKING:
+    from gpuplace.cluster.state import ClusterState
+
+__all__ = ["STATE_FORMAT", "cluster_of", "load", "restore", "save", "snapshot"]
+
+STATE_FORMAT = "gpuplace.state/2"
+_READABLE = ("gpuplace.state/1", STATE_FORMAT)
+_HEALTH = {h.label: h for h in _core.Health.members()}
+_KINDS = {k.label: k for k in _core.ComponentKind.members()}
+
+
+def snapshot(state: ClusterState) -> dict[str, Any]:
+    """A JSON-able dictionary of the whole state."""
+    components = []
+    for kind, a, b, condition, factor, reason in state._core.components():
+        entry: dict[str, Any] = {"kind": kind.label, "condition": condition.label}
+        if kind == _core.ComponentKind.Gpu:
+            entry["gpu"] = a
+        elif kind == _core.ComponentKind.Switch:
+            entry["level"] = state.topology.levels[a].name
+            entry["name"] = state.topology.domain_names[a][b]
+        else:
+            entry["name"] = state.component_name(kind, a, b)
+        if condition == _core.Condition.Degraded:
+            entry["factor"] = factor
+        if reason:
+            entry["reason"] = reason
+        components.append(entry)
+    jobs = []
+    for name, gpus in state.jobs.items():
+        job: dict[str, Any] = {"name": name, "gpus": gpus.tolist()}
+        if name in state.specs:
+            job["spec"] = state.specs[name].to_dict()
+        if state.phase_slots.get(name):
+            job["phase_slot"] = state.phase_slots[name]
+        jobs.append(job)
+    out: dict[str, Any] = {
+        "format": STATE_FORMAT,
+        "topology": {
+            "name": state.topology.name,
+            "gpus": state.topology.num_gpus,
+            "fingerprint": state.topology.fingerprint,
+        },
+        "health": {"components": components},
+        "spares": state.spares.tolist(),
+        "jobs": jobs,
+    }
+    origin = getattr(state.topology, "origin", None)
+    if origin is not None:
+        out["cluster"] = dict(origin)
+    if state.policy:
+        out["policy"] = state.policy.to_dict()
+    if state.mig is not None:
+        out["mig"] = state.mig.to_dict()
+    return out
+
+
+def restore(state: ClusterState, snapshot: Any, *, source: str | None = None) -> ClusterState:
+    """Fill the empty ``state`` from :func:`snapshot`'s form (format /1 or /2); raises
+    InvalidState naming the field."""
+
+    topology = state.topology
+
+    c = Checker(InvalidState, source)
+    snap = c.mapping(snapshot, "")
+    if snap.get("format") not in _READABLE:
+        raise c.fail(
+            "format", f"expected one of {', '.join(_READABLE)}, got {snap.get('format')!r}"
+        )
+    topo = c.mapping(snap.get("topology"), "topology")
+    if topo.get("fingerprint") != topology.fingerprint:
+        raise c.fail(
+            "topology",
+            f"the state belongs to topology {topo.get('name')!r} with {topo.get('gpus')} GPUs, "
+            f"not to {topology.name!r} with {topology.num_gpus} GPUs (fingerprints differ)",
+        )
+    if "policy" in snap:
+        state.policy = ClusterPolicy.from_dict(c.mapping(snap["policy"], "policy"), c, "policy.")
+        state.policy.check(topology, c, "policy.")
+    # Jobs first: a job may still hold GPUs that failed under it, waiting for a repair.
+    for i, job in enumerate(c.sequence(snap.get("jobs", []), "jobs")):
+        entry = c.mapping(job, f"jobs[{i}]")
+        name = c.string(entry.get("name"), f"jobs[{i}].name")
+        gpus = [
+            c.integer(g, f"jobs[{i}].gpus[{k}]", minimum=0)
+            for k, g in enumerate(c.sequence(entry.get("gpus"), f"jobs[{i}].gpus"))
+        ]
+        spec = None
+        if "spec" in entry:
+            try:
+                spec = Job.from_dict(entry["spec"], source=f"jobs[{i}].spec")
+                compiled = spec.compile(topology)
+            except InvalidJob as exc:
+                raise c.fail(f"jobs[{i}].spec", str(exc)) from None
+            if spec.gpus != len(gpus):
+                raise c.fail(
+                    f"jobs[{i}].spec",
+                    f"has {spec.gpus} ranks but the job holds {len(gpus)} GPUs",
+                )
+        # With its spec, the job's flows (collectives and storage traffic) load the fabric.
+        try:
+            io = io_demands(topology, spec)
+            state._core.allocate(
+                name,
+                np.asarray(gpus, dtype=np.int64),
+                None if spec is None else compiled,
+                io or None,
+            )
+        except (InvalidState, InvalidJob) as exc:
+            raise c.fail(f"jobs[{i}]", str(exc)) from None
+        if spec is not None:
+            state.specs[name] = spec
+        if "phase_slot" in entry:
+            state.phase_slots[name] = c.integer(
+                entry["phase_slot"], f"jobs[{i}].phase_slot", minimum=0
+            )
+    health = c.mapping(snap.get("health", {}), "health")
+    for key in ("failed", "drained"):
+        ids = [
+            c.integer(g, f"health.{key}[{i}]", minimum=0)
+            for i, g in enumerate(c.sequence(health.get(key, []), f"health.{key}"))
+        ]
+        if ids and max(ids) >= topology.num_gpus:
+            raise c.fail(f"health.{key}", f"GPU {max(ids)} does not exist")
+        if ids:
+            state._set_health(ids, _HEALTH[key])
+    for i, raw in enumerate(c.sequence(health.get("components", []), "health.components")):
+        p = f"health.components[{i}]"
+        entry = c.mapping(raw, p)
+        kind = entry.get("kind")
+        condition = entry.get("condition")
+        if kind not in _KINDS:
+            raise c.fail(f"{p}.kind", f"expected one of {', '.join(_KINDS)}, got {kind!r}")
+        if condition not in ("degraded", "failed", "drained"):
+            raise c.fail(
+                f"{p}.condition", f"expected degraded, failed or drained, got {condition!r}"
+            )
+        if kind == "gpu":
+            target = c.integer(entry.get("gpu"), f"{p}.gpu", minimum=0)
+        elif kind == "switch":
+            level = c.string(entry.get("level"), f"{p}.level")
+            target = f"{level}:{c.string(entry.get('name'), f'{p}.name')}"
+        else:
+            target = c.string(entry.get("name"), f"{p}.name")
+        reason = entry.get("reason", "")
+        try:
+            if condition == "degraded":
+                factor = c.number(entry.get("factor"), f"{p}.factor", positive=True)
+                state.degrade(factor=factor, reason=str(reason) or "degraded", **{kind: target})
+            else:
+                state._event(condition, {kind: target}, reason=str(reason))
+        except InvalidState as exc:
+            raise c.fail(p, str(exc)) from None
+    if "mig" in snap:
+        mig.restore(state, snap["mig"], c)
+    spares = [
+        c.integer(g, f"spares[{i}]", minimum=0)
+        for i, g in enumerate(c.sequence(snap.get("spares", []), "spares"))
+    ]
+    if spares:
+        try:
+            state._core.set_spare(np.asarray(spares, dtype=np.int64), True)
+        except InvalidState as exc:
+            raise c.fail("spares", str(exc)) from None
+    return state
+
+
+def cluster_of(path: str | Path) -> dict[str, Any] | None:
+    """The cluster a state file remembers (``{"preset": name, "params": {...}}`` or
+    ``{"file": path}`` with the path resolved against the state file), or None. The file
+    is checked as :func:`load` does."""
+    body = _read_state_document(path)
+    cluster = body.get("cluster") if isinstance(body, dict) else None
+    if not isinstance(cluster, dict):
+        return None
+    out = dict(cluster)
+    if isinstance(out.get("file"), str):
+        out["file"] = str(Path(path).parent / out["file"])
+    return out
+
+
+def save(state: ClusterState, path: str | Path) -> None:
+    """Write the state file atomically, with a checksum over its content. A topology
+    file the cluster came from is recorded relative to the state file's directory."""
+    body = snapshot(state)
+    cluster = body.get("cluster")
+    if cluster and isinstance(cluster.get("file"), str):
+        target = Path(path).resolve().parent
+        cluster["file"] = os.path.relpath(Path(cluster["file"]).resolve(), target)
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    document = {
+        "checksum": "sha256:" + hashlib.sha256(text.encode()).hexdigest(),
+        "state": body,
+    }
+    write_atomically(path, json.dumps(document, sort_keys=True) + "\n")
+
+
+def load(state: ClusterState, path: str | Path) -> ClusterState:
+    """Fill the empty ``state`` from a state file written by :func:`save`; a truncated,
+    corrupted or foreign file is refused with InvalidState and nothing is loaded."""
+    return restore(state, _read_state_document(path), source=str(path))
+
+
+def _read_state_document(path: str | Path) -> Any:
+    """The checked body of a state file: refuses truncated or corrupted files."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidState(f"{source}: no such state file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidState(f"{source}: cannot read: {exc}") from None
+    try:
+        document = json.loads(text)
+    except RecursionError:
+        raise InvalidState(f"{source}: not a valid state file (nested too deeply)") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidState(
+            f"{source}: line {exc.lineno}: not a valid state file "
+            f"(truncated or corrupted JSON: {exc.msg})"
+        ) from None
+    c = Checker(InvalidState, source)
+    doc = c.mapping(document, "")
+    body = doc.get("state")
+    checksum = doc.get("checksum")
+    if not isinstance(checksum, str) or not checksum.startswith("sha256:"):
+        raise c.fail("checksum", "missing; expected 'sha256:<hex>'")
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    if "sha256:" + hashlib.sha256(canonical.encode()).hexdigest() != checksum:
+        raise c.fail("checksum", "does not match the content: the file is corrupted")
+    return body

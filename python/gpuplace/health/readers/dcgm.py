@@ -1,0 +1,541 @@
+"""Readers of DCGM's ``dcgmi health -c`` (background health watches) and ``dcgmi diag`` (active
+diagnostics), as the text tables ``dcgmi`` prints and as ``-j`` JSON.
+
+``dcgmi health -c`` tables come in two layouts: DCGM 4.x nests ``GPU / -> 0 / -> Errors /
+-> Power system`` rows; DCGM 2.x/3.x prints ``GPU ID: 0`` rows with ``<System> system:
+Warning - <message>`` continuations. Both give one ``dcgm_health`` evidence per GPU and
+system with status ``Warning`` or ``Failure`` and the message.
+
+``dcgmi diag`` tables give one ``dcgm_diag`` evidence per failed or warned test and GPU
+(``GPU2: Fail`` rows of DCGM 4.x, ``Fail - GPU: 0, 1`` results of older releases); the JSON
+(``DCGM GPU Diagnostic`` in 3.x, ``DCGM Diagnostic`` in 4.x: ``test_categories / tests /
+results``) gives the same.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from typing import Any
+
+from gpuplace.health.readers._base import Evidence, ReadResult, count_lines, guarded, read_text
+
+__all__ = ["DcgmiHealthStream", "read_dcgmi_diag", "read_dcgmi_health"]
+
+_STATUSES = {"healthy": "Healthy", "warning": "Warning", "failure": "Failure", "fail": "Failure"}
+_BORDER = re.compile(r"^\s*[+|][-=+| ]*[+|]?\s*$")
+_ROW = re.compile(r"^\s*\|(.*)\|\s*$")
+
+
+def _cells(line: str) -> list[str] | None:
+    m = _ROW.match(line)
+    if not m:
+        return None
+    return [c.strip() for c in m.group(1).split("|")]
+
+
+@guarded
+def read_dcgmi_health(source: Any, *, strict: bool = False) -> ReadResult:
+    """Read ``dcgmi health -c`` output (text table or ``-j`` JSON)."""
+    name, text = read_text(source)
+    if text.lstrip().startswith(("{", "[")):
+        return _health_json(name, text, strict)
+    result = ReadResult(source=name, format="dcgmi-health", lines=count_lines(text))
+    known = 0
+    gpu: int | None = None
+    group = "GPU"  # the entity group of the "-> N" rows: GPU, NvSwitch, ConnectX, CPU ...
+    current: dict[str, Any] | None = None  # the open system incident
+    records: list[dict[str, Any]] = []
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            known += 1
+            continue
+        if _BORDER.match(line) and "|" not in line.strip()[1:-1]:
+            known += 1
+            continue
+        cells = _cells(line)
+        if cells is None:
+            if _BORDER.match(line):
+                known += 1
+            continue
+        known += 1
+        left = cells[0]
+        right = " | ".join(cells[1:]).strip() if len(cells) > 1 else ""
+        m_new = re.match(r"^->\s*(\d+)$", left)
+        m_old = re.match(r"^GPU ID:\s*(\d+)$", left)
+        m_sys = re.match(r"^->\s*(.+?)\s+system$", left, re.IGNORECASE)
+        if left and not left.startswith("->") and not m_old and not right:
+            group = left  # a section row: "GPU", "NvSwitch", "ConnectX", "CPU"
+            gpu, current = None, None
+            continue
+        if m_new and group != "GPU":
+            gpu, current = None, None  # an NvSwitch or ConnectX entity: not a GPU of the state
+            continue
+        if m_new or m_old:
+            gpu = int((m_new or m_old).group(1))  # type: ignore[union-attr]
+            current = None
+            status = _STATUSES.get(right.lower())
+            if status is None and right:
+                result.bad_line(
+                    no,
+                    f"expected Healthy, Warning or Failure for GPU {gpu}, got {right!r}",
+                    strict=strict,
+                )
+            if status in ("Warning", "Failure"):
+                current = {
+                    "gpu": gpu,
+                    "system": None,
+                    "status": status,
+                    "message": [],
+                    "line": no,
+                    "text": line.strip(),
+                }
+                records.append(current)
+            continue
+        if m_sys and gpu is not None:
+            status = _STATUSES.get(right.split(" ")[0].lower())
+            if status is None:
+                result.bad_line(
+                    no, f"expected a status for {left[2:].strip()!r}, got {right!r}", strict=strict
+                )
+                continue
+            if records and records[-1]["gpu"] == gpu and records[-1]["system"] is None:
+                records.pop()  # the GPU row's status is explained by its systems
+            current = {
+                "gpu": gpu,
+                "system": m_sys.group(1).strip(),
+                "status": status,
+                "message": [],
+                "line": no,
+                "text": line.strip(),
+            }
+            if status != "Healthy":
+                records.append(current)
+            continue
+        if not left and current is not None and right:
+            # DCGM 2.x/3.x: "PCIe system: Warning - Detected more than 8 PCIe replays ..."
+            m_legacy = re.match(
+                r"^(.+?) system:\s*(Warning|Failure)\s*-\s*(.*)$", right, re.IGNORECASE
+            )
+            if m_legacy and current.get("system") is None:
+                current["system"] = m_legacy.group(1).strip()
+                current["status"] = _STATUSES[m_legacy.group(2).lower()]
+                current["message"].append(m_legacy.group(3))
+            elif m_legacy:
+                current = {
+                    "gpu": current["gpu"],
+                    "system": m_legacy.group(1).strip(),
+                    "status": _STATUSES[m_legacy.group(2).lower()],
+                    "message": [m_legacy.group(3)],
+                    "line": no,
+                    "text": line.strip(),
+                }
+                records.append(current)
+            else:
+                current["message"].append(right)
+    for r in records:
+        message = " ".join(r["message"]).strip()
+        system = r["system"] or "health"
+        result.evidence.append(
+            Evidence(
+                kind="dcgm_health",
+                source=name,
+                line=r["line"],
+                text=f"GPU {r['gpu']} {system}: {r['status']}"
+                + (f" - {message}" if message else ""),
+                gpu_index=r["gpu"],
+                values={"status": r["status"], "system": system, "message": message},
+            )
+        )
+    result.unknown = result.lines - known
+    return result
+
+
+class DcgmiHealthStream:
+    """Successive ``dcgmi health -c`` tables appended to one file (``while :; do dcgmi health
+    -c; sleep 60; done >> dcgm.log``): :meth:`feed` returns the evidence of each table as soon
+    as its closing border has arrived, with line numbers in the whole file."""
+
+    def __init__(self, name: str, *, host: str | None = None, strict: bool = False):
+        self.result = ReadResult(source=name, format="dcgmi-health", host=host)
+        self.strict = strict
+        self._partial = ""
+        self._lines: list[str] = []
+        self._first = 1  # line number of self._lines[0]
+
+    def feed(self, data: bytes) -> list[Evidence]:
+        text = self._partial + data.decode("utf-8", "replace")
+        complete = text.split("\n")
+        self._partial = complete.pop()
+        self._lines.extend(complete)
+        self.result.lines += len(complete)
+        found: list[Evidence] = []
+        while True:
+            end = self._table_end()
+            if end is None:
+                break
+            start, stop = end
+            block = "\n".join(self._lines[start : stop + 1]) + "\n"
+            stream = io.StringIO(block)
+            stream.name = self.result.source
+            table = read_dcgmi_health(stream, strict=self.strict)
+            offset = self._first + start - 1
+            for ev in table.evidence:
+                found.append(replace(ev, line=None if ev.line is None else ev.line + offset))
+            self._first += stop + 1
+            del self._lines[: stop + 1]
+        if (
+            not any("Health Monitor Report" in line for line in self._lines)
+            and len(self._lines) > 1
+        ):
+            # nothing of a table is open: keep only the last line (it may be a table's top border)
+            self._first += len(self._lines) - 1
+            del self._lines[:-1]
+        self.result.evidence.extend(found)
+        return found
+
+    def _table_end(self) -> tuple[int, int] | None:
+        head = next(
+            (i for i, line in enumerate(self._lines) if "Health Monitor Report" in line), None
+        )
+        if head is None:
+            return None
+        header_rule = next(
+            (
+                i
+                for i in range(head + 1, len(self._lines))
+                if self._lines[i].strip().startswith("+=")
+            ),
+            None,
+        )
+        if header_rule is None:
+            return None
+        closing = next(
+            (
+                i
+                for i in range(header_rule + 1, len(self._lines))
+                if self._lines[i].strip().startswith("+-")
+            ),
+            None,
+        )
+        if closing is None:
+            return None
+        return max(head - 1, 0), closing
+
+
+def _health_json(name: str, text: str, strict: bool) -> ReadResult:
+    """``dcgmi health -c -j``: the same tree as the table, in dcgmi's JSON layout (``body``
+    sections whose nodes hold ``value``, ``overflow`` lines and ``children``; DcgmiOutputBoxer
+    in NVIDIA/DCGM ``dcgmi/DcgmiOutput.cpp``). Every node under the ``GPU`` section keyed by a
+    GPU id is one GPU; its systems' status words and messages are collected."""
+    result = ReadResult(source=name, format="dcgmi-health-json", lines=count_lines(text))
+    doc = _load_json(name, text, result, strict)
+    if doc is None:
+        return result
+    for gpu_id, node in _gpu_nodes(doc):
+        for system, status, message in _incidents(node):
+            result.evidence.append(
+                Evidence(
+                    kind="dcgm_health",
+                    source=name,
+                    line=None,
+                    text=f"GPU {gpu_id} {system}: {status}" + (f" - {message}" if message else ""),
+                    gpu_index=gpu_id,
+                    values={"status": status, "system": system, "message": message},
+                )
+            )
+    return result
+
+
+def _gpu_nodes(doc: Any) -> Iterator[tuple[int, Any]]:
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if str(key).strip().upper() in ("GPU", "GPUS"):
+                    inner = value.get("children", value) if isinstance(value, Mapping) else value
+                    if isinstance(inner, Mapping):
+                        for k, v in inner.items():
+                            m = re.match(r"^(?:->\s*)?(?:GPU\s*(?:ID:)?\s*)?(\d+)$", str(k).strip())
+                            if m:
+                                yield int(m.group(1)), v
+                        continue
+                stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _incidents(node: Any) -> Iterator[tuple[str, str, str]]:
+    """(system, status, message) of the non-healthy systems in one GPU's subtree."""
+    found = False
+    stack: list[tuple[str | None, Any]] = [(None, node)]
+    while stack:
+        system, item = stack.pop()
+        if isinstance(item, Mapping):
+            status = _status_of(item)
+            here = system
+            for key, value in item.items():
+                k = str(key).strip()
+                m = re.match(r"^(?:->\s*)?(.+?)\s+system$", k, re.IGNORECASE)
+                stack.append((m.group(1) if m else here, value))
+            if status in ("Warning", "Failure") and system is not None:
+                found = True
+                yield system, status, _messages(item)
+        elif isinstance(item, list):
+            stack.extend((system, v) for v in item)
+    if not found:
+        status = _status_of(node) if isinstance(node, Mapping) else None
+        if status in ("Warning", "Failure"):
+            yield "health", status, _messages(node)
+
+
+def _status_of(item: Mapping[str, Any]) -> str | None:
+    for key in ("value", "status", "health", "overall_health"):
+        value = item.get(key)
+        if isinstance(value, str):
+            status = _STATUSES.get(value.strip().split(" ")[0].lower())
+            if status:
+                return status
+    return None
+
+
+def _messages(item: Any) -> str:
+    words: list[str] = []
+    stack = [item]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if _STATUSES.get(node.strip().lower()) is None and node.strip():
+                words.append(node.strip())
+        elif isinstance(node, Mapping):
+            stack.extend(reversed(list(node.values())))
+        elif isinstance(node, list):
+            stack.extend(reversed(node))
+    return " ".join(words)
+
+
+def _load_json(name: str, text: str, result: ReadResult, strict: bool) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        result.bad_line(1, "JSON nested too deeply", strict=True)
+    except json.JSONDecodeError as exc:
+        result.bad_line(exc.lineno, f"not valid JSON ({exc.msg})", strict=True)
+    return None
+
+
+_DIAG_RESULT = re.compile(r"^(Pass|Fail|Warn|Skip)\b(?:\s*-\s*(.*))?$", re.IGNORECASE)
+_DIAG_GPU = re.compile(r"^GPU\s*(\d+)\s*:\s*(Pass|Fail|Warn|Skip)\b", re.IGNORECASE)
+_CATEGORY = re.compile(r"^[|+]-+\s+([A-Za-z][A-Za-z ]*?)\s+-+[+|]")
+
+
+@guarded
+def read_dcgmi_diag(source: Any, *, strict: bool = False) -> ReadResult:
+    """Read ``dcgmi diag`` output (text table or ``-j`` JSON)."""
+    name, text = read_text(source)
+    if text.lstrip().startswith("{"):
+        return _diag_json(name, text, strict)
+    result = ReadResult(source=name, format="dcgmi-diag", lines=count_lines(text))
+    known = 0
+    category = ""
+    test: dict[str, Any] | None = None
+    for no, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        m_cat = _CATEGORY.match(stripped)
+        if m_cat:
+            _close(result, name, test)
+            category = m_cat.group(1).strip()
+            test = None
+            known += 1
+            continue
+        if not stripped or _BORDER.match(stripped) or stripped.startswith("Successfully ran"):
+            known += 1
+            continue
+        cells = _cells(line)
+        if cells is None or len(cells) < 2:
+            continue
+        known += 1
+        left, right = cells[0], " | ".join(cells[1:]).strip()
+        if left in ("Diagnostic",) or category == "Metadata":
+            continue
+        if left and not left.lower().startswith("warning"):
+            m = _DIAG_RESULT.match(right)
+            if m is None:
+                result.bad_line(
+                    no,
+                    f"expected Pass, Fail, Warn or Skip for test {left!r}, got {right!r}",
+                    strict=strict,
+                )
+                test = None
+                continue
+            _close(result, name, test)
+            test = {
+                "name": left,
+                "status": m.group(1).capitalize(),
+                "line": no,
+                "text": stripped,
+                "gpus": {},
+                "first": len(result.evidence),
+            }
+            detail = m.group(2) or ""
+            m_gpus = re.match(r"^GPU[s]?\s*:?\s*([\d,\s]+)$", detail)
+            if test["status"] in ("Fail", "Warn") and m_gpus:
+                for g in re.findall(r"\d+", m_gpus.group(1)):
+                    test["gpus"][int(g)] = (test["status"], no, stripped)
+            test["category"] = category
+            _emit_pending(result, name, test)
+            continue
+        if test is None:
+            continue
+        m_gpu = _DIAG_GPU.match(right)
+        if m_gpu:
+            status = m_gpu.group(2).capitalize()
+            if status in ("Fail", "Warn"):
+                _diag_evidence(result, name, test, int(m_gpu.group(1)), status, no, stripped, "")
+            continue
+        # "| Warning: GPU2 | <message> |" and bare message continuations
+        m_warn = re.match(r"^Warning:?\s*(?:GPU\s*(\d+))?$", left, re.IGNORECASE)
+        if m_warn or not left:
+            _attach_message(
+                result, test, right, int(m_warn.group(1)) if m_warn and m_warn.group(1) else None
+            )
+    _close(result, name, test)
+    result.unknown = result.lines - known
+    return result
+
+
+def _close(result: ReadResult, name: str, test: dict[str, Any] | None) -> None:
+    """A failed or warned test without per-GPU rows is about every GPU of the run."""
+    if test is None or test["status"] not in ("Fail", "Warn"):
+        return
+    if len(result.evidence) == test["first"]:
+        _diag_evidence(result, name, test, None, test["status"], test["line"], test["text"], "")
+
+
+def _emit_pending(result: ReadResult, name: str, test: dict[str, Any]) -> None:
+    for gpu, (status, no, text) in test["gpus"].items():
+        _diag_evidence(result, name, test, gpu, status, no, text, "")
+
+
+def _diag_evidence(
+    result: ReadResult,
+    name: str,
+    test: dict[str, Any],
+    gpu: int | None,
+    status: str,
+    no: int,
+    text: str,
+    message: str,
+) -> None:
+    result.evidence.append(
+        Evidence(
+            kind="dcgm_diag",
+            source=name,
+            line=no,
+            text=f"dcgmi diag {test['name']}: {status}"
+            + (f" on GPU {gpu}" if gpu is not None else " on all GPUs"),
+            gpu_index=gpu,
+            values={
+                "test": test["name"],
+                "category": test.get("category", ""),
+                "status": status,
+                "message": message,
+                "all_gpus": gpu is None,
+            },
+        )
+    )
+
+
+def _attach_message(
+    result: ReadResult, test: dict[str, Any], message: str, gpu: int | None
+) -> None:
+    for i in range(len(result.evidence) - 1, -1, -1):
+        ev = result.evidence[i]
+        if ev.kind != "dcgm_diag" or ev.values.get("test") != test["name"]:
+            break
+        if gpu is None or ev.gpu_index == gpu:
+            values = dict(ev.values)
+            values["message"] = (values.get("message", "") + " " + message).strip()
+            result.evidence[i] = Evidence(
+                kind=ev.kind,
+                source=ev.source,
+                line=ev.line,
+                text=ev.text + f" ({values['message']})",
+                gpu_index=ev.gpu_index,
+                values=values,
+            )
+            return
+
+
+def _diag_json(name: str, text: str, strict: bool) -> ReadResult:
+    result = ReadResult(source=name, format="dcgmi-diag-json", lines=count_lines(text))
+    doc = _load_json(name, text, result, strict)
+    if not isinstance(doc, Mapping):
+        if doc is not None:
+            result.bad_line(1, "expected a JSON object with 'DCGM Diagnostic'", strict=strict)
+        return result
+    root = doc.get("DCGM Diagnostic", doc.get("DCGM GPU Diagnostic"))
+    if not isinstance(root, Mapping):
+        result.bad_line(
+            1, "expected a 'DCGM Diagnostic' (or 'DCGM GPU Diagnostic') object", strict=strict
+        )
+        return result
+    categories = root.get("test_categories", [])
+    if not isinstance(categories, list):
+        result.bad_line(1, "test_categories: expected a list", strict=strict)
+        return result
+    for cat in categories:
+        if not isinstance(cat, Mapping):
+            continue
+        category = str(cat.get("category", ""))
+        for test in cat.get("tests", []) or []:
+            if not isinstance(test, Mapping):
+                continue
+            tname = str(test.get("name", "unknown"))
+            for res in test.get("results", []) or []:
+                if not isinstance(res, Mapping):
+                    continue
+                status = str(res.get("status", "")).capitalize()
+                if status not in ("Fail", "Warn"):
+                    continue
+                if res.get("entity_group", "GPU") != "GPU":
+                    continue
+                gpu_raw = res.get("entity_id", res.get("gpu_id", res.get("gpu_ids")))
+                gpus = (
+                    [int(g) for g in re.findall(r"\d+", str(gpu_raw))]
+                    if gpu_raw is not None
+                    else [None]
+                )
+                warnings = res.get("warnings") or []
+                message = " ".join(
+                    str(w.get("warning", "")) if isinstance(w, Mapping) else str(w)
+                    for w in warnings
+                ).strip()
+                for gpu in gpus:
+                    _diag_evidence(
+                        result,
+                        name,
+                        {"name": tname, "category": category},
+                        gpu,
+                        status,
+                        0,
+                        "",
+                        message,
+                    )
+    # JSON has no useful line numbers.
+    result.evidence = [
+        Evidence(
+            kind=e.kind,
+            source=e.source,
+            line=None,
+            text=e.text + (f" ({e.values['message']})" if e.values.get("message") else ""),
+            gpu_index=e.gpu_index,
+            values=e.values,
+        )
+        for e in result.evidence
+    ]
+    return result

@@ -1,0 +1,80 @@
+"""The parts a topology is built from: its levels and its host (node) types, with the file
+format's name and the NCCL algorithms a topology may tune."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ALGORITHMS", "FORMAT", "Level", "NodeType"]
+
+FORMAT = "gpuplace.topology/1"
+#: NCCL's algorithms the cost model prices (``rust/core/src/nccl.rs``), for
+#: ``algorithm_efficiency``.
+ALGORITHMS = ("ring", "tree", "nvls", "collnet")
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of the hierarchy, bottom-up.
+
+    ``bandwidth_gbps`` is the per-GPU, one-direction bandwidth (GB/s) of traffic whose lowest
+    common level is this one; ``latency_us`` the latency of one message at this level (µs).
+    ``oversubscription`` (>= 1) divides the capacity of this level's uplinks (the links of
+    each of its domains to the level above): 2 means 2:1, half of what its GPUs could send
+    (``gpuplace.cluster.fabric``).
+    """
+
+    name: str
+    bandwidth_gbps: float
+    latency_us: float
+    oversubscription: float = 1.0
+    #: The level's switches reduce in the network (SHARP), so NCCL can run CollNet over it.
+    sharp: bool = False
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """A kind of host: its GPUs and what connects them."""
+
+    name: str
+    gpus: int
+    gpu_model: str | None = None
+    power_w: float | None = None
+    #: Level name -> domain index of each local GPU, for levels below the node level.
+    sublevels: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: Optional ``gpus x gpus`` bandwidth (GB/s) overriding the levels inside the host.
+    bandwidth_gbps: tuple[tuple[float, ...], ...] | None = None
+    #: Optional ``gpus x gpus`` nvidia-smi link classes (X, NV#, PIX, ...), informational.
+    link_classes: tuple[tuple[str, ...], ...] | None = None
+    nics: tuple[str, ...] = ()
+    #: Per local GPU, the index into ``nics`` of its NIC (its rail).
+    gpu_nic: tuple[int, ...] | None = None
+    #: Dense peak TFLOPS per GPU, overriding the table looked up by ``gpu_model``.
+    peak_tflops: float | None = None
+    #: NVLink SHARP (NVLS) all-reduce bus bandwidth (GB/s) inside the NVLink domain, if the
+    #: NVSwitches have it; None: NCCL cannot use NVLS on these hosts.
+    nvls_gbps: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"gpus": self.gpus}
+        if self.gpu_model:
+            out["gpu_model"] = self.gpu_model
+        if self.power_w is not None:
+            out["power_w"] = self.power_w
+        if self.sublevels:
+            out["sublevels"] = {k: list(v) for k, v in self.sublevels.items()}
+        if self.bandwidth_gbps is not None:
+            out["bandwidth_gbps"] = [list(r) for r in self.bandwidth_gbps]
+        if self.link_classes is not None:
+            out["link_classes"] = [list(r) for r in self.link_classes]
+        if self.nics:
+            out["nics"] = list(self.nics)
+        if self.gpu_nic is not None:
+            out["gpu_nic"] = list(self.gpu_nic)
+        if self.peak_tflops is not None:
+            out["peak_tflops"] = self.peak_tflops
+        if self.nvls_gbps is not None:
+            out["nvls_gbps"] = self.nvls_gbps
+        return out
