@@ -252,7 +252,7 @@ pub(crate) struct PyShareDistribution {
 impl PyShareDistribution {
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (cpu_milli, memory_mib, gpus, gpu_milli, models, weights, num_models, with_memory=false))]
+    #[pyo3(signature = (cpu_milli, memory_mib, gpus, gpu_milli, models, weights, num_models))]
     fn new(
         cpu_milli: PyReadonlyArray1<'_, i64>,
         memory_mib: PyReadonlyArray1<'_, i64>,
@@ -261,7 +261,6 @@ impl PyShareDistribution {
         models: PyReadonlyArray1<'_, u64>,
         weights: PyReadonlyArray1<'_, f64>,
         num_models: usize,
-        with_memory: bool,
     ) -> PyResult<Self> {
         let list = pods(&cpu_milli, &memory_mib, &gpus, &gpu_milli, &models)?;
         let w: Vec<f64> = weights.as_array().iter().copied().collect();
@@ -270,16 +269,10 @@ impl PyShareDistribution {
                 "pod distribution: weights and pods differ in length",
             ));
         }
-        let inner =
-            Distribution::new(list.into_iter().zip(w).collect(), num_models, with_memory).py()?;
+        let inner = Distribution::new(list.into_iter().zip(w).collect(), num_models).py()?;
         Ok(PyShareDistribution {
             inner: Arc::new(inner),
         })
-    }
-
-    #[getter]
-    fn with_memory(&self) -> bool {
-        self.inner.with_memory()
     }
 
     /// Expected fragmentation (milli-GPUs) of every node of `cluster` as it is.

@@ -126,9 +126,8 @@ mod tests {
         let c = small();
         let pods = vec![pod(1000, 1, 400), pod(1000, 8, 1000), pod(1000, 2, 1000)];
         let order: Vec<u32> = (0..30).map(|k| k % 3).collect();
-        let dist = Arc::new(
-            Distribution::new(pods.iter().map(|p| (*p, 1.0)).collect(), 2, false).unwrap(),
-        );
+        let dist =
+            Arc::new(Distribution::new(pods.iter().map(|p| (*p, 1.0)).collect(), 2).unwrap());
         let runs: Vec<Run> = SharePolicy::ALL
             .iter()
             .map(|&policy| Run {

@@ -6,15 +6,14 @@
 //! cannot use it:
 //!
 //! - all of it when `m` cannot run on the node at all: it needs no GPU, its GPU model is not the
-//!   node's, the node lacks the CPU (or memory, when asked) for it, or has fewer GPUs with room
-//!   than it needs;
+//!   node's, the node lacks the CPU for it, or has fewer GPUs with room than it needs;
 //! - otherwise the free milli-GPUs of the GPUs too small for it (free < `m`'s milli-GPUs).
 //!
 //! The node's fragmentation is the expectation over the distribution: `sum_m p_m * frag_m`, in
 //! milli-GPUs. FGD places a pod where this grows least. The exact rules (pods without GPUs count
 //! the whole free capacity; CPU, not memory, is checked) follow the authors' simulator,
 //! `pkg/utils/frag.go` (`NodeGpuShareFragAmount`, `GetNodePodFrag`) in
-//! hkust-adsl/kubernetes-scheduler-simulator; memory is an option here.
+//! hkust-adsl/kubernetes-scheduler-simulator.
 
 use crate::error::{CoreError, Result};
 use crate::share::cluster::{NodeView, PodRequest};
@@ -22,7 +21,6 @@ use crate::share::cluster::{NodeView, PodRequest};
 #[derive(Debug, Clone, Copy)]
 struct Typical {
     cpu_milli: u32,
-    memory_mib: u64,
     gpus: u32,
     gpu_milli: u16,
     freq: f64,
@@ -41,18 +39,12 @@ struct ModelTable {
 pub struct Distribution {
     entries: Vec<(PodRequest, f64)>,
     tables: Vec<ModelTable>,
-    /// Count memory as FGD counts CPU (the authors' measure does not).
-    with_memory: bool,
 }
 
 impl Distribution {
     /// `entries` (a request and its weight, weights positive; normalised here) over a cluster
     /// of `num_models` GPU models.
-    pub fn new(
-        entries: Vec<(PodRequest, f64)>,
-        num_models: usize,
-        with_memory: bool,
-    ) -> Result<Distribution> {
+    pub fn new(entries: Vec<(PodRequest, f64)>, num_models: usize) -> Result<Distribution> {
         let bad = |m: String| Err(CoreError::InvalidJob(m));
         if entries.is_empty() {
             return bad("the pod distribution is empty".into());
@@ -74,7 +66,6 @@ impl Distribution {
                 } else {
                     table.gpu.push(Typical {
                         cpu_milli: pod.cpu_milli,
-                        memory_mib: pod.memory_mib,
                         gpus: pod.gpus,
                         gpu_milli: pod.gpu_milli,
                         freq: *freq,
@@ -82,11 +73,7 @@ impl Distribution {
                 }
             }
         }
-        Ok(Distribution {
-            entries,
-            tables,
-            with_memory,
-        })
+        Ok(Distribution { entries, tables })
     }
 
     /// Expected milli-CPU per milli-GPU of the GPU pods that may run on `model`
@@ -106,40 +93,14 @@ impl Distribution {
         }
     }
 
-    /// Expected memory (MiB) per milli-GPU of the GPU pods that may run on `model`.
-    pub fn memory_per_gpu_milli(&self, model: u8) -> f64 {
-        let table = &self.tables[model as usize];
-        let mem: f64 = table.gpu.iter().map(|t| t.freq * t.memory_mib as f64).sum();
-        let gpu: f64 = table
-            .gpu
-            .iter()
-            .map(|t| t.freq * t.gpus as f64 * t.gpu_milli as f64)
-            .sum();
-        if gpu > 0.0 {
-            mem / gpu
-        } else {
-            0.0
-        }
-    }
-
     /// The typical pods and their normalised frequencies.
     pub fn entries(&self) -> &[(PodRequest, f64)] {
         &self.entries
     }
 
-    pub fn with_memory(&self) -> bool {
-        self.with_memory
-    }
-
-    /// Expected fragmentation (milli-GPUs) of a node with `cpu_left`, `memory_left` and these
-    /// free milli-GPUs per GPU.
-    pub fn fragmentation(
-        &self,
-        model: Option<u8>,
-        cpu_left: u32,
-        memory_left: u64,
-        gpu_left: &[u16],
-    ) -> f64 {
+    /// Expected fragmentation (milli-GPUs) of a node of `model` with `cpu_left` and these free
+    /// milli-GPUs per GPU.
+    pub fn fragmentation(&self, model: Option<u8>, cpu_left: u32, gpu_left: &[u16]) -> f64 {
         let Some(model) = model else {
             return 0.0;
         };
@@ -151,7 +112,7 @@ impl Distribution {
         let total = total as f64;
         let mut frag = table.blind * total;
         for t in &table.gpu {
-            if cpu_left >= t.cpu_milli && (!self.with_memory || memory_left >= t.memory_mib) {
+            if cpu_left >= t.cpu_milli {
                 let mut room = 0u32;
                 let mut small = 0u32;
                 for &g in gpu_left {
@@ -173,12 +134,7 @@ impl Distribution {
 
     /// [`Self::fragmentation`] of a node as it is.
     pub fn node_fragmentation(&self, node: &NodeView<'_>) -> f64 {
-        self.fragmentation(
-            node.spec.model,
-            node.cpu_left,
-            node.memory_left,
-            node.gpu_left,
-        )
+        self.fragmentation(node.spec.model, node.cpu_left, node.gpu_left)
     }
 }
 
@@ -190,29 +146,25 @@ mod tests {
     #[test]
     fn fragmentation_follows_the_definition() {
         // Half the pods want 500 milli-GPUs, half a whole GPU.
-        let d = Distribution::new(
-            vec![(pod(1000, 1, 500), 1.0), (pod(1000, 1, 1000), 1.0)],
-            2,
-            false,
-        )
-        .unwrap();
+        let d = Distribution::new(vec![(pod(1000, 1, 500), 1.0), (pod(1000, 1, 1000), 1.0)], 2)
+            .unwrap();
         // An idle 2-GPU node: nothing is fragmented.
-        assert_eq!(d.fragmentation(Some(0), 8000, 0, &[1000, 1000]), 0.0);
+        assert_eq!(d.fragmentation(Some(0), 8000, &[1000, 1000]), 0.0);
         // 300 free on one GPU: a fragment for both kinds; the idle GPU serves both.
-        assert_eq!(d.fragmentation(Some(0), 8000, 0, &[300, 1000]), 300.0);
+        assert_eq!(d.fragmentation(Some(0), 8000, &[300, 1000]), 300.0);
         // 600 free: usable by the half-GPU pods only.
-        assert_eq!(d.fragmentation(Some(0), 8000, 0, &[600, 0]), 0.5 * 600.0);
+        assert_eq!(d.fragmentation(Some(0), 8000, &[600, 0]), 0.5 * 600.0);
         // No CPU left: everything is fragmented.
-        assert_eq!(d.fragmentation(Some(0), 500, 0, &[600, 1000]), 1600.0);
+        assert_eq!(d.fragmentation(Some(0), 500, &[600, 1000]), 1600.0);
         // No GPUs: nothing to fragment.
-        assert_eq!(d.fragmentation(None, 8000, 0, &[]), 0.0);
+        assert_eq!(d.fragmentation(None, 8000, &[]), 0.0);
     }
 
     #[test]
     fn model_constraints_and_cpu_pods_count_everything() {
         let mut t4_only = pod(1000, 1, 200);
         t4_only.models = 1 << 1;
-        let d = Distribution::new(vec![(t4_only, 3.0), (pod(1000, 0, 0), 1.0)], 2, false).unwrap();
+        let d = Distribution::new(vec![(t4_only, 3.0), (pod(1000, 0, 0), 1.0)], 2).unwrap();
         let c = small();
         // On the G2 nodes neither kind uses the GPUs.
         assert_eq!(d.node_fragmentation(&c.node(0)), 8000.0);
@@ -221,22 +173,9 @@ mod tests {
     }
 
     #[test]
-    fn memory_counts_only_when_asked() {
-        let mut big = pod(1000, 1, 500);
-        big.memory_mib = 100_000;
-        let cpu_only = Distribution::new(vec![(big, 1.0)], 1, false).unwrap();
-        let with_memory = Distribution::new(vec![(big, 1.0)], 1, true).unwrap();
-        assert_eq!(cpu_only.fragmentation(Some(0), 8000, 1000, &[1000]), 0.0);
-        assert_eq!(
-            with_memory.fragmentation(Some(0), 8000, 1000, &[1000]),
-            1000.0
-        );
-    }
-
-    #[test]
     fn bad_distributions_are_refused() {
-        assert!(Distribution::new(vec![], 1, false).is_err());
-        assert!(Distribution::new(vec![(pod(0, 1, 100), 0.0)], 1, false).is_err());
-        assert!(Distribution::new(vec![(pod(0, 2, 100), 1.0)], 1, false).is_err());
+        assert!(Distribution::new(vec![], 1).is_err());
+        assert!(Distribution::new(vec![(pod(0, 1, 100), 0.0)], 1).is_err());
+        assert!(Distribution::new(vec![(pod(0, 2, 100), 1.0)], 1).is_err());
     }
 }

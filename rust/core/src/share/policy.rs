@@ -510,13 +510,12 @@ fn fgd_score(
     scratch: &mut Vec<u16>,
 ) -> Scored {
     let model = view.spec.model;
-    let before = dist.fragmentation(model, view.cpu_left, view.memory_left, view.gpu_left);
+    let before = dist.fragmentation(model, view.cpu_left, view.gpu_left);
     let cpu = view.cpu_left - pod.cpu_milli;
-    let memory = view.memory_left - pod.memory_mib;
     let score_of = |after: f64| (sigmoid((before - after) / 1000.0) * MAX_SCORE as f64) as i64;
     if !pod.shared() {
         take_gpus(view, pod, scratch);
-        let after = dist.fragmentation(model, cpu, memory, scratch);
+        let after = dist.fragmentation(model, cpu, scratch);
         return Scored {
             score: score_of(after) as f64,
             gpu: NO_GPU,
@@ -535,7 +534,7 @@ fn fgd_score(
             continue;
         }
         scratch[g] = left - pod.gpu_milli;
-        let s = score_of(dist.fragmentation(model, cpu, memory, scratch));
+        let s = score_of(dist.fragmentation(model, cpu, scratch));
         scratch[g] = left;
         if best.is_none_or(|(b, _)| s > b) {
             best = Some((s, g as u32));
@@ -570,8 +569,8 @@ fn gpuplace_score(
     let cpu_per_milli = model.map_or(0.0, |m| dist.cpu_per_gpu_milli(m));
     let stranded_weight = STRANDED_WEIGHT * price.gpu_value;
     // Milli-GPUs the node's free CPU cannot serve at the workload's CPU per milli-GPU.
-    let loss = |cpu_left: u32, memory_left: u64, gpu_left: &[u16]| {
-        let frag = dist.fragmentation(model, cpu_left, memory_left, gpu_left);
+    let loss = |cpu_left: u32, gpu_left: &[u16]| {
+        let frag = dist.fragmentation(model, cpu_left, gpu_left);
         let total: u64 = gpu_left.iter().map(|&g| g as u64).sum();
         let stranded = if cpu_per_milli > 0.0 {
             (total as f64 - cpu_left as f64 / cpu_per_milli).max(0.0)
@@ -580,16 +579,15 @@ fn gpuplace_score(
         };
         frag + stranded_weight * stranded
     };
-    let before = loss(view.cpu_left, view.memory_left, view.gpu_left);
+    let before = loss(view.cpu_left, view.gpu_left);
     let cpu = view.cpu_left - pod.cpu_milli;
-    let memory = view.memory_left - pod.memory_mib;
     // Rounded as FGD rounds, so near-equal nodes tie and go to the first-ranked one.
     let score_of =
         |after: f64| (sigmoid((before - after - cost) / 1000.0) * MAX_SCORE as f64) as i64 as f64;
     if !pod.shared() {
         take_gpus(view, pod, scratch);
         return Scored {
-            score: score_of(loss(cpu, memory, scratch)),
+            score: score_of(loss(cpu, scratch)),
             gpu: NO_GPU,
         };
     }
@@ -602,7 +600,7 @@ fn gpuplace_score(
             continue;
         }
         scratch[g] = left - pod.gpu_milli;
-        let s = score_of(loss(cpu, memory, scratch));
+        let s = score_of(loss(cpu, scratch));
         scratch[g] = left;
         // Among GPUs of equal score, the tightest.
         if best.is_none_or(|(b, l, _)| s > b || (s == b && left < l)) {
@@ -627,7 +625,6 @@ mod tests {
                     (pod(8000, 8, 1000), 1.0),
                 ],
                 2,
-                false,
             )
             .unwrap(),
         )
