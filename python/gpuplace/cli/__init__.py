@@ -16,6 +16,7 @@ from gpuplace.cli.bench import bench
 from gpuplace.cli.calibrate import calibrate_cmd
 from gpuplace.cli.catalog import presets_cmd, solvers_cmd
 from gpuplace.cli.common import load_cluster
+from gpuplace.cli.fgd import fgd_cmd
 from gpuplace.cli.place import place_cmd
 from gpuplace.cli.simulate import simulate_cmd
 from gpuplace.cli.topo import topo
@@ -76,6 +77,7 @@ cli.add_command(k8s.k8s)
 cli.add_command(slurm.slurm)
 cli.add_command(simulate_cmd)
 cli.add_command(calibrate_cmd)
+cli.add_command(fgd_cmd)
 
 if __name__ == "__main__":
     sys.exit(main())
