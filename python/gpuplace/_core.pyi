@@ -10,6 +10,7 @@ from typing_extensions import Self
 
 __all__ = [
     "MIN_FACTOR",
+    "ArrivalRecord",
     "ClusterState",
     "CollectiveKind",
     "ComponentKind",
@@ -22,6 +23,10 @@ __all__ = [
     "MoveReason",
     "RankMove",
     "RepairPlan",
+    "ShareDistribution",
+    "ShareScheduler",
+    "ShareSlot",
+    "SharedCluster",
     "SparePolicy",
     "Topology",
     "__version__",
@@ -46,9 +51,11 @@ __all__ = [
     "pricing_view",
     "rank_groups",
     "refine",
+    "replay_arrivals",
     "ring_hops",
     "rust_solvers",
     "set_fence",
+    "share_policies",
     "topology_with_fabric",
     "uplinks",
     "with_uplink_gbps",
@@ -419,3 +426,119 @@ def topology_with_fabric(
 def ring_hops(
     topology: Topology, gpus: npt.NDArray[np.int64]
 ) -> list[tuple[int, int, int, int, int, float]]: ...
+
+# Shared GPUs: milli-GPU requests, the FGD paper's policies and gpuplace's, the arrival-only
+# replay (rust/py/src/share.rs).
+@final
+class SharedCluster:
+    def __new__(
+        cls,
+        names: list[str],
+        cpu_milli: npt.NDArray[np.int64],
+        memory_mib: npt.NDArray[np.int64],
+        gpus: npt.NDArray[np.int64],
+        model: npt.NDArray[np.int64],
+        models: list[str],
+    ) -> Self: ...
+    def copy(self) -> SharedCluster: ...
+    @property
+    def num_nodes(self) -> int: ...
+    @property
+    def num_gpus(self) -> int: ...
+    @property
+    def models(self) -> list[str]: ...
+    @property
+    def used_gpu_milli(self) -> int: ...
+    @property
+    def total_gpu_milli(self) -> int: ...
+    def cpu_left(self) -> npt.NDArray[np.int64]: ...
+    def memory_left(self) -> npt.NDArray[np.int64]: ...
+    def gpu_left(self, node: int) -> npt.NDArray[np.int64]: ...
+    def allocate(
+        self,
+        cpu_milli: int,
+        memory_mib: int,
+        gpus: int,
+        gpu_milli: int,
+        models: int,
+        node: int,
+        slot_gpus: list[int],
+    ) -> None: ...
+    def release(
+        self,
+        cpu_milli: int,
+        memory_mib: int,
+        gpus: int,
+        gpu_milli: int,
+        models: int,
+        node: int,
+        slot_gpus: list[int],
+    ) -> None: ...
+
+@final
+class ShareDistribution:
+    def __new__(
+        cls,
+        cpu_milli: npt.NDArray[np.int64],
+        memory_mib: npt.NDArray[np.int64],
+        gpus: npt.NDArray[np.int64],
+        gpu_milli: npt.NDArray[np.int64],
+        models: npt.NDArray[np.uint64],
+        weights: npt.NDArray[np.float64],
+        num_models: int,
+    ) -> Self: ...
+    def fragmentation(self, cluster: SharedCluster) -> npt.NDArray[np.float64]: ...
+
+@final
+class ShareSlot:
+    @property
+    def node(self) -> int: ...
+    @property
+    def gpus(self) -> list[int]: ...
+
+@final
+class ShareScheduler:
+    def __new__(
+        cls,
+        policy: str,
+        seed: int,
+        distribution: ShareDistribution | None = None,
+        prices: npt.NDArray[np.float64] | None = None,
+    ) -> Self: ...
+    @property
+    def policy(self) -> str: ...
+    def choose(
+        self,
+        cluster: SharedCluster,
+        cpu_milli: int,
+        memory_mib: int,
+        gpus: int,
+        gpu_milli: int,
+        models: int,
+    ) -> ShareSlot | None: ...
+
+@final
+class ArrivalRecord:
+    @property
+    def arrived_gpu_milli(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def used_gpu_milli(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def placed(self) -> npt.NDArray[np.bool_]: ...
+    @property
+    def decision_ns(self) -> npt.NDArray[np.int64]: ...
+
+def replay_arrivals(
+    cluster: SharedCluster,
+    cpu_milli: npt.NDArray[np.int64],
+    memory_mib: npt.NDArray[np.int64],
+    gpus: npt.NDArray[np.int64],
+    gpu_milli: npt.NDArray[np.int64],
+    models: npt.NDArray[np.uint64],
+    orders: list[npt.NDArray[np.int64]],
+    policies: list[str],
+    seeds: list[int],
+    distribution: ShareDistribution | None = None,
+    prices: npt.NDArray[np.float64] | None = None,
+) -> list[ArrivalRecord]: ...
+def share_policies() -> list[str]: ...

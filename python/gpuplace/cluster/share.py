@@ -45,6 +45,7 @@ class SharedCluster:
         self.models = node_models(nodes)
         self._model_id = {m: i for i, m in enumerate(self.models)}
         self._core = _core.SharedCluster(
+            [n.name for n in nodes],
             np.array([n.cpu_milli for n in nodes], dtype=np.int64),
             np.array([n.memory_mib for n in nodes], dtype=np.int64),
             np.array([n.gpus for n in nodes], dtype=np.int64),

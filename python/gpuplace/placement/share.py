@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -92,8 +93,8 @@ def node_prices(cluster: SharedCluster, requests: Iterable[SharedRequest]) -> np
     from ortools.linear_solver import pywraplp
 
     shapes: Counter[tuple[int, int, int, int, int]] = Counter()
-    for r in requests:
-        args = cluster.core_args(r)
+    for request in requests:
+        args = cluster.core_args(request)
         if args is not None:
             shapes[args] += 1
     demand = sum(count * gpus * milli for (_, _, gpus, milli, _), count in shapes.items())
@@ -105,7 +106,7 @@ def node_prices(cluster: SharedCluster, requests: Iterable[SharedRequest]) -> np
     scale = cluster.total_gpu_milli / demand
     solver = pywraplp.Solver.CreateSolver("GLOP")
     t = solver.NumVar(0.0, solver.infinity(), "t")
-    placed: dict[tuple[int, int], object] = {}
+    placed: dict[tuple[int, int], Any] = {}
     keys = list(groups)
     bit = {m: 1 << i for i, m in enumerate(cluster.models)}
     for k, (_, _, gpus, _, mask) in enumerate(shapes):
@@ -113,17 +114,17 @@ def node_prices(cluster: SharedCluster, requests: Iterable[SharedRequest]) -> np
             if gpus and (model is None or n_gpus < gpus or (mask and not mask & bit[model])):
                 continue
             placed[k, g] = solver.NumVar(0.0, solver.infinity(), f"x{k}_{g}")
-    rows = {}
+    rows: dict[tuple[int, int], Any] = {}
     shape_list = list(shapes)
     for g, key in enumerate(keys):
         count = len(groups[key])
         _, n_gpus, n_cpu, n_mem = key
-        for r, capacity in enumerate((n_gpus * 1000 * count, n_cpu * count, n_mem * count)):
+        for resource, capacity in enumerate((n_gpus * 1000 * count, n_cpu * count, n_mem * count)):
             row = solver.Constraint(-solver.infinity(), float(capacity))
             for k, (cpu, mem, gpus, milli, _) in enumerate(shape_list):
                 if (k, g) in placed:
-                    row.SetCoefficient(placed[k, g], float((gpus * milli, cpu, mem)[r]))
-            rows[g, r] = row
+                    row.SetCoefficient(placed[k, g], float((gpus * milli, cpu, mem)[resource]))
+            rows[g, resource] = row
     for k, shape in enumerate(shape_list):
         row = solver.Constraint(0.0, 0.0)
         row.SetCoefficient(t, -shapes[shape] * scale)
@@ -155,7 +156,7 @@ def why_not(cluster: SharedCluster, request: SharedRequest) -> str:
             f"the cluster has {', '.join(cluster.models) or 'none'}"
         )
     cpu, memory = cluster.cpu_left(), cluster.memory_left()
-    counts = Counter()
+    counts: Counter[str] = Counter()
     for i, node in enumerate(cluster.nodes):
         if request.gpus:
             if not node.gpus or (request.models and node.model not in request.models):

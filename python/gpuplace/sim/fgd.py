@@ -296,7 +296,7 @@ def plot(figures: Sequence[Figure], path: str | Path, *, paper: bool = True) -> 
     fig, axes = plt.subplots(
         1, len(figures), figsize=(5.2 * len(figures), 4.2), squeeze=False, sharey=False
     )
-    colours = dict(zip(POLICIES, plt.get_cmap("tab10").colors, strict=False))
+    colours = {p: plt.get_cmap("tab10")(i) for i, p in enumerate(POLICIES)}
     x = np.arange(TOP + 1)
     for ax, figure in zip(axes[0], figures, strict=True):
         published = paper_curves(figure.workload) if paper and figure.workload in WORKLOADS else {}

@@ -94,6 +94,7 @@ impl PySharedCluster {
     /// Nodes as parallel arrays; `model` is an index into `models` (-1: no GPUs).
     #[new]
     fn new(
+        names: Vec<String>,
         cpu_milli: PyReadonlyArray1<'_, i64>,
         memory_mib: PyReadonlyArray1<'_, i64>,
         gpus: PyReadonlyArray1<'_, i64>,
@@ -106,12 +107,16 @@ impl PySharedCluster {
             i64s(&gpus),
             i64s(&model),
         );
-        if [m.len(), g.len(), k.len()].iter().any(|&l| l != c.len()) {
+        if [names.len(), m.len(), g.len(), k.len()]
+            .iter()
+            .any(|&l| l != c.len())
+        {
             return Err(invalid_topology("node arrays differ in length"));
         }
         let nodes = (0..c.len())
             .map(|i| {
                 Ok(NodeSpec {
+                    name: names[i].clone(),
                     cpu_milli: to(&format!("node {i} cpu_milli"), c[i], invalid_topology)?,
                     memory_mib: to(&format!("node {i} memory_mib"), m[i], invalid_topology)?,
                     gpus: to(&format!("node {i} gpus"), g[i], invalid_topology)?,

@@ -17,15 +17,17 @@ use crate::error::{CoreError, Result};
 pub const MILLI: u16 = 1000;
 
 /// A set of GPU models, by the model ids the cluster's nodes carry (bit `m` for model `m`);
-/// empty means any model.
+/// empty means any model. Bit 63 names no model: a set of only it accepts none (a request for
+/// models the cluster lacks).
 pub type ModelSet = u64;
 
-/// The most distinct GPU models a cluster may have (the bits of a [`ModelSet`]).
-pub const MAX_MODELS: usize = 64;
+/// The most distinct GPU models a cluster may have (the bits of a [`ModelSet`] but the last).
+pub const MAX_MODELS: usize = 63;
 
-/// One node: its capacity and its GPUs' model.
+/// One node: its name, capacity and its GPUs' model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeSpec {
+    pub name: String,
     pub cpu_milli: u32,
     pub memory_mib: u64,
     pub gpus: u32,
@@ -250,18 +252,19 @@ impl SharedCluster {
         }
         let mut first_gpu = Vec::with_capacity(nodes.len() + 1);
         let mut total = 0u32;
-        for (i, n) in nodes.iter().enumerate() {
+        for n in &nodes {
             match n.model {
                 Some(m) if m as usize >= models.len() => {
                     return Err(CoreError::InvalidTopology(format!(
-                        "node {i}: GPU model id {m}, but only {} models are named",
+                        "node {}: GPU model id {m}, but only {} models are named",
+                        n.name,
                         models.len()
                     )))
                 }
                 None if n.gpus > 0 => {
                     return Err(CoreError::InvalidTopology(format!(
-                        "node {i} has {} GPUs but no GPU model",
-                        n.gpus
+                        "node {} has {} GPUs but no GPU model",
+                        n.name, n.gpus
                     )))
                 }
                 _ => {}
@@ -366,15 +369,16 @@ impl SharedCluster {
             ));
         }
         let view = self.node(node);
+        let name = &view.spec.name;
         if view.cpu_left < pod.cpu_milli {
             return bad(format!(
-                "node {node} has {} milli-CPU free; the pod asks {}",
+                "node {name} has {} milli-CPU free; the pod asks {}",
                 view.cpu_left, pod.cpu_milli
             ));
         }
         if view.memory_left < pod.memory_mib {
             return bad(format!(
-                "node {node} has {} MiB memory free; the pod asks {}",
+                "node {name} has {} MiB memory free; the pod asks {}",
                 view.memory_left, pod.memory_mib
             ));
         }
@@ -391,23 +395,23 @@ impl SharedCluster {
                 .model
                 .map_or("none", |m| self.models[m as usize].as_str());
             return bad(format!(
-                "node {node}'s GPU model ({model}) is not one the pod accepts"
+                "node {name}'s GPU model ({model}) is not one the pod accepts"
             ));
         }
         for (k, &g) in slot.gpus.iter().enumerate() {
             if slot.gpus[..k].contains(&g) {
-                return bad(format!("GPU {g} of node {node} named twice"));
+                return bad(format!("GPU {g} of node {name} named twice"));
             }
             match view.gpu_left.get(g as usize) {
                 None => {
                     return bad(format!(
-                        "node {node} has no GPU {g} ({} GPUs)",
+                        "node {name} has no GPU {g} ({} GPUs)",
                         view.gpu_left.len()
                     ))
                 }
                 Some(&left) if left < pod.gpu_milli => {
                     return bad(format!(
-                        "GPU {g} of node {node} has {left} milli-GPUs free; the pod asks {}",
+                        "GPU {g} of node {name} has {left} milli-GPUs free; the pod asks {}",
                         pod.gpu_milli
                     ))
                 }
@@ -440,11 +444,12 @@ impl SharedCluster {
             return bad(format!("no such allocation on node {node}"));
         }
         let spec = &self.nodes[node];
+        let name = &spec.name;
         if self.cpu_left[node] as u64 + pod.cpu_milli as u64 > spec.cpu_milli as u64
             || self.memory_left[node] + pod.memory_mib > spec.memory_mib
             || (pod.gpus > 0 && self.affinity_count(node, pod.affinity()) == 0)
         {
-            return bad(format!("node {node} does not hold such a pod"));
+            return bad(format!("node {name} does not hold such a pod"));
         }
         let view = self.node(node);
         for (k, &g) in slot.gpus.iter().enumerate() {
@@ -454,7 +459,10 @@ impl SharedCluster {
                     .get(g as usize)
                     .is_none_or(|&left| left + pod.gpu_milli > MILLI)
             {
-                return bad(format!("GPU {g} of node {node} does not hold such a pod"));
+                return bad(format!(
+                    "GPU {g} of node {} does not hold such a pod",
+                    view.spec.name
+                ));
             }
         }
         self.apply(pod, slot, false);
@@ -496,6 +504,7 @@ pub(crate) mod tests {
     /// Two 8-GPU nodes of model 0 and one 2-GPU node of model 1, 64 cores and 256 GiB each.
     pub(crate) fn small() -> SharedCluster {
         let node = |gpus, model| NodeSpec {
+            name: format!("n{gpus}"),
             cpu_milli: 64_000,
             memory_mib: 262_144,
             gpus,

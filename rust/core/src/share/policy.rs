@@ -615,6 +615,7 @@ fn gpuplace_score(
 mod tests {
     use super::*;
     use crate::share::cluster::tests::{pod, small};
+    use crate::share::cluster::NodeSpec;
 
     fn dist() -> Arc<Distribution> {
         Arc::new(
@@ -703,6 +704,45 @@ mod tests {
         // best fit: (60/128 * 0.5 + 7500/8000 * 0.5).
         let bf = ((1.0 - (60000.0 / 128000.0 * 0.5 + 7500.0 / 8000.0 * 0.5)) * 100.0) as i64;
         assert_eq!(best_fit_score(&v, &p), bf);
+    }
+
+    #[test]
+    fn prices_scale_to_the_dearest_gpu() {
+        let p = NodePrice::from_duals(&[[2.0, 0.5, 0.0], [1.0, 0.0, 0.0]]).unwrap();
+        assert_eq!(p[0].gpu_value, 1.0);
+        assert_eq!(p[1].gpu_value, 0.5);
+        assert_eq!(p[0].gpu_premium, 0.5);
+        assert_eq!(p[1].gpu_premium, 0.0);
+        assert_eq!(p[0].cpu, 0.25);
+        assert_eq!(
+            NodePrice::from_duals(&[[0.0; 3]]).unwrap(),
+            vec![NodePrice::FLAT]
+        );
+        assert!(NodePrice::from_duals(&[[f64::NAN, 0.0, 0.0]]).is_err());
+        assert!(NodePrice::from_duals(&[[-1.0, 0.0, 0.0]]).is_err());
+    }
+
+    #[test]
+    fn gpuplace_keeps_cpu_poor_nodes_for_cpu_light_pods() {
+        // Two 8-GPU nodes, one with 16 cores, one with 128; the workload needs 4 cores per GPU.
+        let node = |name: &str, cpu| NodeSpec {
+            name: name.into(),
+            cpu_milli: cpu,
+            memory_mib: 1 << 20,
+            gpus: 8,
+            model: Some(0),
+        };
+        let c = SharedCluster::new(
+            vec![node("poor", 16_000), node("rich", 128_000)],
+            vec!["G".into()],
+        )
+        .unwrap();
+        let light = pod(2_000, 1, 1000);
+        let heavy = pod(32_000, 1, 1000);
+        let d = Arc::new(Distribution::new(vec![(light, 3.0), (heavy, 1.0)], 1).unwrap());
+        let mut s = Scheduler::new(SharePolicy::Gpuplace, 0, Some(d)).unwrap();
+        // The CPU-heavy pod would strand the poor node's GPUs: it goes to the rich one.
+        assert_eq!(s.choose(&c, &heavy).unwrap().node, 1);
     }
 
     #[test]
