@@ -160,15 +160,14 @@ def place_cmd(
     fmt: str,
 ) -> None:
     """Place a stream of inference requests on MIG slices, in order; a request that fits
-    nowhere is reported with the rule that blocked it and the stream goes on."""
+    nowhere, or that no profile of the GPUs satisfies, is refused alone with its reason and
+    the stream goes on."""
     requests, dist = read_requests(requests_path)
     with exclusive_lock(state_path):
         state = open_state(state_path, cluster, nodes, racks)
         packing = _mig_of(state, state_path)
         if dist is not None:
             packing.set_distribution(dist)
-        for r in requests:  # an unknown profile is an input error: refuse before changing
-            r.candidates(packing.model) if r.profile is None else packing.model.profile(r.profile)
         rows = []
         for r in requests:
             counts = (packing.reused, packing.destroyed)
@@ -196,18 +195,18 @@ def place_cmd(
         packing.check()
         state.save(state_path)
     unallocated = packing.free_share()
-    placed = sum(r["placed"] for r in rows)
+    placed = sum(row["placed"] for row in rows)
     if fmt == "json":
         click.echo(json.dumps({"placements": rows, "unallocated_gpus": unallocated}))
         return
     table = Table(
         "request", "profile", "GPU", "memory slices", "instance", title=f"MIG placement ({policy})"
     )
-    for r in rows:
-        if r["placed"]:
-            table.add_row(r["request"], r["profile"], r["gpu"], r["slices"], r["how"])
+    for row in rows:
+        if row["placed"]:
+            table.add_row(row["request"], row["profile"], row["gpu"], row["slices"], row["how"])
         else:
-            table.add_row(r["request"], "-", "not placed", "-", r["reason"])
+            table.add_row(row["request"], "-", "not placed", "-", row["reason"])
     _out.print(table)
     _out.print(
         f"placed {placed} of {len(rows)} requests; {unallocated:.2f} of {len(packing.gpus)} "
