@@ -129,7 +129,7 @@ def main() -> None:
             start = time.perf_counter()
             slot = scheduler.choose(r)
             if slot is not None:
-                work.allocate(r, *slot)
+                work.allocate(r, slot.node, slot.gpus, slot.starts)
             if timed:
                 times.append(time.perf_counter() - start)
             arrived += r.total_gpu_milli

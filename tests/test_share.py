@@ -14,6 +14,7 @@ from gpuplace._util.documents import Checker
 from gpuplace.cluster.share import SharedCluster
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState, InvalidTopology
 from gpuplace.io.openb import read_openb_nodes, read_openb_pods
+from gpuplace.model.mig import MODELS
 from gpuplace.model.share import MILLI, SharedNode, SharedRequest, typical_mix
 from gpuplace.placement.share import POLICIES, ShareScheduler, node_prices, pod_mix, replay
 from gpuplace.sim import fgd
@@ -202,7 +203,7 @@ def test_policies_never_overcommit_and_release_restores(requests, policy, seed, 
             with pytest.raises(Infeasible, match=f"request '{r.name}'"):
                 s.place(r)
             continue
-        p = c.allocate(r, *slot)
+        p = c.allocate(r, slot.node, slot.gpus, slot.starts)
         placed.append(p)
         node = c.nodes[c.node_index(p.node)]
         assert not r.gpus or node.model is not None
@@ -229,7 +230,7 @@ def test_fgd_fills_a_used_gpu_and_packing_prefers_shared_gpus():
     share = workload[1]
     for policy in ("fgd", "packing", "gpuplace", "bestfit"):
         slot = ShareScheduler(c, policy, workload=workload, seed=1).choose(share)
-        assert slot == (2, (1,)), policy
+        assert slot is not None and (slot.node, slot.gpus) == (2, (1,)), policy
 
 
 def test_a_request_for_a_missing_model_is_refused_with_its_reason():
@@ -298,7 +299,8 @@ def test_replay_matches_one_decision_at_a_time(default_pods, openb):
         slot = s.choose(default_pods[int(i)])
         placed.append(slot is not None)
         if slot is not None:
-            cluster.allocate(SharedRequest(f"p{len(placed)}", *default_pods[int(i)].shape), *slot)
+            request = SharedRequest(f"p{len(placed)}", *default_pods[int(i)].shape)
+            cluster.allocate(request, slot.node, slot.gpus, slot.starts)
     assert record.placed.tolist() == placed
     assert int(record.used_gpu_milli[-1]) == cluster.used_gpu_milli
 
@@ -353,3 +355,75 @@ def test_cli_fgd_reports_against_the_paper(tmp_path):
     assert png.read_bytes()[:4] == b"\x89PNG"
     r = run_cli("fgd", "--workload", "nope")
     assert r.returncode == 2 and "unknown workload 'nope'" in r.stderr
+
+
+# ------------------------------------------------------------------ MIG as a sharing mode
+def mig_cluster() -> SharedCluster:
+    nodes = [SharedNode(f"a{i}", 128_000, 1_048_576, 8, "A100-80GB") for i in range(2)]
+    nodes.append(SharedNode("t0", 104_000, 524_288, 2, "T4"))
+    return SharedCluster(nodes, mig_rules={"A100-80GB": MODELS["A100-80GB"]})
+
+
+def test_mig_gpus_hold_instances_under_the_start_rules():
+    c = mig_cluster()
+    c.set_mode("a0", 0, "mig")
+    assert c.gpu_modes("a0")[:2] == ["mig", "fractional"]
+    assert c.reconfigurations == 1
+    # 460 milli-GPUs need 4 of 7 compute slices: a 4g instance, at slice 0 only.
+    share = SharedRequest("s", 1000, 1024, 1, 460, isolation="mig")
+    with pytest.raises(InvalidState, match="cannot start at memory slice 4"):
+        c.allocate(share, "a0", [0], [4])
+    c.allocate(share, "a0", [0], [0])
+    assert c.gpu_left("a0")[0] == 1000 - 571
+    # A 3g fits beside it at slice 4; a second 4g does not.
+    c.allocate(SharedRequest("t", 0, 0, 1, 400), "a0", [0], [4])
+    assert c.gpu_left("a0")[0] == 0
+    with pytest.raises(InvalidState):
+        c.allocate(SharedRequest("u", 0, 0, 1, 100, isolation="mig"), "a0", [0], [0])
+    # Isolation is kept: a MIG-only request refuses a fractional GPU, and the reverse.
+    with pytest.raises(InvalidState, match="fractional; the pod asks Mig isolation"):
+        c.allocate(SharedRequest("v", 0, 0, 1, 100, isolation="mig"), "a0", [1], [0])
+    # A busy GPU cannot change mode; releasing leaves the mode as it is.
+    with pytest.raises(InvalidState, match="only an idle GPU changes mode"):
+        c.set_mode("a0", 0, "fractional")
+    doc = json.loads(json.dumps(c.to_dict()))
+    back = SharedCluster.from_dict(doc, Checker(InvalidState, "s.json"), "share")
+    assert back.to_dict() == c.to_dict() and back.reconfigurations == 1
+    assert back.gpu_left("a0").tolist() == c.gpu_left("a0").tolist()
+    c.release("s")
+    c.release("t")
+    assert c.gpu_left("a0")[0] == 1000 and c.gpu_modes("a0")[0] == "mig"
+    with pytest.raises(InvalidState, match="GPU model T4 of node t0 has no MIG rules"):
+        c.set_mode("t0", 0, "mig")
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 1000), st.sampled_from(["any", "mig", "fractional"])),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from(POLICIES),
+    st.booleans(),
+)
+def test_isolation_holds_and_reconfiguration_only_when_needed(asks, policy, reconfigure):
+    c = mig_cluster()
+    c.set_mode("a1", 7, "mig")
+    requests = [
+        SharedRequest(f"r{i}", 1000, 1024, 1, m, isolation=iso) for i, (m, iso) in enumerate(asks)
+    ]
+    s = ShareScheduler(c, policy, workload=requests, seed=3, reconfigure=reconfigure)
+    for r in requests:
+        before = c.reconfigurations
+        try:
+            p = s.place(r)
+        except Infeasible:
+            continue
+        mode = c.gpu_modes(p.node)[p.gpus[0]]
+        assert r.isolation in ("any", mode), (r, mode)
+        if c.reconfigurations > before:
+            assert reconfigure and r.isolation != "any"
+    assert c.reconfigurations == 1 or reconfigure
+    for name in list(c.placements):
+        c.release(name)
+    assert c.used_gpu_milli == 0

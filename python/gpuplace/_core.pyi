@@ -17,8 +17,10 @@ __all__ = [
     "Condition",
     "ContentionReport",
     "CostReport",
+    "GpuMode",
     "Health",
     "HotUplink",
+    "Isolation",
     "JobSpec",
     "MoveReason",
     "RankMove",
@@ -427,8 +429,21 @@ def ring_hops(
     topology: Topology, gpus: npt.NDArray[np.int64]
 ) -> list[tuple[int, int, int, int, int, float]]: ...
 
-# Shared GPUs: milli-GPU requests, the FGD paper's policies and gpuplace's, the arrival-only
-# replay (rust/py/src/share.rs).
+# Shared GPUs: milli-GPU requests and MIG instances, the FGD paper's policies and gpuplace's,
+# the arrival-only replay (rust/py/src/share.rs). A pod crosses as a row (cpu_milli,
+# memory_mib, gpus, gpu_milli, gpu_memory_mib, isolation code) and a model set.
+
+@final
+class Isolation(_Labelled):
+    Any: ClassVar[Isolation]
+    Mig: ClassVar[Isolation]
+    Fractional: ClassVar[Isolation]
+
+@final
+class GpuMode(_Labelled):
+    Fractional: ClassVar[GpuMode]
+    Mig: ClassVar[GpuMode]
+
 @final
 class SharedCluster:
     def __new__(
@@ -441,6 +456,16 @@ class SharedCluster:
         models: list[str],
     ) -> Self: ...
     def copy(self) -> SharedCluster: ...
+    def set_mig_rules(
+        self,
+        model: int,
+        name: str,
+        memory_slices: int,
+        compute_slices: int,
+        profiles: list[tuple[str, int, int, list[int], int, int]],
+    ) -> None: ...
+    def set_mode(self, node: int, gpu: int, mode: GpuMode) -> None: ...
+    def gpu_modes(self, node: int) -> list[GpuMode]: ...
     @property
     def num_nodes(self) -> int: ...
     @property
@@ -451,38 +476,37 @@ class SharedCluster:
     def used_gpu_milli(self) -> int: ...
     @property
     def total_gpu_milli(self) -> int: ...
+    @property
+    def reconfigurations(self) -> int: ...
     def cpu_left(self) -> npt.NDArray[np.int64]: ...
     def memory_left(self) -> npt.NDArray[np.int64]: ...
     def gpu_left(self, node: int) -> npt.NDArray[np.int64]: ...
+    def fits(
+        self, node: int, pod_row: tuple[int, int, int, int, int, int], models: int
+    ) -> bool: ...
     def allocate(
         self,
-        cpu_milli: int,
-        memory_mib: int,
-        gpus: int,
-        gpu_milli: int,
+        pod_row: tuple[int, int, int, int, int, int],
         models: int,
         node: int,
-        slot_gpus: list[int],
+        gpus: list[int],
+        starts: list[int],
+        reconfigure: list[int] = ...,
     ) -> None: ...
     def release(
         self,
-        cpu_milli: int,
-        memory_mib: int,
-        gpus: int,
-        gpu_milli: int,
+        pod_row: tuple[int, int, int, int, int, int],
         models: int,
         node: int,
-        slot_gpus: list[int],
+        gpus: list[int],
+        starts: list[int],
     ) -> None: ...
 
 @final
 class ShareDistribution:
     def __new__(
         cls,
-        cpu_milli: npt.NDArray[np.int64],
-        memory_mib: npt.NDArray[np.int64],
-        gpus: npt.NDArray[np.int64],
-        gpu_milli: npt.NDArray[np.int64],
+        pods_rows: npt.NDArray[np.int64],
         models: npt.NDArray[np.uint64],
         weights: npt.NDArray[np.float64],
         num_models: int,
@@ -495,6 +519,10 @@ class ShareSlot:
     def node(self) -> int: ...
     @property
     def gpus(self) -> list[int]: ...
+    @property
+    def starts(self) -> list[int]: ...
+    @property
+    def reconfigure(self) -> list[int]: ...
 
 @final
 class ShareScheduler:
@@ -504,17 +532,12 @@ class ShareScheduler:
         seed: int,
         distribution: ShareDistribution | None = None,
         prices: npt.NDArray[np.float64] | None = None,
+        reconfigure: bool = False,
     ) -> Self: ...
     @property
     def policy(self) -> str: ...
     def choose(
-        self,
-        cluster: SharedCluster,
-        cpu_milli: int,
-        memory_mib: int,
-        gpus: int,
-        gpu_milli: int,
-        models: int,
+        self, cluster: SharedCluster, pod_row: tuple[int, int, int, int, int, int], models: int
     ) -> ShareSlot | None: ...
 
 @final
@@ -527,18 +550,18 @@ class ArrivalRecord:
     def placed(self) -> npt.NDArray[np.bool_]: ...
     @property
     def decision_ns(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def reconfigurations(self) -> int: ...
 
 def replay_arrivals(
     cluster: SharedCluster,
-    cpu_milli: npt.NDArray[np.int64],
-    memory_mib: npt.NDArray[np.int64],
-    gpus: npt.NDArray[np.int64],
-    gpu_milli: npt.NDArray[np.int64],
+    pods_rows: npt.NDArray[np.int64],
     models: npt.NDArray[np.uint64],
     orders: list[npt.NDArray[np.int64]],
     policies: list[str],
     seeds: list[int],
     distribution: ShareDistribution | None = None,
     prices: npt.NDArray[np.float64] | None = None,
+    reconfigure: bool = False,
 ) -> list[ArrivalRecord]: ...
 def share_policies() -> list[str]: ...

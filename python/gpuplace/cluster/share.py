@@ -1,6 +1,12 @@
-"""Shared GPUs in a live cluster: nodes whose GPUs requests share by the milli-GPU, their CPU
-and memory, and what is placed on them. The bookkeeping is the core's
-(``gpuplace_core::share::SharedCluster``): every change is checked and all or nothing.
+"""Shared GPUs in a live cluster: nodes whose GPUs requests share, their CPU and memory, and
+what is placed on them. The bookkeeping is the core's (``gpuplace_core::share::SharedCluster``):
+every change is checked and all or nothing.
+
+A GPU is *fractional* (requests share it by the milli-GPU, time-sliced) or in *MIG* mode
+(partitioned into instances under its model's profile rules, :class:`gpuplace.model.mig.MigModel`,
+built in or read from ``nvidia-smi mig -lgip/-lgipp``); a whole-GPU request takes an idle GPU
+in either mode. Switching an idle GPU's mode is a *reconfiguration* (enabling or disabling MIG
+resets the GPU): counted, and costed by whoever reads the count.
 
 Which slot a request should get is a policy's choice: :mod:`gpuplace.placement.share`.
 """
@@ -15,7 +21,9 @@ import numpy as np
 
 from gpuplace import _core
 from gpuplace._util.documents import Checker
+from gpuplace.enums import GpuMode
 from gpuplace.errors import InvalidState, InvalidTopology
+from gpuplace.model.mig import MigModel
 from gpuplace.model.share import MILLI, SharedNode, SharedRequest, node_models
 
 __all__ = ["Placed", "SharedCluster"]
@@ -23,17 +31,21 @@ __all__ = ["Placed", "SharedCluster"]
 
 @dataclass(frozen=True)
 class Placed:
-    """A request on a node, on these local GPU indexes."""
+    """A request on a node, on these local GPU indexes (and, on MIG GPUs, instances starting
+    at these memory slices)."""
 
     request: SharedRequest
     node: str
     gpus: tuple[int, ...]
+    starts: tuple[int, ...] = ()
 
 
 class SharedCluster:
     """Nodes with CPU, memory and GPUs shared by the milli-GPU (see the module docs)."""
 
-    def __init__(self, nodes: Sequence[SharedNode]):
+    def __init__(
+        self, nodes: Sequence[SharedNode], *, mig_rules: Mapping[str, MigModel] | None = None
+    ):
         nodes = tuple(nodes)
         if not nodes:
             raise InvalidTopology("a shared-GPU cluster needs at least one node")
@@ -52,7 +64,42 @@ class SharedCluster:
             np.array([self._model_id[n.model] if n.model else -1 for n in nodes], dtype=np.int64),
             list(self.models),
         )
+        self.mig_rules: dict[str, MigModel] = {}
+        for model, rules in (mig_rules or {}).items():
+            self.set_mig_rules(model, rules)
         self.placements: dict[str, Placed] = {}
+        self._reconfigurations_before = 0
+
+    def set_mig_rules(self, model: str, rules: MigModel) -> None:
+        """Let GPUs of ``model`` run in MIG mode under ``rules`` (media profiles left out)."""
+        if model not in self._model_id:
+            raise InvalidTopology(
+                f"MIG rules for GPU model {model!r}: no node has it ({', '.join(self.models)})"
+            )
+        rules.check()
+        profiles = [
+            (p.name, p.compute, p.size, list(p.starts), p.instances, round(p.memory_gb * 1024))
+            for p in rules.profiles.values()
+            if not p.media
+        ]
+        self._core.set_mig_rules(
+            self._model_id[model], rules.model, rules.memory_slices, rules.compute_slices, profiles
+        )
+        self.mig_rules[model] = rules
+
+    def set_mode(self, node: str | int, gpu: int, mode: str) -> None:
+        """Put an idle GPU in ``mode`` (``fractional`` or ``mig``; a reconfiguration when it
+        changes)."""
+        self._core.set_mode(self.node_index(node), int(gpu), GpuMode.from_label(mode))
+
+    def gpu_modes(self, node: str | int) -> list[str]:
+        """The modes of a node's GPUs, by local index."""
+        return [m.label for m in self._core.gpu_modes(self.node_index(node))]
+
+    @property
+    def reconfigurations(self) -> int:
+        """Idle GPUs switched between fractional and MIG mode (the state's history included)."""
+        return int(self._core.reconfigurations) + self._reconfigurations_before
 
     # -------------------------------------------------------------- views
     def __len__(self) -> int:
@@ -108,20 +155,32 @@ class SharedCluster:
                 mask |= 1 << self._model_id[m]
         return mask or None
 
-    def core_args(self, request: SharedRequest) -> tuple[int, int, int, int, int] | None:
-        """The request as the core takes it; None when no node has a model it accepts."""
+    def core_args(
+        self, request: SharedRequest
+    ) -> tuple[tuple[int, int, int, int, int, int], int] | None:
+        """The request as the core takes it (its row and model set); None when no node has a
+        model it accepts."""
         mask = self.model_mask(request.models)
         if mask is None:
             return None
-        return (request.cpu_milli, request.memory_mib, request.gpus, request.gpu_milli, mask)
+        return request.row, mask
 
     def __iter__(self) -> Iterator[Placed]:
         return iter(self.placements.values())
 
     # -------------------------------------------------------------- changes
-    def allocate(self, request: SharedRequest, node: str | int, gpus: Sequence[int]) -> Placed:
-        """Put a request on a node's GPUs (checked: it fits, its GPU model, the GPUs have
-        room; nothing changes otherwise)."""
+    def allocate(
+        self,
+        request: SharedRequest,
+        node: str | int,
+        gpus: Sequence[int],
+        starts: Sequence[int] | None = None,
+        reconfigure: Sequence[int] = (),
+    ) -> Placed:
+        """Put a request on a node's GPUs (checked: it fits, its GPU model, the GPUs have room
+        under their mode; nothing changes otherwise). ``starts``: the first memory slice of its
+        MIG instance on each GPU (ignored on fractional GPUs; default 0); ``reconfigure``: idle
+        GPUs to switch mode first."""
         if request.name in self.placements:
             raise InvalidState(f"request {request.name!r} is already placed")
         i = self.node_index(node)
@@ -132,11 +191,12 @@ class SharedCluster:
                 f"cluster has {', '.join(self.models) or 'none'}"
             )
         local = [int(g) for g in gpus]
+        first = [0] * len(local) if starts is None else [int(s) for s in starts]
         try:
-            self._core.allocate(*args, i, local)
+            self._core.allocate(*args, i, local, first, [int(g) for g in reconfigure])
         except OverflowError:
-            raise InvalidState(f"GPU index out of range in {local}") from None
-        placed = Placed(request, self.nodes[i].name, tuple(local))
+            raise InvalidState(f"GPU or memory slice out of range in {local}, {first}") from None
+        placed = Placed(request, self.nodes[i].name, tuple(local), tuple(first))
         self.placements[request.name] = placed
         return placed
 
@@ -147,7 +207,7 @@ class SharedCluster:
             raise InvalidState(f"no request named {name!r} is placed")
         args = self.core_args(placed.request)
         assert args is not None  # it was placed
-        self._core.release(*args, self._index[placed.node], list(placed.gpus))
+        self._core.release(*args, self._index[placed.node], list(placed.gpus), list(placed.starts))
         del self.placements[name]
         return placed
 
@@ -158,12 +218,26 @@ class SharedCluster:
         out.models = self.models
         out._model_id = self._model_id
         out._core = self._core.copy()
+        out.mig_rules = dict(self.mig_rules)
         out.placements = dict(self.placements)
+        out._reconfigurations_before = self._reconfigurations_before
         return out
 
     # -------------------------------------------------------------- persistence
     def to_dict(self) -> dict[str, Any]:
+        mig_gpus = {
+            n.name: [g for g, m in enumerate(self.gpu_modes(i)) if m == "mig"]
+            for i, n in enumerate(self.nodes)
+            if n.model in self.mig_rules
+        }
         return {
+            **(
+                {"mig_rules": {m: r.to_dict() for m, r in self.mig_rules.items()}}
+                if self.mig_rules
+                else {}
+            ),
+            **({"mig": {k: v for k, v in mig_gpus.items() if v}} if any(mig_gpus.values()) else {}),
+            **({"reconfigurations": self.reconfigurations} if self.reconfigurations else {}),
             "nodes": [
                 {
                     "name": n.name,
@@ -174,7 +248,13 @@ class SharedCluster:
                 for n in self.nodes
             ],
             "placements": [
-                {**p.request.to_dict(), "node": p.node, "slot": list(p.gpus)} for p in self
+                {
+                    **p.request.to_dict(),
+                    "node": p.node,
+                    "slot": list(p.gpus),
+                    **({"starts": list(p.starts)} if any(p.starts) else {}),
+                }
+                for p in self
             ],
         }
 
@@ -183,7 +263,7 @@ class SharedCluster:
         """Rebuild from :meth:`to_dict`, checking every node and placement (the error names the
         entry)."""
         doc = c.mapping(raw, path)
-        c.keys(doc, path, {"nodes", "placements"})
+        c.keys(doc, path, {"nodes", "placements", "mig_rules", "mig", "reconfigurations"})
         nodes = []
         for i, entry in enumerate(c.sequence(doc.get("nodes"), f"{path}.nodes")):
             p = f"{path}.nodes[{i}]"
@@ -201,22 +281,38 @@ class SharedCluster:
                 )
             except InvalidTopology as exc:
                 raise c.fail(p, str(exc)) from None
+        rules = {
+            model: MigModel.from_dict(r, c, f"{path}.mig_rules.{model}")
+            for model, r in c.mapping(doc.get("mig_rules", {}), f"{path}.mig_rules").items()
+        }
         try:
-            cluster = cls(nodes)
+            cluster = cls(nodes, mig_rules=rules)
         except InvalidTopology as exc:
             raise c.fail(f"{path}.nodes", str(exc)) from None
+        for node, gpus in c.mapping(doc.get("mig", {}), f"{path}.mig").items():
+            for g in c.sequence(gpus, f"{path}.mig.{node}"):
+                try:
+                    cluster.set_mode(node, c.integer(g, f"{path}.mig.{node}", minimum=0), "mig")
+                except (InvalidState, OverflowError) as exc:
+                    raise c.fail(f"{path}.mig.{node}", str(exc)) from None
+        done = c.integer(doc.get("reconfigurations", 0), f"{path}.reconfigurations", minimum=0)
+        cluster._reconfigurations_before = done - int(cluster._core.reconfigurations)
         for i, entry in enumerate(c.sequence(doc.get("placements", []), f"{path}.placements")):
             p = f"{path}.placements[{i}]"
             e = c.mapping(entry, p)
-            fields = {k: v for k, v in e.items() if k not in ("node", "slot")}
+            fields = {k: v for k, v in e.items() if k not in ("node", "slot", "starts")}
             request = SharedRequest.from_dict(fields, c, p)
             node = c.string(e.get("node"), f"{p}.node")
             slot = [
                 c.integer(g, f"{p}.slot", minimum=0, maximum=MILLI)
                 for g in c.sequence(e.get("slot", []), f"{p}.slot")
             ]
+            starts = [
+                c.integer(s, f"{p}.starts", minimum=0, maximum=63)
+                for s in c.sequence(e.get("starts", [0] * len(slot)), f"{p}.starts")
+            ]
             try:
-                cluster.allocate(request, node, slot)
+                cluster.allocate(request, node, slot, starts)
             except InvalidState as exc:
                 raise c.fail(p, str(exc)) from None
         return cluster

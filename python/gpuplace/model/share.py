@@ -2,9 +2,12 @@
 
 A :class:`SharedRequest` (an inference pod, a notebook, a small job) asks for CPU (milli-CPU),
 memory (MiB) and either no GPU, a *share* of one GPU (``gpus=1``, ``gpu_milli`` < 1000
-milli-GPUs: time-sliced with other shares, as Alibaba's GPU-sharing clusters and Kubernetes
-GPU-sharing device plugins run them), or whole GPUs (``gpu_milli`` 1000). It may accept only
-some GPU models. A :class:`SharedNode` has CPU, memory and GPUs of one model.
+milli-GPUs), or whole GPUs (``gpu_milli`` 1000). It may accept only some GPU models, and only
+some sharing (``isolation``): ``any``, ``mig`` (a MIG instance: memory and compute isolated in
+hardware) or ``fractional`` (a time-sliced share of a whole GPU, as Alibaba's GPU-sharing
+clusters and Kubernetes GPU-sharing device plugins run them). ``gpu_memory_mib`` (per GPU)
+picks its MIG profile with the share. A :class:`SharedNode` has CPU, memory and GPUs of one
+model.
 
 :func:`typical_mix` is the workload's distribution of *typical* requests that FGD weighs
 fragmentation by (Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplace._util.documents import Checker
+from gpuplace.enums import Isolation
 from gpuplace.errors import InvalidJob, InvalidTopology
 
 __all__ = ["MILLI", "SharedNode", "SharedRequest", "node_models", "typical_mix"]
@@ -61,7 +65,8 @@ class SharedRequest:
     """A request for CPU, memory and a share of a GPU or whole GPUs (see the module docs).
 
     ``gpu_milli`` is per GPU: 1-1000 with one GPU, 1000 with several (0 or omitted with GPUs
-    means whole GPUs). ``models``: the GPU models it may run on (empty: any)."""
+    means whole GPUs). ``models``: the GPU models it may run on (empty: any). ``gpu_memory_mib``
+    and ``isolation``: see the module docs."""
 
     name: str
     cpu_milli: int = 0
@@ -69,6 +74,8 @@ class SharedRequest:
     gpus: int = 0
     gpu_milli: int = 0
     models: tuple[str, ...] = field(default=())
+    gpu_memory_mib: int = 0
+    isolation: str = "any"
 
     def __post_init__(self) -> None:
         c = Checker(InvalidJob, None)
@@ -91,6 +98,13 @@ class SharedRequest:
         for m in models:
             c.string(m, f"{where}: models")
         object.__setattr__(self, "models", tuple(dict.fromkeys(models)))
+        c.integer(self.gpu_memory_mib, f"{where}: gpu_memory_mib", minimum=0, maximum=_MAX)
+        try:
+            Isolation.from_label(self.isolation)
+        except InvalidJob as exc:
+            raise InvalidJob(f"{where}: {exc}") from None
+        if not self.gpus and (self.gpu_memory_mib or self.isolation != "any"):
+            raise InvalidJob(f"{where}: GPU memory or isolation without a GPU (gpus is 0)")
 
     @property
     def shared(self) -> bool:
@@ -109,9 +123,31 @@ class SharedRequest:
         return "share" if self.shared else f"{self.gpus} GPU"
 
     @property
-    def shape(self) -> tuple[int, int, int, int, tuple[str, ...]]:
-        """What it asks, without its name: (cpu_milli, memory_mib, gpus, gpu_milli, models)."""
-        return (self.cpu_milli, self.memory_mib, self.gpus, self.gpu_milli, self.models)
+    def shape(self) -> tuple[int, int, int, int, tuple[str, ...], int, str]:
+        """What it asks, without its name: (cpu_milli, memory_mib, gpus, gpu_milli, models,
+        gpu_memory_mib, isolation), the constructor's order."""
+        return (
+            self.cpu_milli,
+            self.memory_mib,
+            self.gpus,
+            self.gpu_milli,
+            self.models,
+            self.gpu_memory_mib,
+            self.isolation,
+        )
+
+    @property
+    def row(self) -> tuple[int, int, int, int, int, int]:
+        """What it asks as the core takes it, but the models: (cpu_milli, memory_mib, gpus,
+        gpu_milli, gpu_memory_mib, isolation code)."""
+        return (
+            self.cpu_milli,
+            self.memory_mib,
+            self.gpus,
+            self.gpu_milli,
+            self.gpu_memory_mib,
+            int(Isolation.from_label(self.isolation)),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "cpu_milli": self.cpu_milli}
@@ -122,13 +158,18 @@ class SharedRequest:
             out["gpu_milli"] = self.gpu_milli
         if self.models:
             out["models"] = list(self.models)
+        if self.gpu_memory_mib:
+            out["gpu_memory_mib"] = self.gpu_memory_mib
+        if self.isolation != "any":
+            out["isolation"] = self.isolation
         return out
 
     @classmethod
     def from_dict(cls, raw: Any, c: Checker, path: str, name: str | None = None) -> SharedRequest:
         """A request from a mapping: ``name``, ``cpu_milli`` (or ``cpu`` in cores),
         ``memory_mib`` (or ``memory_gib``), ``gpus``, ``gpu_milli`` (or ``gpu``: a share such
-        as 0.25, or a number of whole GPUs), ``models``."""
+        as 0.25, or a number of whole GPUs), ``models``, ``gpu_memory_mib`` (or
+        ``gpu_memory_gib``), ``isolation``."""
         d = c.mapping(raw, path)
         c.keys(
             d,
@@ -143,6 +184,9 @@ class SharedRequest:
                 "gpu_milli",
                 "gpu",
                 "models",
+                "gpu_memory_mib",
+                "gpu_memory_gib",
+                "isolation",
                 "count",
             },
         )
@@ -172,8 +216,10 @@ class SharedRequest:
         models = tuple(
             c.string(m, f"{path}.models") for m in c.sequence(d.get("models", []), f"{path}.models")
         )
+        gpu_memory = _one_of(c, d, path, "gpu_memory_mib", "gpu_memory_gib", 1024)
+        isolation = c.string(d.get("isolation", "any"), f"{path}.isolation")
         try:
-            return cls(title, cpu, memory, gpus, milli, models)
+            return cls(title, cpu, memory, gpus, milli, models, gpu_memory, isolation)
         except InvalidJob as exc:
             raise c.fail(path, str(exc)) from None
 
@@ -197,14 +243,14 @@ def typical_mix(
     larger shape (as the authors' ``GetTypicalPods``, ``pkg/utils/frag.go``, sorts)."""
     if not 0 < coverage <= 1:
         raise InvalidJob(f"typical mix: coverage {coverage} is not in (0, 1]")
-    counts: Counter[tuple[int, int, int, str]] = Counter()
-    memory: defaultdict[tuple[int, int, int, str], list[int]] = defaultdict(list)
+    counts: Counter[tuple[int, int, int, str, int, str]] = Counter()
+    memory: defaultdict[tuple[int, int, int, str, int, str], list[int]] = defaultdict(list)
     models: dict[str, tuple[str, ...]] = {}
     total = 0
     for r in requests:
         spec = "|".join(r.models)
         models[spec] = r.models
-        key = (r.cpu_milli, r.gpu_milli, r.gpus, spec)
+        key = (r.cpu_milli, r.gpu_milli, r.gpus, spec, r.gpu_memory_mib, r.isolation)
         counts[key] += 1
         memory[key].append(r.memory_mib)
         total += 1
@@ -213,16 +259,15 @@ def typical_mix(
     ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
     out: list[tuple[SharedRequest, float]] = []
     covered = 0
-    for (cpu, milli, gpus, spec), count in ranked:
+    for key, count in ranked:
         if covered >= coverage * total:
             break
-        mem = round(sum(memory[(cpu, milli, gpus, spec)]) / count)
-        out.append(
-            (
-                SharedRequest(f"typical-{len(out)}", cpu, mem, gpus, milli, models[spec]),
-                float(count),
-            )
+        cpu, milli, gpus, spec, gpu_memory, isolation = key
+        mem = round(sum(memory[key]) / count)
+        typical = SharedRequest(
+            f"typical-{len(out)}", cpu, mem, gpus, milli, models[spec], gpu_memory, isolation
         )
+        out.append((typical, float(count)))
         covered += count
     return out
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ __all__ = [
     "BASELINES",
     "POLICIES",
     "ShareScheduler",
+    "Slot",
     "node_prices",
     "pod_mix",
     "replay",
@@ -60,22 +62,20 @@ def pod_mix(
     """The core's pod distribution of ``mix`` (requests and weights, e.g. :func:`typical_mix`)
     over the cluster's GPU models. A request accepting only models the cluster lacks can run
     nowhere, so it counts as accepting none."""
-    rows = []
+    rows, masks, weights = [], [], []
     for request, weight in mix:
         args = cluster.core_args(request)
         if args is None:  # models absent from the cluster: blind to every node
             continue
-        rows.append((*args, weight))
+        rows.append(args[0])
+        masks.append(args[1])
+        weights.append(weight)
     if not rows:
         raise InvalidJob("the pod mix has no request that can run on this cluster")
-    a = np.array([r[:4] for r in rows], dtype=np.int64)
     return _core.ShareDistribution(
-        a[:, 0].copy(),
-        a[:, 1].copy(),
-        a[:, 2].copy(),
-        a[:, 3].copy(),
-        np.array([r[4] for r in rows], dtype=np.uint64),
-        np.array([r[5] for r in rows], dtype=np.float64),
+        np.array(rows, dtype=np.int64).reshape(-1, 6),
+        np.array(masks, dtype=np.uint64),
+        np.array(weights, dtype=np.float64),
         len(cluster.models),
     )
 
@@ -96,7 +96,8 @@ def node_prices(cluster: SharedCluster, requests: Iterable[SharedRequest]) -> np
     for request in requests:
         args = cluster.core_args(request)
         if args is not None:
-            shapes[args] += 1
+            (cpu, mem, gpus, milli, _, _), mask = args
+            shapes[cpu, mem, gpus, milli, mask] += 1
     demand = sum(count * gpus * milli for (_, _, gpus, milli, _), count in shapes.items())
     if not demand:
         return None
@@ -179,7 +180,9 @@ class ShareScheduler:
 
     ``workload``: the requests whose mix FGD and gpuplace weigh (their typical requests,
     :func:`typical_mix`) and that gpuplace's prices are planned for; required by those two.
-    ``seed``: the ranking that breaks ties (and the draws of ``random``)."""
+    ``seed``: the ranking that breaks ties (and the draws of ``random``). ``reconfigure``:
+    switch idle GPUs between fractional and MIG mode for a request that must run in the other
+    mode and fits no GPU as they are."""
 
     def __init__(
         self,
@@ -188,6 +191,7 @@ class ShareScheduler:
         *,
         workload: Sequence[SharedRequest] = (),
         seed: int = 0,
+        reconfigure: bool = False,
     ):
         self.cluster = cluster
         self.policy = _check_policy(policy)
@@ -201,22 +205,41 @@ class ShareScheduler:
             mix = pod_mix(cluster, typical_mix(workload))
             if policy == "gpuplace":
                 prices = node_prices(cluster, workload)
-        self._core = _core.ShareScheduler(policy, seed, mix, prices)
+        self._core = _core.ShareScheduler(policy, seed, mix, prices, reconfigure)
 
-    def choose(self, request: SharedRequest) -> tuple[int, tuple[int, ...]] | None:
-        """The node index and local GPUs the policy picks, or None when nothing fits."""
+    def choose(self, request: SharedRequest) -> Slot | None:
+        """The slot the policy picks, or None when nothing fits."""
         args = self.cluster.core_args(request)
         if args is None:
             return None
         slot = self._core.choose(self.cluster._core, *args)
-        return None if slot is None else (int(slot.node), tuple(int(g) for g in slot.gpus))
+        if slot is None:
+            return None
+        return Slot(
+            int(slot.node),
+            tuple(int(g) for g in slot.gpus),
+            tuple(int(s) for s in slot.starts),
+            tuple(int(g) for g in slot.reconfigure),
+        )
 
     def place(self, request: SharedRequest) -> Placed:
         """Choose and allocate; Infeasible (saying why) when no node fits."""
         slot = self.choose(request)
         if slot is None:
             raise Infeasible(why_not(self.cluster, request))
-        return self.cluster.allocate(request, *slot)
+        return self.cluster.allocate(request, slot.node, slot.gpus, slot.starts, slot.reconfigure)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a request goes: a node (index), its local GPUs, the first memory slice of its MIG
+    instance on each (0 on fractional GPUs), and the idle GPUs switched to the mode it needs
+    first."""
+
+    node: int
+    gpus: tuple[int, ...]
+    starts: tuple[int, ...]
+    reconfigure: tuple[int, ...] = ()
 
 
 def replay(
@@ -225,33 +248,31 @@ def replay(
     runs: Sequence[tuple[np.ndarray, str, int]],
     *,
     workload: Sequence[SharedRequest] | None = None,
+    reconfigure: bool = False,
 ) -> list[_core.ArrivalRecord]:
     """Arrival-only runs on copies of ``cluster`` (left as it is), in parallel in the core:
     each run is (arrival order as indexes into ``requests``, policy, seed). ``workload`` (default:
-    ``requests``) gives the mix and the prices."""
+    ``requests``) gives the mix and the prices; ``reconfigure`` as for :class:`ShareScheduler`."""
     workload = requests if workload is None else workload
     policies = [_check_policy(p) for _, p, _ in runs]
-    rows = []
+    rows, masks = [], []
     for r in requests:
         args = cluster.core_args(r)
+        rows.append(r.row)
         # A request for models the cluster lacks accepts only bit 63, which names no model.
-        rows.append(args if args is not None else (*r.shape[:4], NO_MODEL))
-    a = np.array([row[:4] for row in rows], dtype=np.int64).reshape(-1, 4)
-    masks = np.array([row[4] for row in rows], dtype=np.uint64)
+        masks.append(NO_MODEL if args is None else args[1])
     mix = (
         pod_mix(cluster, typical_mix(workload)) if any(p in _NEEDS_MIX for p in policies) else None
     )
     prices = node_prices(cluster, workload) if "gpuplace" in policies else None
     return _core.replay_arrivals(
         cluster._core,
-        a[:, 0].copy(),
-        a[:, 1].copy(),
-        a[:, 2].copy(),
-        a[:, 3].copy(),
-        masks,
+        np.array(rows, dtype=np.int64).reshape(-1, 6),
+        np.array(masks, dtype=np.uint64),
         [np.asarray(order, dtype=np.int64) for order, _, _ in runs],
         policies,
         [int(seed) for _, _, seed in runs],
         mix,
         prices,
+        reconfigure,
     )

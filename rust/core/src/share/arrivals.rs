@@ -31,6 +31,8 @@ pub struct Arrivals {
     /// Nanoseconds the policy took to decide (the filter, scores and choice; not the
     /// bookkeeping of the allocation).
     pub decision_ns: Vec<u64>,
+    /// Idle GPUs switched between fractional and MIG mode.
+    pub reconfigurations: u64,
 }
 
 fn check(pods: &[PodRequest], run: &Run) -> Result<()> {
@@ -64,17 +66,22 @@ pub fn replay(
     run: &Run,
     distribution: Option<Arc<Distribution>>,
     prices: Option<Arc<Vec<NodePrice>>>,
+    reconfigure: bool,
 ) -> Result<Arrivals> {
     check(pods, run)?;
     check_prices(cluster, &prices)?;
     let mut cluster = cluster.clone();
-    let mut scheduler = Scheduler::new(run.policy, run.seed, distribution)?.with_prices(prices);
+    let before = cluster.reconfigurations();
+    let mut scheduler = Scheduler::new(run.policy, run.seed, distribution)?
+        .with_prices(prices)
+        .with_reconfiguration(reconfigure);
     let n = run.order.len();
     let mut out = Arrivals {
         arrived_gpu_milli: Vec::with_capacity(n),
         used_gpu_milli: Vec::with_capacity(n),
         placed: Vec::with_capacity(n),
         decision_ns: Vec::with_capacity(n),
+        reconfigurations: 0,
     };
     let mut arrived = 0u64;
     for (k, &i) in run.order.iter().enumerate() {
@@ -93,6 +100,7 @@ pub fn replay(
         out.arrived_gpu_milli.push(arrived);
         out.used_gpu_milli.push(cluster.used_gpu_milli());
     }
+    out.reconfigurations = cluster.reconfigurations() - before;
     Ok(out)
 }
 
@@ -103,6 +111,7 @@ pub fn replay_all(
     runs: &[Run],
     distribution: Option<Arc<Distribution>>,
     prices: Option<Arc<Vec<NodePrice>>>,
+    reconfigure: bool,
 ) -> Result<Vec<Arrivals>> {
     check_prices(cluster, &prices)?;
     for run in runs {
@@ -112,7 +121,16 @@ pub fn replay_all(
         }
     }
     runs.par_iter()
-        .map(|run| replay(cluster, pods, run, distribution.clone(), prices.clone()))
+        .map(|run| {
+            replay(
+                cluster,
+                pods,
+                run,
+                distribution.clone(),
+                prices.clone(),
+                reconfigure,
+            )
+        })
         .collect()
 }
 
@@ -136,7 +154,7 @@ mod tests {
                 seed: 5,
             })
             .collect();
-        let out = replay_all(&c, &pods, &runs, Some(dist), None).unwrap();
+        let out = replay_all(&c, &pods, &runs, Some(dist), None, false).unwrap();
         for (run, a) in runs.iter().zip(&out) {
             assert_eq!(a.placed.len(), 30);
             let placed: u64 = run
@@ -159,12 +177,36 @@ mod tests {
     }
 
     #[test]
+    fn pods_that_need_mig_get_idle_gpus_reconfigured() {
+        let mut c = small();
+        c.set_mig_rules(1, crate::share::mig::tests::a100())
+            .unwrap();
+        let mut isolated = pod(1000, 1, 300);
+        isolated.isolation = crate::share::cluster::Isolation::Mig;
+        let pods = vec![isolated, pod(1000, 1, 500)];
+        let run = Run {
+            order: vec![0, 0, 1, 0],
+            policy: SharePolicy::BestFit,
+            seed: 1,
+        };
+        // Without reconfiguration no GPU is in MIG mode: the isolated pods fail.
+        let fixed = replay(&c, &pods, &run, None, None, false).unwrap();
+        assert_eq!(fixed.placed, vec![false, false, true, false]);
+        // With it, one T4 GPU turns MIG and holds two 3g instances (300 milli-GPUs need 3 of
+        // 7 slices); best fit puts the share on the other T4 GPU, so the third isolated pod
+        // finds no idle GPU of a model with MIG rules left.
+        let switched = replay(&c, &pods, &run, None, None, true).unwrap();
+        assert_eq!(switched.placed, vec![true, true, true, false]);
+        assert_eq!(switched.reconfigurations, 1);
+    }
+
+    #[test]
     fn a_bad_order_is_refused() {
         let run = Run {
             order: vec![3],
             policy: SharePolicy::BestFit,
             seed: 0,
         };
-        assert!(replay(&small(), &[pod(0, 0, 0)], &run, None, None).is_err());
+        assert!(replay(&small(), &[pod(0, 0, 0)], &run, None, None, false).is_err());
     }
 }

@@ -7,7 +7,9 @@
 //!
 //! - all of it when `m` cannot run on the node at all: it needs no GPU, its GPU model is not the
 //!   node's, the node lacks the CPU for it, or has fewer GPUs with room than it needs;
-//! - otherwise the free milli-GPUs of the GPUs too small for it (free < `m`'s milli-GPUs).
+//! - otherwise the free milli-GPUs of the GPUs that cannot host it (on a fractional GPU: free <
+//!   `m`'s milli-GPUs; on a MIG GPU: no instance of its profile fits at an allowed start, or
+//!   `m` does not accept the GPU's mode).
 //!
 //! The node's fragmentation is the expectation over the distribution: `sum_m p_m * frag_m`, in
 //! milli-GPUs. FGD places a pod where this grows least. The exact rules (pods without GPUs count
@@ -16,13 +18,16 @@
 //! hkust-adsl/kubernetes-scheduler-simulator.
 
 use crate::error::{CoreError, Result};
-use crate::share::cluster::{NodeView, PodRequest};
+use crate::share::cluster::{gpu_hosts, Isolation, NodeView, PodRequest};
+use crate::share::mig::MigGpu;
 
 #[derive(Debug, Clone, Copy)]
 struct Typical {
     cpu_milli: u32,
     gpus: u32,
     gpu_milli: u16,
+    gpu_memory_mib: u64,
+    isolation: Isolation,
     freq: f64,
 }
 
@@ -68,6 +73,8 @@ impl Distribution {
                         cpu_milli: pod.cpu_milli,
                         gpus: pod.gpus,
                         gpu_milli: pod.gpu_milli,
+                        gpu_memory_mib: pod.gpu_memory_mib,
+                        isolation: pod.isolation,
                         freq: *freq,
                     });
                 }
@@ -98,10 +105,16 @@ impl Distribution {
         &self.entries
     }
 
-    /// Expected fragmentation (milli-GPUs) of a node of `model` with `cpu_left` and these free
-    /// milli-GPUs per GPU.
-    pub fn fragmentation(&self, model: Option<u8>, cpu_left: u32, gpu_left: &[u16]) -> f64 {
-        let Some(model) = model else {
+    /// Expected fragmentation (milli-GPUs) of `node` were it to have `cpu_left` CPU, these
+    /// free milli-GPUs per GPU and these MIG states (its GPU modes and model as they are).
+    pub fn fragmentation(
+        &self,
+        node: &NodeView<'_>,
+        cpu_left: u32,
+        gpu_left: &[u16],
+        mig: &[MigGpu],
+    ) -> f64 {
+        let Some(model) = node.spec.model else {
             return 0.0;
         };
         let total: u64 = gpu_left.iter().map(|&g| g as u64).sum();
@@ -115,11 +128,30 @@ impl Distribution {
             if cpu_left >= t.cpu_milli {
                 let mut room = 0u32;
                 let mut small = 0u32;
-                for &g in gpu_left {
-                    if g >= t.gpu_milli {
-                        room += 1;
-                    } else {
-                        small += g as u32;
+                if !node.any_mig && t.isolation != Isolation::Mig {
+                    for &g in gpu_left {
+                        if g >= t.gpu_milli {
+                            room += 1;
+                        } else {
+                            small += g as u32;
+                        }
+                    }
+                } else {
+                    for (k, &g) in gpu_left.iter().enumerate() {
+                        let hosts = gpu_hosts(
+                            node.mode[k],
+                            g,
+                            &mig[k],
+                            node.rules,
+                            t.gpu_milli,
+                            t.gpu_memory_mib,
+                            t.isolation,
+                        );
+                        if hosts {
+                            room += 1;
+                        } else {
+                            small += g as u32;
+                        }
                     }
                 }
                 if room >= t.gpus {
@@ -134,7 +166,7 @@ impl Distribution {
 
     /// [`Self::fragmentation`] of a node as it is.
     pub fn node_fragmentation(&self, node: &NodeView<'_>) -> f64 {
-        self.fragmentation(node.spec.model, node.cpu_left, node.gpu_left)
+        self.fragmentation(node, node.cpu_left, node.gpu_left, node.mig)
     }
 }
 
@@ -142,22 +174,57 @@ impl Distribution {
 mod tests {
     use super::*;
     use crate::share::cluster::tests::{pod, small};
+    use crate::share::cluster::{GpuMode, Slot};
+    use crate::share::mig::tests::a100;
 
     #[test]
     fn fragmentation_follows_the_definition() {
         // Half the pods want 500 milli-GPUs, half a whole GPU.
         let d = Distribution::new(vec![(pod(1000, 1, 500), 1.0), (pod(1000, 1, 1000), 1.0)], 2)
             .unwrap();
+        let c = small();
+        let t4 = c.node(2);
+        let none = [MigGpu::default(); 2];
+        let frag = |cpu, left: &[u16]| d.fragmentation(&t4, cpu, left, &none);
         // An idle 2-GPU node: nothing is fragmented.
-        assert_eq!(d.fragmentation(Some(0), 8000, &[1000, 1000]), 0.0);
+        assert_eq!(frag(8000, &[1000, 1000]), 0.0);
         // 300 free on one GPU: a fragment for both kinds; the idle GPU serves both.
-        assert_eq!(d.fragmentation(Some(0), 8000, &[300, 1000]), 300.0);
+        assert_eq!(frag(8000, &[300, 1000]), 300.0);
         // 600 free: usable by the half-GPU pods only.
-        assert_eq!(d.fragmentation(Some(0), 8000, &[600, 0]), 0.5 * 600.0);
+        assert_eq!(frag(8000, &[600, 0]), 0.5 * 600.0);
         // No CPU left: everything is fragmented.
-        assert_eq!(d.fragmentation(Some(0), 500, &[600, 1000]), 1600.0);
-        // No GPUs: nothing to fragment.
-        assert_eq!(d.fragmentation(None, 8000, &[]), 0.0);
+        assert_eq!(frag(500, &[600, 1000]), 1600.0);
+    }
+
+    #[test]
+    fn mig_gpus_count_what_their_profiles_cannot_use() {
+        let mut c = small();
+        c.set_mig_rules(1, a100()).unwrap();
+        c.set_mode(2, 0, GpuMode::Mig).unwrap();
+        // 4g at slice 0: 3 compute slices left, but no 4g or 7g fits; a 3g does (at 4).
+        c.allocate(
+            &pod(0, 1, 500),
+            &Slot {
+                node: 2,
+                gpus: vec![0],
+                starts: vec![0],
+                reconfigure: vec![],
+            },
+        )
+        .unwrap();
+        let t4 = c.node(2);
+        assert_eq!(t4.gpu_left[0], 1000 - 571);
+        let half = Distribution::new(vec![(pod(0, 1, 500), 1.0)], 2).unwrap();
+        let third = Distribution::new(vec![(pod(0, 1, 400), 1.0)], 2).unwrap();
+        // A 500-milli pod needs a 4g: the MIG GPU's 429 free milli are fragmented.
+        assert_eq!(half.node_fragmentation(&t4), 429.0);
+        // A 400-milli pod gets a 3g, which fits at slice 4: nothing is fragmented.
+        assert_eq!(third.node_fragmentation(&t4), 0.0);
+        // A pod that must be time-sliced cannot use the MIG GPU at all.
+        let mut sliced = pod(0, 1, 100);
+        sliced.isolation = Isolation::Fractional;
+        let only = Distribution::new(vec![(sliced, 1.0)], 2).unwrap();
+        assert_eq!(only.node_fragmentation(&t4), 429.0);
     }
 
     #[test]

@@ -43,8 +43,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{CoreError, Result};
-use crate::share::cluster::{NodeView, PodRequest, SharedCluster, Slot, MILLI};
+use crate::share::cluster::{GpuMode, Isolation, NodeView, PodRequest, SharedCluster, Slot, MILLI};
 use crate::share::frag::Distribution;
+use crate::share::mig::MigGpu;
 
 /// The largest node the authors' plugins normalise by: 128 cores, 8 GPUs.
 const MAX_SPEC_CPU: f64 = 128_000.0;
@@ -170,12 +171,13 @@ impl NodePrice {
     }
 }
 
-/// Per request shape, per node: the score and chosen GPU as of the node's stamp.
+/// Per request shape, per node: the score and chosen GPU (and MIG start) as of the node's stamp.
 #[derive(Debug, Clone)]
 struct ShapeCache {
     stamp: Vec<u64>,
     score: Vec<f64>,
     gpu: Vec<u32>,
+    start: Vec<u8>,
 }
 
 /// Chooses slots for pods, one at a time, under one policy.
@@ -188,18 +190,37 @@ pub struct Scheduler {
     distribution: Option<Arc<Distribution>>,
     /// Per node, the prices gpuplace charges (see [`NodePrice`]).
     prices: Option<Arc<Vec<NodePrice>>>,
+    /// Switch idle GPUs between fractional and MIG when a pod fits no GPU in its mode.
+    reconfigure: bool,
     /// Cached fragmentation scores (fgd, gpuplace), valid for one cluster epoch.
     epoch: u64,
     shapes: HashMap<PodRequest, usize>,
     caches: Vec<ShapeCache>,
-    scratch: Vec<u16>,
+    scratch: Scratch,
 }
 
-/// A node's score for a pod and the GPU a share would get there.
+/// A node's GPUs after a placement, for scoring it.
+#[derive(Debug, Clone, Default)]
+struct Scratch {
+    left: Vec<u16>,
+    mig: Vec<MigGpu>,
+}
+
+impl Scratch {
+    fn load(&mut self, view: &NodeView<'_>) {
+        self.left.clear();
+        self.left.extend_from_slice(view.gpu_left);
+        self.mig.clear();
+        self.mig.extend_from_slice(view.mig);
+    }
+}
+
+/// A node's score for a pod and the GPU (and MIG start) a share would get there.
 #[derive(Debug, Clone, Copy)]
 struct Scored {
     score: f64,
     gpu: u32,
+    start: u8,
 }
 
 const NO_GPU: u32 = u32::MAX;
@@ -223,10 +244,11 @@ impl Scheduler {
             rank: Vec::new(),
             distribution,
             prices: None,
+            reconfigure: false,
             epoch: 0,
             shapes: HashMap::new(),
             caches: Vec::new(),
-            scratch: Vec::new(),
+            scratch: Scratch::default(),
         })
     }
 
@@ -234,6 +256,16 @@ impl Scheduler {
     /// scheduler will see, by node index; a node past the list pays [`NodePrice::FLAT`]).
     pub fn with_prices(mut self, prices: Option<Arc<Vec<NodePrice>>>) -> Self {
         self.prices = prices;
+        self
+    }
+
+    /// Allow reconfiguring idle GPUs: a pod that must run on a MIG instance (or on a fractional
+    /// GPU) and fits no GPU in that mode may get idle GPUs switched to it, the slot naming them
+    /// ([`Slot::reconfigure`]); the policy chooses among the nodes as if every idle GPU that
+    /// can switch had. Reconfiguring only when nothing fits keeps the downtime of GPU resets
+    /// to what the workload forces.
+    pub fn with_reconfiguration(mut self, allowed: bool) -> Self {
+        self.reconfigure = allowed;
         self
     }
 
@@ -248,6 +280,48 @@ impl Scheduler {
             order.shuffle(&mut self.rng);
             self.rank = order;
         }
+        let slot = self.choose_now(cluster, pod);
+        if slot.is_some() || !self.reconfigure || pod.gpus == 0 {
+            return slot;
+        }
+        let target = match pod.isolation {
+            Isolation::Mig => GpuMode::Mig,
+            Isolation::Fractional => GpuMode::Fractional,
+            // Idle GPUs host any pod in either mode: switching one frees nothing.
+            Isolation::Any => return None,
+        };
+        let mut view = cluster.clone();
+        let mut switched: Vec<Vec<u32>> = vec![Vec::new(); cluster.num_nodes()];
+        for (n, list) in switched.iter_mut().enumerate() {
+            for g in 0..cluster.node(n).gpu_left.len() as u32 {
+                if view.switch_view(n, g, target) {
+                    list.push(g);
+                }
+            }
+        }
+        if switched.iter().all(Vec::is_empty) {
+            return None;
+        }
+        // A scheduler of the same policy and ranking, without this one's caches (the view is
+        // another cluster).
+        let mut probe = Scheduler {
+            epoch: 0,
+            shapes: HashMap::new(),
+            caches: Vec::new(),
+            reconfigure: false,
+            ..self.clone()
+        };
+        let mut slot = probe.choose_now(&view, pod)?;
+        slot.reconfigure = slot
+            .gpus
+            .iter()
+            .copied()
+            .filter(|g| switched[slot.node as usize].contains(g))
+            .collect();
+        Some(slot)
+    }
+
+    fn choose_now(&mut self, cluster: &SharedCluster, pod: &PodRequest) -> Option<Slot> {
         match self.policy {
             SharePolicy::Random => self.choose_random(cluster, pod),
             SharePolicy::Fgd | SharePolicy::Gpuplace => self.choose_cached(cluster, pod),
@@ -271,8 +345,8 @@ impl Scheduler {
         let gpus = if pod.shared() {
             let mut seen = 0u32;
             let mut gpu = 0;
-            for (g, &left) in view.gpu_left.iter().enumerate() {
-                if left >= pod.gpu_milli {
+            for g in 0..view.gpu_left.len() {
+                if view.hosts(g, pod) {
                     seen += 1;
                     if self.rng.gen_range(0..seen) == 0 {
                         gpu = g as u32;
@@ -281,37 +355,47 @@ impl Scheduler {
             }
             vec![gpu]
         } else {
-            view.first_gpus(pod.gpu_milli, pod.gpus)?
+            view.first_gpus(pod)?
         };
-        Some(Slot {
-            node: node as u32,
-            gpus,
-        })
+        Some(view.slot(node, pod, gpus))
     }
 
     /// Keep the best-scored node; among equals, the first in the ranking.
     #[inline]
-    fn consider(&self, best: &mut Option<(f64, usize, u32)>, score: f64, n: usize, gpu: u32) {
+    fn consider(
+        &self,
+        best: &mut Option<(f64, usize, u32, u8)>,
+        score: f64,
+        n: usize,
+        gpu: u32,
+        start: u8,
+    ) {
         match best {
-            Some((s, _, _)) if score < *s => {}
-            Some((s, node, _)) if score == *s && self.rank[n] > self.rank[*node] => {}
-            _ => *best = Some((score, n, gpu)),
+            Some((s, _, _, _)) if score < *s => {}
+            Some((s, node, _, _)) if score == *s && self.rank[n] > self.rank[*node] => {}
+            _ => *best = Some((score, n, gpu, start)),
         }
     }
 
-    fn slot(view: &NodeView<'_>, node: usize, pod: &PodRequest, gpu: u32) -> Option<Slot> {
-        let gpus = if pod.shared() {
-            vec![if gpu == NO_GPU {
-                view.tightest_gpu(pod.gpu_milli)?
-            } else {
-                gpu
-            }]
-        } else {
-            view.first_gpus(pod.gpu_milli, pod.gpus)?
-        };
+    fn slot(
+        view: &NodeView<'_>,
+        node: usize,
+        pod: &PodRequest,
+        gpu: u32,
+        start: u8,
+    ) -> Option<Slot> {
+        if !pod.shared() {
+            return Some(view.slot(node, pod, view.first_gpus(pod)?));
+        }
+        if gpu == NO_GPU {
+            let g = view.tightest_gpu(pod)?;
+            return Some(view.slot(node, pod, vec![g]));
+        }
         Some(Slot {
             node: node as u32,
-            gpus,
+            gpus: vec![gpu],
+            starts: vec![start],
+            reconfigure: Vec::new(),
         })
     }
 
@@ -329,10 +413,10 @@ impl Scheduler {
                 SharePolicy::BestFit => best_fit_score(&view, pod),
                 _ => unreachable!("choose_scored serves the plain baselines"),
             };
-            self.consider(&mut best, score as f64, n, NO_GPU);
+            self.consider(&mut best, score as f64, n, NO_GPU, 0);
         }
-        let (_, node, _) = best?;
-        Self::slot(&cluster.node(node), node, pod, NO_GPU)
+        let (_, node, _, _) = best?;
+        Self::slot(&cluster.node(node), node, pod, NO_GPU, 0)
     }
 
     fn choose_cached(&mut self, cluster: &SharedCluster, pod: &PodRequest) -> Option<Slot> {
@@ -347,6 +431,7 @@ impl Scheduler {
                 stamp: vec![u64::MAX; n_nodes],
                 score: vec![f64::NEG_INFINITY; n_nodes],
                 gpu: vec![NO_GPU; n_nodes],
+                start: vec![0; n_nodes],
             });
             self.caches.len() - 1
         });
@@ -374,22 +459,24 @@ impl Scheduler {
                     Scored {
                         score: f64::NEG_INFINITY,
                         gpu: NO_GPU,
+                        start: 0,
                     }
                 };
                 let cache = &mut self.caches[shape];
                 cache.stamp[n] = stamp;
                 cache.score[n] = scored.score;
                 cache.gpu[n] = scored.gpu;
+                cache.start[n] = scored.start;
             }
             let score = self.caches[shape].score[n];
             if score == f64::NEG_INFINITY {
                 continue;
             }
-            let gpu = self.caches[shape].gpu[n];
-            self.consider(&mut best, score, n, gpu);
+            let (gpu, start) = (self.caches[shape].gpu[n], self.caches[shape].start[n]);
+            self.consider(&mut best, score, n, gpu, start);
         }
-        let (_, node, gpu) = best?;
-        Self::slot(&cluster.node(node), node, pod, gpu)
+        let (_, node, gpu, start) = best?;
+        Self::slot(&cluster.node(node), node, pod, gpu, start)
     }
 }
 
@@ -453,7 +540,7 @@ fn packing_score(view: &NodeView<'_>, pod: &PodRequest) -> i64 {
             break;
         }
         let left = view.gpu_left[g];
-        if left >= pod.gpu_milli {
+        if view.hosts(g, pod) {
             need -= 1;
             if left == MILLI {
                 idle_used += 1;
@@ -479,76 +566,128 @@ fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
-/// The node's GPUs after the pod takes `gpus` whole or shared GPUs the way FGD's `Sub` does:
-/// the least-free GPUs with room first (stable).
-fn take_gpus(view: &NodeView<'_>, pod: &PodRequest, out: &mut Vec<u16>) {
-    out.clear();
-    out.extend_from_slice(view.gpu_left);
+/// Put the pod on GPU `g` of the scratch copy of a node (a MIG GPU: an instance at `start`).
+fn put(view: &NodeView<'_>, scratch: &mut Scratch, pod: &PodRequest, g: usize, start: u8) {
+    match (view.mode[g], view.rules) {
+        (GpuMode::Mig, Some(rules)) => {
+            let p = rules
+                .profile_for(pod.gpu_milli, pod.gpu_memory_mib)
+                .expect("the GPU hosts the pod");
+            scratch.mig[g] = rules.with(&scratch.mig[g], p, start);
+            scratch.left[g] = rules.free_milli(&scratch.mig[g]);
+        }
+        _ => scratch.left[g] -= pod.gpu_milli,
+    }
+}
+
+/// The node's GPUs after the pod takes its whole GPUs (or its share) the way FGD's `Sub`
+/// does: the least-free GPUs that host it first (stable), MIG instances at their lowest start.
+fn take_gpus(view: &NodeView<'_>, pod: &PodRequest, scratch: &mut Scratch) {
+    scratch.load(view);
     if pod.gpus == 0 {
         return;
     }
-    let mut order: Vec<usize> = (0..out.len()).collect();
-    order.sort_by_key(|&g| out[g]);
+    let mut order: Vec<usize> = (0..view.gpu_left.len()).collect();
+    order.sort_by_key(|&g| view.gpu_left[g]);
     let mut need = pod.gpus;
     for g in order {
         if need == 0 {
             break;
         }
-        if out[g] >= pod.gpu_milli {
-            out[g] -= pod.gpu_milli;
+        if view.hosts(g, pod) {
+            put(view, scratch, pod, g, view.first_start(g, pod));
             need -= 1;
         }
     }
 }
 
+/// Score every way a share can go on the node (each GPU that hosts it; on a MIG GPU, each
+/// allowed start), leaving out ways that leave the same node behind as an earlier one; keep
+/// the best by `better(new, old)`. Returns (score, GPU, start).
+fn best_share<S: Copy>(
+    view: &NodeView<'_>,
+    pod: &PodRequest,
+    scratch: &mut Scratch,
+    mut score: impl FnMut(&Scratch) -> S,
+    better: impl Fn(&S, u16, &S, u16) -> bool,
+) -> (S, u32, u8) {
+    scratch.load(view);
+    let mut best: Option<(S, u16, u32, u8)> = None;
+    let mut seen: Vec<(GpuMode, u16, MigGpu, u8)> = Vec::new();
+    let mut consider = |scratch: &mut Scratch, g: usize, start: u8| {
+        let key = (view.mode[g], view.gpu_left[g], view.mig[g], start);
+        if seen.contains(&key) {
+            return;
+        }
+        seen.push(key);
+        let (left, mig) = (scratch.left[g], scratch.mig[g]);
+        put(view, scratch, pod, g, start);
+        let s = score(scratch);
+        let after = scratch.left[g];
+        scratch.left[g] = left;
+        scratch.mig[g] = mig;
+        if best
+            .as_ref()
+            .is_none_or(|(b, l, _, _)| better(&s, after, b, *l))
+        {
+            best = Some((s, after, g as u32, start));
+        }
+    };
+    for g in 0..view.gpu_left.len() {
+        if !view.hosts(g, pod) {
+            continue;
+        }
+        match (view.mode[g], view.rules) {
+            (GpuMode::Mig, Some(rules)) => {
+                let p = rules
+                    .profile_for(pod.gpu_milli, pod.gpu_memory_mib)
+                    .expect("the GPU hosts the pod");
+                let starts: Vec<u8> = rules.starts(&view.mig[g], p).collect();
+                for start in starts {
+                    consider(scratch, g, start);
+                }
+            }
+            _ => consider(scratch, g, 0),
+        }
+    }
+    let (s, _, g, start) = best.expect("the node fits the pod");
+    (s, g, start)
+}
+
 /// `FGDScorePlugin`: `100 sigmoid((before - after) / 1000)`, truncated; for a share, the GPU
-/// with the best score (the lowest index among equals).
+/// (and MIG start) with the best score, the first among equals.
 fn fgd_score(
     dist: &Distribution,
     view: &NodeView<'_>,
     pod: &PodRequest,
-    scratch: &mut Vec<u16>,
+    scratch: &mut Scratch,
 ) -> Scored {
-    let model = view.spec.model;
-    let before = dist.fragmentation(model, view.cpu_left, view.gpu_left);
+    let before = dist.node_fragmentation(view);
     let cpu = view.cpu_left - pod.cpu_milli;
     let score_of = |after: f64| (sigmoid((before - after) / 1000.0) * MAX_SCORE as f64) as i64;
     if !pod.shared() {
         take_gpus(view, pod, scratch);
-        let after = dist.fragmentation(model, cpu, scratch);
+        let after = dist.fragmentation(view, cpu, &scratch.left, &scratch.mig);
         return Scored {
             score: score_of(after) as f64,
             gpu: NO_GPU,
+            start: 0,
         };
     }
-    scratch.clear();
-    scratch.extend_from_slice(view.gpu_left);
-    let mut best: Option<(i64, u32)> = None;
-    for g in 0..scratch.len() {
-        let left = scratch[g];
-        if left < pod.gpu_milli {
-            continue;
-        }
-        // GPUs with the same free capacity leave the same node behind.
-        if view.gpu_left[..g].contains(&left) {
-            continue;
-        }
-        scratch[g] = left - pod.gpu_milli;
-        let s = score_of(dist.fragmentation(model, cpu, scratch));
-        scratch[g] = left;
-        if best.is_none_or(|(b, _)| s > b) {
-            best = Some((s, g as u32));
-        }
-    }
-    let (score, gpu) = best.expect("the node fits the pod");
+    let (score, gpu, start) = best_share(
+        view,
+        pod,
+        scratch,
+        |sc| score_of(dist.fragmentation(view, cpu, &sc.left, &sc.mig)),
+        |new, _, old, _| new > old,
+    );
     Scored {
         score: score as f64,
         gpu,
+        start,
     }
 }
 
-/// gpuplace's score (see [`SharePolicy::Gpuplace`]): the exact fragmentation change, with a
-/// tie-break by best fit folded into the low digits.
 /// How much a milli-GPU stranded for lack of CPU weighs against a milli-GPU of fragmentation
 /// in gpuplace's score (chosen on the openb `default` workload; see benches/bench_share.py).
 pub const STRANDED_WEIGHT: f64 = 2.0;
@@ -559,19 +698,19 @@ fn gpuplace_score(
     view: &NodeView<'_>,
     pod: &PodRequest,
     price: NodePrice,
-    scratch: &mut Vec<u16>,
+    scratch: &mut Scratch,
 ) -> Scored {
-    let model = view.spec.model;
     // The resources' opportunity cost, in milli-GPUs of the cheapest GPU.
     let cost = price.gpu_premium * pod.total_gpu_milli() as f64
         + price.cpu * pod.cpu_milli as f64
         + price.memory * pod.memory_mib as f64;
-    let cpu_per_milli = model.map_or(0.0, |m| dist.cpu_per_gpu_milli(m));
+    let cpu_per_milli = view.spec.model.map_or(0.0, |m| dist.cpu_per_gpu_milli(m));
     let stranded_weight = STRANDED_WEIGHT * price.gpu_value;
-    // Milli-GPUs the node's free CPU cannot serve at the workload's CPU per milli-GPU.
-    let loss = |cpu_left: u32, gpu_left: &[u16]| {
-        let frag = dist.fragmentation(model, cpu_left, gpu_left);
-        let total: u64 = gpu_left.iter().map(|&g| g as u64).sum();
+    // FGD's fragmentation plus the milli-GPUs the node's free CPU cannot serve at the
+    // workload's CPU per milli-GPU.
+    let loss = |cpu_left: u32, left: &[u16], mig: &[MigGpu]| {
+        let frag = dist.fragmentation(view, cpu_left, left, mig);
+        let total: u64 = left.iter().map(|&g| g as u64).sum();
         let stranded = if cpu_per_milli > 0.0 {
             (total as f64 - cpu_left as f64 / cpu_per_milli).max(0.0)
         } else {
@@ -579,7 +718,7 @@ fn gpuplace_score(
         };
         frag + stranded_weight * stranded
     };
-    let before = loss(view.cpu_left, view.gpu_left);
+    let before = loss(view.cpu_left, view.gpu_left, view.mig);
     let cpu = view.cpu_left - pod.cpu_milli;
     // Rounded as FGD rounds, so near-equal nodes tie and go to the first-ranked one.
     let score_of =
@@ -587,28 +726,20 @@ fn gpuplace_score(
     if !pod.shared() {
         take_gpus(view, pod, scratch);
         return Scored {
-            score: score_of(loss(cpu, scratch)),
+            score: score_of(loss(cpu, &scratch.left, &scratch.mig)),
             gpu: NO_GPU,
+            start: 0,
         };
     }
-    scratch.clear();
-    scratch.extend_from_slice(view.gpu_left);
-    let mut best: Option<(f64, u16, u32)> = None;
-    for g in 0..scratch.len() {
-        let left = scratch[g];
-        if left < pod.gpu_milli || view.gpu_left[..g].contains(&left) {
-            continue;
-        }
-        scratch[g] = left - pod.gpu_milli;
-        let s = score_of(loss(cpu, scratch));
-        scratch[g] = left;
-        // Among GPUs of equal score, the tightest.
-        if best.is_none_or(|(b, l, _)| s > b || (s == b && left < l)) {
-            best = Some((s, left, g as u32));
-        }
-    }
-    let (score, _, gpu) = best.expect("the node fits the pod");
-    Scored { score, gpu }
+    // Among ways of equal score, the one leaving the least free on its GPU.
+    let (score, gpu, start) = best_share(
+        view,
+        pod,
+        scratch,
+        |sc| score_of(loss(cpu, &sc.left, &sc.mig)),
+        |new, new_left, old, old_left| new > old || (new == old && new_left < old_left),
+    );
+    Scored { score, gpu, start }
 }
 
 #[cfg(test)]
@@ -671,23 +802,11 @@ mod tests {
     #[test]
     fn fgd_fills_a_used_gpu_before_an_idle_one() {
         let mut c = small();
-        c.allocate(
-            &pod(1000, 1, 500),
-            &Slot {
-                node: 2,
-                gpus: vec![1],
-            },
-        )
-        .unwrap();
+        c.allocate(&pod(1000, 1, 500), &Slot::new(2, vec![1]))
+            .unwrap();
         let mut s = Scheduler::new(SharePolicy::Fgd, 1, Some(dist())).unwrap();
         let slot = s.choose(&c, &pod(1000, 1, 500)).unwrap();
-        assert_eq!(
-            slot,
-            Slot {
-                node: 2,
-                gpus: vec![1]
-            }
-        );
+        assert_eq!(slot, Slot::new(2, vec![1]));
     }
 
     #[test]
