@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -427,3 +428,104 @@ def test_isolation_holds_and_reconfiguration_only_when_needed(asks, policy, reco
     for name in list(c.placements):
         c.release(name)
     assert c.used_gpu_milli == 0
+
+
+# ------------------------------------------------------------------ in a state file, by the CLI
+def test_cli_share_keeps_requests_apart_from_training_gangs(tmp_path):
+    state = str(tmp_path / "s.json")
+    stream = tmp_path / "req.yaml"
+    stream.write_text(
+        "requests:\n"
+        "  - {name: chat, cpu: 4, memory_gib: 16, gpu: 0.25, count: 3}\n"
+        "  - {name: iso, cpu: 2, memory_gib: 8, gpu: 0.3, isolation: mig}\n"
+        "  - {name: huge, cpu: 500, gpu: 0.5}\n"
+        "  - {name: big, cpu: 8, memory_gib: 64, gpu: 2}\n"
+    )
+    r = run_cli(
+        "share",
+        "enable",
+        "--state",
+        state,
+        "-c",
+        "a100-pod",
+        "--nodes",
+        "4",
+        "--node",
+        "dgxa001",
+        "--node",
+        "dgxa002",
+        "--cpu",
+        "128",
+        "--memory-gib",
+        "1024",
+    )
+    assert r.returncode == 0, r.stderr
+    r = run_cli("share", "place", "--state", state, "--requests", str(stream), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    rows = {row["request"]: row for row in doc["placements"]}
+    assert all(rows[f"chat-{k}"]["placed"] for k in range(3)) and rows["big"]["placed"]
+    # Each refusal is alone, with its reason; the stream went on.
+    assert "short of GPUs in mig mode" in rows["iso"]["reason"]
+    assert "short of CPU" in rows["huge"]["reason"]
+    again = tmp_path / "iso.yaml"
+    again.write_text(
+        "requests:\n  - {name: iso, cpu: 2, memory_gib: 8, gpu: 0.3, isolation: mig}\n"
+    )
+    r = run_cli(
+        "share",
+        "place",
+        "--state",
+        state,
+        "--requests",
+        str(again),
+        "--reconfigure",
+        "--format",
+        "json",
+    )
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads(r.stdout)["placements"]
+    assert row["placed"] and row["reconfigured"] == 1
+    r = run_cli("share", "status", "--state", state, "--format", "json")
+    status = json.loads(r.stdout)
+    assert status["reconfigurations"] == 1 and status["requests"] == 5
+    node = next(n for n in status["nodes"] if "iso" in n["requests"])
+    assert "mig" in node["modes"]
+    # Training gangs never get a shared GPU: the 16 free GPUs are the two other hosts'.
+    job = tmp_path / "job.yaml"
+    job.write_text("name: train\nparallelism: {tp: 8, dp: 2}\n")
+    r = run_cli("place", "-c", "a100-pod", "--nodes", "4", "-j", str(job), "--state", state)
+    assert r.returncode == 0, r.stderr
+    jobs = {j["name"]: j for j in json.loads(Path(state).read_text())["state"]["jobs"]}
+    shared_gpus = set(range(16))  # dgxa001 and dgxa002
+    assert not set(jobs["train"]["gpus"]) & shared_gpus
+    r = run_cli(
+        "place", "-c", "a100-pod", "--nodes", "4", "-j", str(job), "--state", state, "--name", "t2"
+    )
+    assert r.returncode == 2 and "t2" not in run_cli("status", "--state", state).stdout
+    r = run_cli("share", "release", "--state", state, "chat-0", "iso")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("share", "release", "--state", state, "chat-0")
+    assert r.returncode == 2 and "no request named 'chat-0'" in r.stderr
+    r = run_cli(
+        "share", "enable", "--state", state, "--node", "dgxa003", "--cpu", "1", "--memory-gib", "1"
+    )
+    assert r.returncode == 2 and "not free" in r.stderr
+
+
+def test_a_state_file_that_lies_about_its_shared_hosts_is_refused(tmp_path):
+    import gpuplace
+    from gpuplace.cluster import share
+
+    topo = gpuplace.Topology.preset("a100-pod", nodes=4)
+    state = gpuplace.ClusterState(topo)
+    share.enable(state, ["dgxa001"], cpu_milli=64_000, memory_mib=2**20, mode="mig")
+    assert state.shared.gpu_modes("dgxa001") == ["mig"] * 8
+    state.save(tmp_path / "s.json")
+    doc = json.loads((tmp_path / "s.json").read_text())["state"]
+    again = gpuplace.ClusterState.restore(topo, doc)
+    assert again.shared.to_dict() == state.shared.to_dict()
+    doc["shared"]["nodes"][0]["name"] = "dgxa002"
+    doc["shared"]["mig"] = {"dgxa002": doc["shared"]["mig"].pop("dgxa001")}
+    with pytest.raises(InvalidState, match=r"shared\.nodes: must be exactly the hosts"):
+        gpuplace.ClusterState.restore(topo, doc)

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from gpuplace.cli import health, health_ingest, k8s, mig, policy, slurm
+from gpuplace.cli import health, health_ingest, k8s, mig, policy, share, slurm
 from gpuplace.cli.bench import bench
 from gpuplace.cli.calibrate import calibrate_cmd
 from gpuplace.cli.catalog import presets_cmd, solvers_cmd
@@ -73,6 +73,7 @@ cli.add_command(health_ingest.health)
 cli.add_command(policy.policy)
 cli.add_command(policy.explain_cmd)
 cli.add_command(mig.mig_group)
+cli.add_command(share.share_group)
 cli.add_command(k8s.k8s)
 cli.add_command(slurm.slurm)
 cli.add_command(simulate_cmd)

@@ -13,7 +13,7 @@ Which slot a request should get is a policy's choice: :mod:`gpuplace.placement.s
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,12 +21,13 @@ import numpy as np
 
 from gpuplace import _core
 from gpuplace._util.documents import Checker
+from gpuplace.cluster.mig import gpu_model_of
 from gpuplace.enums import GpuMode
 from gpuplace.errors import InvalidState, InvalidTopology
-from gpuplace.model.mig import MigModel
+from gpuplace.model.mig import MigModel, model_for
 from gpuplace.model.share import MILLI, SharedNode, SharedRequest, node_models
 
-__all__ = ["Placed", "SharedCluster"]
+__all__ = ["SHARED_JOB", "Placed", "SharedCluster", "enable", "restore"]
 
 
 @dataclass(frozen=True)
@@ -326,3 +327,125 @@ class SharedCluster:
             "total_gpu_milli": self.total_gpu_milli,
             "requests": len(self.placements),
         }
+
+
+# --------------------------------------------------------------------- in a cluster state
+#: The job under which a cluster state holds its shared hosts' GPUs, so that no whole-GPU
+#: solver gives them to a training gang.
+SHARED_JOB = "shared"
+
+
+def enable(
+    state: Any,
+    hosts: Iterable[str],
+    *,
+    cpu_milli: int,
+    memory_mib: int,
+    mode: str = "fractional",
+    mig_rules: MigModel | None = None,
+) -> SharedCluster:
+    """Put idle hosts of ``state`` in shared mode (all or nothing): their GPUs leave whole-GPU
+    placement (held by the job ``shared``, as MIG GPUs are held by ``mig``) and join
+    ``state.shared``, each host a node with ``cpu_milli`` CPU and ``memory_mib`` memory for the
+    requests, its GPUs ``fractional`` or ``mig`` (rules: ``mig_rules``, else the built-in ones of
+    the GPUs' model). Hosts already shared keep what runs on them. Returns ``state.shared``."""
+    topo = state.topology
+    names = list(dict.fromkeys(str(h) for h in hosts))
+    if not names:
+        raise InvalidState("name at least one host to share")
+    GpuMode.from_label(mode)
+    current: SharedCluster | None = state.shared
+    have = {n.name for n in current.nodes} if current is not None else set()
+    free = state.free_mask()
+    added: list[SharedNode] = []
+    ids: list[int] = []
+    for host in names:
+        if host in have:
+            continue
+        if host not in topo.hosts:
+            raise InvalidState(f"unknown host {host!r} in cluster {topo.name!r}")
+        gpus = [int(g) for g in topo.host_gpus(host)]
+        busy = [g for g in gpus if not free[g]]
+        if busy:
+            raise InvalidState(
+                f"host {host}: GPU {topo.local_index(busy[0])} is not free (allocated, held by MIG "
+                "or out of service); only idle hosts can be shared"
+            )
+        models = {gpu_model_of(state, g) for g in gpus}
+        if len(models) != 1:
+            raise InvalidState(f"host {host} mixes GPU models {sorted(map(str, models))}")
+        model = models.pop()
+        if gpus and model is None:
+            raise InvalidState(
+                f"host {host}: its GPUs have no model (set the node type's gpu_model)"
+            )
+        added.append(SharedNode(host, cpu_milli, memory_mib, len(gpus), model))
+        ids.extend(gpus)
+    if not added:
+        assert current is not None
+        return current
+    # Every model with rules (given, or built in) may run MIG, so that a reconfiguration can
+    # switch its GPUs later; MIG mode now needs them.
+    rules = dict(current.mig_rules) if current is not None else {}
+    for node in added:
+        if node.model is None or node.model in rules:
+            continue
+        if mig_rules is not None:
+            rules[node.model] = mig_rules
+            continue
+        try:
+            rules[node.model] = model_for(node.model)
+        except InvalidTopology as exc:
+            if mode == "mig":
+                raise InvalidState(str(exc)) from None
+    nodes = [*(current.nodes if current is not None else ()), *added]
+    cluster = SharedCluster(nodes, mig_rules=rules)
+    if current is not None:
+        for node in current.nodes:
+            for g, m in enumerate(current.gpu_modes(node.name)):
+                if m == "mig":
+                    cluster.set_mode(node.name, g, "mig")
+        cluster._reconfigurations_before = current.reconfigurations - cluster.reconfigurations
+        for p in current:
+            cluster.allocate(p.request, p.node, p.gpus, p.starts)
+    if mode == "mig":
+        for node in added:
+            for g in range(node.gpus):
+                cluster.set_mode(node.name, g, "mig")
+    held = state.job_gpus(SHARED_JOB)
+    before = [] if held is None else [int(g) for g in held]
+    if before:
+        state.release(SHARED_JOB)
+    try:
+        state.allocate(name=SHARED_JOB, gpus=sorted(set(before) | set(ids)))
+    except InvalidState:
+        if before:
+            state.allocate(name=SHARED_JOB, gpus=before)
+        raise
+    state.shared = cluster
+    return cluster
+
+
+def restore(state: Any, raw: Any, c: Checker) -> None:
+    """Rebuild ``state.shared`` from a state file's ``shared`` section, checking that its nodes
+    are hosts of the cluster with their GPU counts and that the job ``shared`` holds exactly
+    their GPUs (the error names the field)."""
+    cluster = SharedCluster.from_dict(raw, c, "shared")
+    topo = state.topology
+    ids: list[int] = []
+    for i, node in enumerate(cluster.nodes):
+        if node.name not in topo.hosts:
+            raise c.fail(f"shared.nodes[{i}].name", f"{node.name!r} is not a host of the cluster")
+        gpus = [int(g) for g in topo.host_gpus(node.name)]
+        if len(gpus) != node.gpus:
+            raise c.fail(
+                f"shared.nodes[{i}].gpus", f"host {node.name} has {len(gpus)} GPUs, not {node.gpus}"
+            )
+        ids.extend(gpus)
+    held = state.job_gpus(SHARED_JOB)
+    if sorted(ids) != sorted(int(g) for g in (held if held is not None else [])):
+        raise c.fail(
+            "shared.nodes",
+            f"must be exactly the hosts whose GPUs the job {SHARED_JOB!r} holds",
+        )
+    state.shared = cluster

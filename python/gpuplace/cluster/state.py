@@ -73,6 +73,8 @@ class ClusterState:
         self.policy = ClusterPolicy()
         #: MIG-mode GPUs and their instances (``gpuplace.cluster.mig``), if any.
         self.mig: Any = None
+        #: Shared hosts and the requests on them (``gpuplace.cluster.share``), if any.
+        self.shared: Any = None
 
     def copy(self) -> ClusterState:
         out = ClusterState.__new__(ClusterState)
@@ -82,6 +84,7 @@ class ClusterState:
         out.phase_slots = dict(self.phase_slots)
         out.policy = self.policy
         out.mig = None if self.mig is None else copy.deepcopy(self.mig)
+        out.shared = None if self.shared is None else self.shared.copy()
         return out
 
     # ----------------------------------------------------------------- queries

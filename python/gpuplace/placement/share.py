@@ -145,17 +145,22 @@ def node_prices(cluster: SharedCluster, requests: Iterable[SharedRequest]) -> np
 
 
 def why_not(cluster: SharedCluster, request: SharedRequest) -> str:
-    """Why no node takes the request now: how many nodes fail each of its needs."""
+    """Why no node takes the request now: how many nodes fail each of its needs (GPU model,
+    GPUs in the mode it accepts, GPU room, CPU, memory)."""
     what = (
         f"{request.kind}"
         + (f" of {request.gpu_milli} milli-GPUs" if request.shared else "")
         + f", {request.cpu_milli / 1000:g} CPUs, {request.memory_mib} MiB"
+        + (f", {request.isolation} isolation" if request.isolation != "any" else "")
     )
-    if cluster.model_mask(request.models) is None:
+    args = cluster.core_args(request)
+    if args is None:
         return (
             f"request {request.name!r} ({what}) accepts GPU models {', '.join(request.models)}; "
             f"the cluster has {', '.join(cluster.models) or 'none'}"
         )
+    row, mask = args
+    gpu_only = (0, 0, *row[2:])
     cpu, memory = cluster.cpu_left(), cluster.memory_left()
     counts: Counter[str] = Counter()
     for i, node in enumerate(cluster.nodes):
@@ -163,9 +168,12 @@ def why_not(cluster: SharedCluster, request: SharedRequest) -> str:
             if not node.gpus or (request.models and node.model not in request.models):
                 counts["GPU model"] += 1
                 continue
-            left = cluster.gpu_left(i)
-            if int((left >= request.gpu_milli).sum()) < request.gpus:
-                counts["GPU room"] += 1
+            if not cluster._core.fits(i, gpu_only, mask):
+                modes = cluster.gpu_modes(i)
+                if request.isolation != "any" and request.isolation not in modes:
+                    counts[f"GPUs in {request.isolation} mode"] += 1
+                else:
+                    counts["GPU room"] += 1
                 continue
         if cpu[i] < request.cpu_milli:
             counts["CPU"] += 1
