@@ -261,6 +261,14 @@ impl NodeView<'_> {
     /// GPUs that can host the pod (a share, or one of its whole GPUs).
     #[inline]
     pub fn hosting(&self, pod: &PodRequest) -> u32 {
+        if !self.any_mig && pod.isolation != Isolation::Mig {
+            // Every GPU fractional: one comparison per GPU (the hot path of every policy).
+            return self
+                .gpu_left
+                .iter()
+                .filter(|&&g| g >= pod.gpu_milli)
+                .count() as u32;
+        }
         (0..self.gpu_left.len())
             .filter(|&g| self.hosts(g, pod))
             .count() as u32
@@ -466,7 +474,7 @@ impl SharedCluster {
         let slot = self.rules.get_mut(model as usize).ok_or_else(|| {
             CoreError::InvalidTopology(format!("GPU model id {model} does not exist"))
         })?;
-        if self.gpu_mode.iter().any(|&m| m == GpuMode::Mig) && slot.is_some() {
+        if self.gpu_mode.contains(&GpuMode::Mig) && slot.is_some() {
             return Err(CoreError::InvalidState(format!(
                 "GPU model {} has GPUs in MIG mode; its rules cannot change now",
                 self.models[model as usize]
