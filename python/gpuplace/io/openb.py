@@ -18,6 +18,7 @@ import csv
 import gzip
 import io
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from gpuplace.errors import InvalidJob, InvalidTopology
@@ -101,10 +102,15 @@ def read_openb_nodes(source: Any) -> list[SharedNode]:
     return out
 
 
-def read_openb_pods(source: Any) -> list[SharedRequest]:
-    """Requests of an openb pod list (see the module docs), sorted by name."""
+def read_openb_pods(
+    source: Any, *, isolation_for_qos: Mapping[str, str] | None = None
+) -> list[SharedRequest]:
+    """Requests of an openb pod list (see the module docs), sorted by name.
+    ``isolation_for_qos``: the isolation that pods of a QoS class ask when they share a GPU
+    (for example ``{"LS": "mig"}``: latency-sensitive shares on MIG instances); the trace
+    itself states none."""
     try:
-        return _read_pods(source)
+        return _read_pods(source, dict(isolation_for_qos or {}))
     except InvalidJob:
         raise
     except InvalidTopology as exc:  # read_source's errors (size, encoding) are about the file
@@ -116,7 +122,7 @@ def read_openb_pods(source: Any) -> list[SharedRequest]:
         ) from exc
 
 
-def _read_pods(source: Any) -> list[SharedRequest]:
+def _read_pods(source: Any, isolation_for_qos: dict[str, str]) -> list[SharedRequest]:
     try:
         name, rows = _rows(
             source, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"), InvalidJob
@@ -139,6 +145,8 @@ def _read_pods(source: Any) -> list[SharedRequest]:
                 f"{name}:{line}: {gpus} GPUs of {milli} milli-GPUs each; several GPUs are whole ({MILLI})"
             )
         models = tuple(m.strip() for m in row.get("gpu_spec", "").split("|") if m.strip())
+        shared = gpus == 1 and milli < MILLI
+        isolation = isolation_for_qos.get(row.get("qos", ""), "any") if shared else "any"
         try:
             out.append(
                 SharedRequest(
@@ -148,6 +156,7 @@ def _read_pods(source: Any) -> list[SharedRequest]:
                     gpus,
                     milli,
                     models,
+                    isolation=isolation,
                 )
             )
         except InvalidJob as exc:

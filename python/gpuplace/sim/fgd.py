@@ -32,7 +32,7 @@ from __future__ import annotations
 import gzip
 import io
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -94,17 +94,22 @@ def openb_nodes(path: str | Path | None = None, *, all_nodes: bool = False) -> l
     return read_openb_nodes(_packaged(name))
 
 
-def openb_workload(workload: str | Path = "default") -> list[SharedRequest]:
-    """One of :data:`WORKLOADS` (packaged) or a pod list file in openb's format."""
+def openb_workload(
+    workload: str | Path = "default", *, isolation_for_qos: Mapping[str, str] | None = None
+) -> list[SharedRequest]:
+    """One of :data:`WORKLOADS` (packaged) or a pod list file in openb's format;
+    ``isolation_for_qos`` as for :func:`gpuplace.io.openb.read_openb_pods`."""
     if str(workload) in WORKLOADS:
-        return read_openb_pods(_packaged(f"openb_pod_list_{workload}.csv.gz"))
+        return read_openb_pods(
+            _packaged(f"openb_pod_list_{workload}.csv.gz"), isolation_for_qos=isolation_for_qos
+        )
     path = Path(workload)
     if not path.exists():
         raise InvalidJob(
             f"unknown workload {str(workload)!r}: neither {', '.join(WORKLOADS)} nor an "
             "existing pod list file"
         )
-    return read_openb_pods(path)
+    return read_openb_pods(path, isolation_for_qos=isolation_for_qos)
 
 
 def arrival_order(
@@ -173,6 +178,8 @@ class Figure:
     curves: dict[str, np.ndarray]
     decision_ns: dict[str, np.ndarray]
     placed: dict[str, np.ndarray] = field(default_factory=dict)
+    #: Per policy, the GPUs each seed's run switched between fractional and MIG mode.
+    reconfigurations: dict[str, np.ndarray] = field(default_factory=dict)
     seconds: float = 0.0
     nodes: int = 0
     gpus: int = 0
@@ -225,25 +232,31 @@ def run(
     inflation: float = INFLATION,
     nodes: Sequence[SharedNode] | None = None,
     requests: Sequence[SharedRequest] | None = None,
+    cluster: SharedCluster | None = None,
+    reconfigure: bool = False,
 ) -> Figure:
     """Every policy on every seed of one workload (all runs in parallel in the core).
-    ``nodes``: another cluster (default: openb's GPU nodes); ``requests``: the workload's pods
-    already read."""
+    ``nodes``: another cluster (default: openb's GPU nodes), or ``cluster``, one already built
+    (with MIG rules and modes, say); ``requests``: the workload's pods already read;
+    ``reconfigure``: let the policies switch idle GPUs between fractional and MIG mode."""
     policies = tuple(dict.fromkeys(policies))
     seeds = tuple(dict.fromkeys(int(s) for s in seeds))
     if not policies or not seeds:
         raise InvalidJob("give at least one policy and one seed")
-    cluster = SharedCluster(nodes if nodes is not None else openb_nodes())
+    if cluster is None:
+        cluster = SharedCluster(nodes if nodes is not None else openb_nodes())
     requests = openb_workload(workload) if requests is None else list(requests)
     orders = {s: arrival_order(requests, cluster.total_gpu_milli, s, inflation) for s in seeds}
     runs = [(orders[s], p, s) for p in policies for s in seeds]
     start = time.perf_counter()
-    records = replay(cluster, requests, runs)
+    records = replay(cluster, requests, runs, reconfigure=reconfigure)
     seconds = time.perf_counter() - start
     curves: dict[str, list[np.ndarray]] = {p: [] for p in policies}
     decisions: dict[str, list[np.ndarray]] = {p: [] for p in policies}
     placed: dict[str, list[float]] = {p: [] for p in policies}
+    switched: dict[str, list[int]] = {p: [] for p in policies}
     for (_, p, _), rec in zip(runs, records, strict=True):
+        switched[p].append(int(rec.reconfigurations))
         curves[p].append(
             allocation_curve(rec.arrived_gpu_milli, rec.used_gpu_milli, cluster.total_gpu_milli)
         )
@@ -256,6 +269,7 @@ def run(
         curves={p: np.vstack(c) for p, c in curves.items()},
         decision_ns={p: np.concatenate(d) for p, d in decisions.items()},
         placed={p: np.asarray(v) for p, v in placed.items()},
+        reconfigurations={p: np.asarray(v) for p, v in switched.items()},
         seconds=seconds,
         nodes=len(cluster),
         gpus=cluster.num_gpus,
