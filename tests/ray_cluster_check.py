@@ -53,6 +53,9 @@ def main() -> None:
     for case, p in (("placed", placement), ("reversed", reversed_)):
         pg = gray.placement_group(state, p, cpus_per_rank=1)
         ray.get(pg.ready(), timeout=120)
+        # The placement group is recorded in the state like any other placement.
+        recorded = state.job_gpus("train")
+        assert recorded is not None and list(recorded) == [int(g) for g in p.gpus]
         table = placement_group_table(pg)
         bundle_nodes = table["bundles_to_node_id"]
         results[case] = {
@@ -63,6 +66,7 @@ def main() -> None:
             else None,
         }
         remove_placement_group(pg)
+        state.release("train")
     results["scaling_config"] = gray.scaling_config_kwargs(state, placement)["label_selector"]
     results["scaling_expected"] = [topology.host_of(int(g)) for g in placement.gpus]
     ray.shutdown()

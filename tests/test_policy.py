@@ -236,24 +236,6 @@ def test_repair_honours_exclusions():
     state.check()
 
 
-def test_the_fence_binding_checks_gpus_and_the_gate_names_a_fenced_gpu():
-    topo = gpuplace.Topology.from_dict(cluster_dict())
-    state = gpuplace.ClusterState(topo)
-    core = gpuplace._core
-    for bad in ([-1], [0, topo.num_gpus]):
-        with pytest.raises(InvalidState):
-            core.set_fence(state._core, np.asarray(bad, dtype=np.int64), True)
-        assert not core.fence_mask(state._core).any()  # all or nothing
-    core.set_fence(state._core, np.asarray([1], dtype=np.int64), True)
-    assert core.fence_mask(state._core).tolist() == [g == 1 for g in range(topo.num_gpus)]
-    spec = job(tp=1, dp=2).compile(topo)
-    with pytest.raises(InvalidState, match="GPU 1, which is fenced off"):
-        core.admit(state._core, spec, np.asarray([0, 1], dtype=np.int64), "test", False)
-    core.set_fence(state._core, np.asarray([1], dtype=np.int64), False)
-    assert not core.fence_mask(state._core).any()
-    state.check()
-
-
 def test_refine_stays_inside_the_pool():
     topo = gpuplace.Topology.from_dict(cluster_dict(pools={"a": "lb"}))
     state = gpuplace.ClusterState(topo)

@@ -286,12 +286,11 @@ def test_free_counters_equal_a_recount(data):
         pass
     if data.draw(st.booleans()):
         state.recover_gpus(range(topology.num_gpus))
-    recount = state._core.recount()
+    state.check()  # the core's recount equals its counters
     free = state.free_mask()
     ref = ReferenceTopology(topology)
     for level in range(len(topology.levels)):
         counters = state._core.free_counts(level).tolist()
-        assert counters == recount[level].tolist()
         # And a recount of our own, by domain identity.
         mine: dict[object, int] = {}
         for g in range(topology.num_gpus):

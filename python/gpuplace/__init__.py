@@ -26,6 +26,7 @@ from gpuplace.errors import (
     InvalidJob,
     InvalidState,
     InvalidTopology,
+    MissingExtra,
 )
 from gpuplace.model.job import Communication, Job, TransformerModel
 from gpuplace.model.topology import Level, NodeType, Topology
@@ -67,6 +68,7 @@ __all__ = [
     "Job",
     "Level",
     "Mapping",
+    "MissingExtra",
     "MoveReason",
     "MovedRank",
     "NodeType",

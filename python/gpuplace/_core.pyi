@@ -41,7 +41,6 @@ __all__ = [
     "fabric_load",
     "fence_mask",
     "gpu_peak_tflops",
-    "gpu_peaks",
     "hottest_uplinks",
     "io_seconds",
     "job_load",
@@ -60,6 +59,7 @@ __all__ = [
     "share_policies",
     "topology_with_fabric",
     "uplinks",
+    "uplinks_by_level",
     "with_uplink_gbps",
 ]
 
@@ -95,6 +95,8 @@ class Condition(_Labelled):
     Degraded: ClassVar[Condition]
     Failed: ClassVar[Condition]
     Drained: ClassVar[Condition]
+    @property
+    def severity(self) -> int: ...
 
 @final
 class ComponentKind(_Labelled):
@@ -272,7 +274,6 @@ class ClusterState:
     def health(self) -> npt.NDArray[np.uint8]: ...
     def free_mask(self) -> npt.NDArray[np.bool_]: ...
     def free_counts(self, level: int) -> npt.NDArray[np.int64]: ...
-    def recount(self) -> list[npt.NDArray[np.int64]]: ...
     @property
     def total_free(self) -> int: ...
     def check_capacity(self, num_ranks: int) -> None: ...
@@ -317,6 +318,8 @@ def evaluate(
     gpus: npt.NDArray[np.int64],
     state: ClusterState | None = None,
 ) -> CostReport: ...
+
+# Used only by tests (tests/bindings/): the fence as it stands, to check it is lifted.
 def fence_mask(state: ClusterState) -> npt.NDArray[np.bool_]: ...
 def loss_factor(loss: float) -> float: ...
 def map_ranks(
@@ -355,6 +358,8 @@ def uplinks(
     topology: Topology,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]: ...
 def with_uplink_gbps(topology: Topology, capacity: npt.NDArray[np.float64]) -> Topology: ...
+
+# Used only by tests (tests/bindings/): the kept uplink loads and one job's flows.
 def fabric_load(state: ClusterState) -> npt.NDArray[np.float64]: ...
 def job_load(
     job: JobSpec, gpus: npt.NDArray[np.int64]
@@ -391,6 +396,9 @@ def added_to_neighbours(
     state: ClusterState, job: JobSpec, gpus: npt.NDArray[np.int64]
 ) -> float: ...
 def hottest_uplinks(state: ClusterState, count: int) -> list[tuple[int, float, float]]: ...
+def uplinks_by_level(
+    state: ClusterState, count: int
+) -> list[tuple[int, int, int, int, list[tuple[int, float, float]]]]: ...
 def jobs_hurt(state: ClusterState) -> list[tuple[str, float, float]]: ...
 def io_seconds(
     state: ClusterState,
@@ -415,7 +423,6 @@ def collective_terms(kind: CollectiveKind, n: int, bytes: float) -> tuple[float,
 
 # NCCL side of the topology and the GPU peak table (rust/py/src/nccl.rs, step.rs).
 def gpu_peak_tflops(model: str) -> float | None: ...
-def gpu_peaks() -> list[tuple[list[str], float, str]]: ...
 def topology_with_fabric(
     topology: Topology,
     nvls_gbps: list[float],
@@ -425,6 +432,8 @@ def topology_with_fabric(
     algorithm_efficiency: tuple[float, float, float, float],
     peak_tflops: list[float],
 ) -> Topology: ...
+
+# Used only by tests (tests/bindings/): NCCL's ring order as the cost model lays it out.
 def ring_hops(
     topology: Topology, gpus: npt.NDArray[np.int64]
 ) -> list[tuple[int, int, int, int, int, float]]: ...

@@ -35,7 +35,7 @@ MOVED: dict[str, str | tuple[str, ...]] = {
     "fabric": "gpuplace.cluster.fabric",
     "pricing": "gpuplace.cluster.pricing",
     "admission": "gpuplace.placement.within_policy",
-    "explain": "gpuplace.placement.explain",
+    "explain": ("gpuplace.placement.explain", "gpuplace.placement.constraints"),
     "repair": "gpuplace.placement.repair",
     "mapping": "gpuplace.placement.mapping",
     "report": "gpuplace.placement.compare",
@@ -76,6 +76,8 @@ class _Alias(importlib.abc.Loader):
                     return getattr(module, name)
             raise AttributeError(f"module {spec.name!r} has no attribute {name!r}")
 
+        # A module's own __getattr__ (PEP 562) is an attribute of the module object; mypy takes
+        # the assignment for overriding ModuleType's method.
         merged.__getattr__ = lookup  # type: ignore[method-assign]
         return merged
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from gpuplace.model.job import Job
     from gpuplace.model.topology import Topology
 
-__all__ = ["calibrate", "sample_errors"]
+__all__ = ["calibrate", "fitted_parameters", "sample_errors"]
 
 Sample = tuple["Job", Any, float]
 _MIN_LATENCY_US = 1e-3
@@ -75,10 +75,51 @@ def sample_errors(topology: Topology, samples: Iterable[Sample]) -> list[float]:
     return [float(e) for e in predict(topology, checked) / measured - 1]
 
 
+def fitted_parameters(before: Topology, after: Topology) -> list[dict[str, Any]]:
+    """Every parameter calibration may fit, with its value before and after (None where a
+    topology does not set it) and whether it changed: each level's ``bandwidth_gbps`` (GB/s)
+    and ``latency_us`` (µs), each host type's ``nvls_gbps``, the ``algorithm_efficiency`` of
+    each algorithm and the ``host_count_factors``. Named as ``-p`` names them
+    (``levels.leaf.bandwidth_gbps``)."""
+    old, new = before.to_dict(), after.to_dict()
+    rows: list[dict[str, Any]] = []
+
+    def add(name: str, a: Any, b: Any) -> None:
+        changed = a != b and not (
+            a is not None and b is not None and math.isclose(a, b, rel_tol=1e-12)
+        )
+        rows.append({"parameter": name, "before": a, "after": b, "changed": changed})
+
+    for lv_old, lv_new in zip(old["levels"], new["levels"], strict=True):
+        for key in ("bandwidth_gbps", "latency_us"):
+            add(f"levels.{lv_old['name']}.{key}", lv_old[key], lv_new[key])
+    for name, nt in old["node_types"].items():
+        a, b = nt.get("nvls_gbps"), new["node_types"].get(name, {}).get("nvls_gbps")
+        if a is not None or b is not None:
+            add(f"node_types.{name}.nvls_gbps", a, b)
+    efficiency_old = old.get("algorithm_efficiency", {})
+    efficiency_new = new.get("algorithm_efficiency", {})
+    for algorithm in sorted(set(efficiency_old) | set(efficiency_new)):
+        add(
+            f"algorithm_efficiency.{algorithm}",
+            efficiency_old.get(algorithm, 1.0),
+            efficiency_new.get(algorithm, 1.0),
+        )
+    factors_old = list(old.get("host_count_factors", []))
+    factors_new = list(new.get("host_count_factors", []))
+    for k in range(max(len(factors_old), len(factors_new))):
+        add(
+            f"host_count_factors[{k}] ({k + 1} hosts)",
+            factors_old[k] if k < len(factors_old) else None,
+            factors_new[k] if k < len(factors_new) else None,
+        )
+    return rows
+
+
 class _Params:
     """The fitted parameters as log values written into a topology dictionary."""
 
-    def __init__(self, doc: dict[str, Any], factors: list[int], algorithms: list[str]):
+    def __init__(self, doc: dict[str, Any], factors: list[int], algorithms: Sequence[str]):
         self.doc = doc
         self.slots: list[tuple[str, Any, str]] = []
         for i, _ in enumerate(doc["levels"]):

@@ -19,6 +19,7 @@ __all__ = [
     "InvalidJob",
     "InvalidState",
     "InvalidTopology",
+    "MissingExtra",
 ]
 
 
@@ -51,6 +52,11 @@ class Infeasible(GpuplaceError, ValueError):
     """
 
     explanation: Explanation | None = None
+
+
+class MissingExtra(GpuplaceError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install
+    (``pip install 'gpuplace[ray]'``)."""
 
 
 # The account an Infeasible carries: what each constraint needs and has (gpuplace.explain).

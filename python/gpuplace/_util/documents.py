@@ -11,6 +11,9 @@ import contextlib
 import fcntl
 import json
 import math
+import os
+import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -110,24 +113,35 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {text}"
 
 
-def read_document(path: str | Path, error: type[GpuplaceError]) -> Any:
-    """Read a YAML or JSON file (by suffix), raising ``error`` with the file and line."""
-    path = Path(path)
+def read_text(path: str | os.PathLike[str], error: type[GpuplaceError]) -> str:
+    """The text of a user's file (UTF-8), raising ``error`` naming the file when it is missing
+    or cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise error(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise error(f"{path}: cannot read: {exc}") from None
+
+
+def parse_json(text: str, source: str | os.PathLike[str], error: type[GpuplaceError]) -> Any:
+    """Parse JSON text, raising ``error`` with the source, line and column."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(
+            f"{source}: line {exc.lineno}, column {exc.colno}: invalid JSON: {exc.msg}"
+        ) from None
+    except RecursionError:
+        raise error(f"{source}: invalid JSON: nested too deeply") from None
+
+
+def read_document(path: str | os.PathLike[str], error: type[GpuplaceError]) -> Any:
+    """Read a YAML or JSON file (by suffix), raising ``error`` with the file and line."""
+    path = Path(path)
+    text = read_text(path, error)
     if path.suffix.lower() == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise error(
-                f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON: {exc.msg}"
-            ) from None
-        except RecursionError:
-            raise error(f"{path}: invalid JSON: nested too deeply") from None
+        return parse_json(text, path, error)
     try:
         return yaml.safe_load(text)
     except RecursionError:
@@ -146,9 +160,6 @@ def write_atomically(path: str | Path, text: str) -> None:
     The data goes to a temporary file in the same directory, is flushed and fsynced, then
     renamed over the target; the directory is fsynced so the rename itself is durable.
     """
-    import os
-    import tempfile
-
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
@@ -160,8 +171,6 @@ def write_atomically(path: str | Path, text: str) -> None:
         # Crash tests set this to hold the process between the write and the rename.
         pause = os.environ.get("GPUPLACE_TEST_PAUSE_BEFORE_RENAME_S")
         if pause:
-            import time
-
             time.sleep(float(pause))
         os.replace(tmp, path)
     except BaseException:

@@ -156,12 +156,12 @@ def compress(names: Iterable[str]) -> str:
             order.append(key)
         groups[key].append((int(digits), digits))
     out = []
-    for key in order:
-        if isinstance(key, str):
-            out.append(key)
+    for entry in order:
+        if isinstance(entry, str):
+            out.append(entry)
             continue
-        prefix, _ = key
-        nums = sorted(set(groups[key]))
+        prefix, _ = entry
+        nums = sorted(set(groups[entry]))
         if len(nums) == 1:
             out.append(prefix + nums[0][1])
         else:

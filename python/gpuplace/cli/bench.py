@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuplace.cli.bench_contention import run_contention_bench
+from gpuplace.cli.common import emit, format_option
 from gpuplace.sim.compare import SuiteReport, quick_suite, run_suite, suite
 
 __all__ = ["bench", "print_report", "write_png"]
@@ -152,6 +153,7 @@ def write_png(report: SuiteReport, path: Path) -> Path:
     help="Instead: a new job on loaded clusters with 2:1 leaf uplinks, every solver priced "
     "with its neighbours (writes contention.csv/json).",
 )
+@format_option
 def bench(
     quick: bool,
     solver_list: str | None,
@@ -159,16 +161,18 @@ def bench(
     out_dir: str | None,
     png: bool,
     contention: bool,
+    fmt: str,
 ) -> None:
-    """Compare the registered solvers on a fixed, seeded suite of clusters and jobs."""
+    """Compare the registered solvers on a fixed, seeded suite of clusters and jobs (with
+    --format json, progress goes to stderr and the report is one JSON object)."""
     if contention:
-        run_contention_bench(quick, solver_list, out_dir)
+        run_contention_bench(quick, solver_list, out_dir, fmt)
         return
     if png and out_dir is None:
         raise click.UsageError("--png writes into the --out directory; give --out DIR")
     # Wide enough for one column per solver even when the output goes to a file.
     width = max(shutil.get_terminal_size((200, 50)).columns, 200)
-    console = Console(highlight=False, width=width)
+    console = Console(highlight=False, width=width, stderr=fmt == "json")
     names = [s.strip() for s in solver_list.split(",") if s.strip()] if solver_list else None
     report = run_suite(
         quick_suite() if quick else suite(),
@@ -176,9 +180,14 @@ def bench(
         seed=seed,
         progress=lambda line: console.print(f"[dim]{line}[/dim]"),
     )
-    print_report(report, console)
+    paths: list[Path] = []
     if out_dir is not None:
         paths = report.write(Path(out_dir))
         if png:
             paths.append(write_png(report, Path(out_dir) / "compare.png"))
+    if fmt == "json":
+        emit({**report.to_json(), "files": [str(p) for p in paths]})
+        return
+    print_report(report, console)
+    if paths:
         console.print("wrote " + ", ".join(str(p) for p in paths))

@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from gpuplace.cli.common import emit
 from gpuplace.sim.contention import (
     CONTENTION_SOLVERS,
     ContentionSuite,
@@ -77,9 +78,11 @@ def print_contention(suite: ContentionSuite, console: Console) -> None:
     console.print(summary)
 
 
-def run_contention_bench(quick: bool, solver_list: str | None, out_dir: str | None) -> None:
+def run_contention_bench(
+    quick: bool, solver_list: str | None, out_dir: str | None, fmt: str = "table"
+) -> None:
     width = max(shutil.get_terminal_size((200, 50)).columns, 160)
-    console = Console(highlight=False, width=width)
+    console = Console(highlight=False, width=width, stderr=fmt == "json")
     names = (
         [s.strip() for s in solver_list.split(",") if s.strip()]
         if solver_list
@@ -90,7 +93,10 @@ def run_contention_bench(quick: bool, solver_list: str | None, out_dir: str | No
         names,
         progress=lambda line: console.print(f"[dim]{line}[/dim]"),
     )
+    paths = suite.write(Path(out_dir)) if out_dir is not None else []
+    if fmt == "json":
+        emit({**suite.to_json(), "files": [str(p) for p in paths]})
+        return
     print_contention(suite, console)
-    if out_dir is not None:
-        paths = suite.write(Path(out_dir))
+    if paths:
         console.print("wrote " + ", ".join(str(p) for p in paths))

@@ -2,20 +2,23 @@
 
 ``gpuplace calibrate --cluster h100-superpod --nodes 8 --nccl-tests run.txt ... -o cal.yaml``
 reads nccl-tests outputs (and Pollux-format placement tables with ``--placements TABLE.csv
---job JOB.yaml``), fits the topology with :func:`gpuplace.calibrate`, prints each sample's
-error before and after, and writes the calibrated topology.
+--job JOB.yaml``), fits the topology with :func:`gpuplace.calibrate`, prints every fitted value
+next to the old one and each sample's error before and after (``--format json``: the same as
+one object), and writes the calibrated topology.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
-from gpuplace.calibrate import calibrate, sample_errors
-from gpuplace.cli.common import load_cluster
+from gpuplace.calibrate import calibrate, fitted_parameters, sample_errors
+from gpuplace.cli.common import emit, format_option, load_cluster, with_cluster
 from gpuplace.errors import InvalidJob
 from gpuplace.io import read_nccl_tests, read_placement_table
 from gpuplace.model.job import Job
@@ -24,9 +27,7 @@ _out = Console(highlight=False, soft_wrap=True)
 
 
 @click.command("calibrate")
-@click.option("--cluster", "-c", required=True, help="A preset name or a topology file.")
-@click.option("--nodes", type=int, default=None, help="Preset size in hosts.")
-@click.option("--racks", type=int, default=None, help="Preset size in racks (gb200-nvl72).")
+@with_cluster
 @click.option(
     "--nccl-tests",
     "nccl_files",
@@ -65,6 +66,7 @@ _out = Console(highlight=False, soft_wrap=True)
 @click.option(
     "--output", "-o", required=True, type=click.Path(dir_okay=False), help="Topology to write."
 )
+@format_option
 def calibrate_cmd(
     cluster: str,
     nodes: int | None,
@@ -75,9 +77,11 @@ def calibrate_cmd(
     job_path: str | None,
     gpus_per_host: int,
     output: str,
+    fmt: str,
 ) -> None:
-    """Fit the cluster's per-level bandwidth and latency (and NVLS bandwidth, and host-count
-    factors where the data demand them) to measurements; print each sample's error."""
+    """Fit the cluster's per-level bandwidth and latency (and NVLS bandwidth, algorithm
+    efficiencies, and host-count factors where the data demand them) to measurements; print
+    every fitted value next to the old one, and each sample's error before and after."""
 
     topology = load_cluster(cluster, nodes, racks)
     samples = []
@@ -86,9 +90,8 @@ def calibrate_cmd(
         run = read_nccl_tests(path)
         for job, gpus, seconds in run.samples(topology, min_bytes=min_bytes):
             samples.append((job, gpus, seconds))
-            names.append(
-                f"{Path(path).name} {job.communication['dp' if 'dp' in job.communication else 'pp'].bytes:.3g} B"
-            )
+            dims = job.communication["dp" if "dp" in job.communication else "pp"]
+            names.append(f"{Path(path).name} {dims.kind} {dims.bytes:.4g} B on {len(gpus)} GPUs")
     if tables:
         if job_path is None:
             raise InvalidJob("--placements needs --job (the job whose gradients were synced)")
@@ -102,9 +105,72 @@ def calibrate_cmd(
     before = sample_errors(topology, samples)
     fitted = calibrate(topology, samples)
     after = sample_errors(fitted, samples)
-    table = Table("sample", "measured ms", "error before", "error after", title="calibration")
-    for name, (_, _, seconds), b, a in zip(names, samples, before, after, strict=True):
-        table.add_row(name, f"{seconds * 1e3:.3f}", f"{100 * b:+.1f} %", f"{100 * a:+.1f} %")
-    _out.print(table)
     fitted.save(output)
-    _out.print(f"wrote {output}")
+    parameters = fitted_parameters(topology, fitted)
+    rows: list[dict[str, Any]] = [
+        {
+            "sample": name,
+            "gpus": len(gpus),
+            "measured_seconds": seconds,
+            "error_before": b,
+            "error_after": a,
+        }
+        for name, (_, gpus, seconds), b, a in zip(names, samples, before, after, strict=True)
+    ]
+    rms = {
+        "before": _rms(before),
+        "after": _rms(after),
+    }
+    if fmt == "json":
+        emit({"output": output, "parameters": parameters, "samples": rows, "rms_log_error": rms})
+        return
+    table = Table(
+        "parameter", "before", "after", "change", title="fitted values", title_justify="left"
+    )
+    for p in parameters:
+        table.add_row(
+            p["parameter"],
+            _value(p["before"]),
+            _value(p["after"]),
+            _change(p["before"], p["after"]) if p["changed"] else "unchanged",
+        )
+    _out.print(table)
+    # Sample names are file name, collective, size and GPUs: folded, never cut short.
+    table = Table(
+        Column("sample", overflow="fold"),
+        "measured ms",
+        "error before",
+        "error after",
+        title="residuals per sample",
+        title_justify="left",
+    )
+    for r in rows:
+        table.add_row(
+            r["sample"],
+            f"{r['measured_seconds'] * 1e3:.3f}",
+            f"{100 * r['error_before']:+.1f} %",
+            f"{100 * r['error_after']:+.1f} %",
+        )
+    # Wide enough for the longest sample name on one line (rich caps a print at the console's
+    # width, 80 columns when the output is not a terminal).
+    longest = max(len(r["sample"]) for r in rows)
+    Console(highlight=False, soft_wrap=True, width=max(_out.width, longest + 50)).print(table)
+    _out.print(
+        f"rms log error {rms['before']:.3f} before, {rms['after']:.3f} after, over "
+        f"{len(rows)} samples; wrote {output}"
+    )
+
+
+def _rms(errors: list[float]) -> float:
+    """Root mean square of the log errors (log(predicted / measured))."""
+    return math.sqrt(sum(math.log1p(e) ** 2 for e in errors) / len(errors)) if errors else 0.0
+
+
+def _value(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def _change(a: float | None, b: float | None) -> str:
+    if a is None or b is None or a == 0:
+        return "set" if a is None else "removed"
+    return f"{100 * (b / a - 1):+.1f} %"

@@ -1,7 +1,8 @@
 """``gpuplace fail | degrade | recover | drain | repair | status``: hardware health and repair
 on a state file.
 
-Every command reads the state file, changes it all or nothing and writes it back atomically.
+Every command but ``status`` (which only reads it) reads the state file, changes it all or
+nothing and writes it back atomically.
 The state file remembers its cluster (a preset and its parameters, or a topology file path
 relative to the state file), so ``--cluster`` is needed only for a state file that does not
 exist yet or does not name its cluster; when given, it must match the file's topology.
@@ -9,7 +10,6 @@ exist yet or does not name its cluster; when given, it must match the file's top
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,10 +18,18 @@ import click
 from rich.table import Table
 
 from gpuplace._util.documents import exclusive_lock
-from gpuplace.cli.common import open_state, out, state_options
+from gpuplace.cli.common import (
+    emit,
+    format_option,
+    open_state,
+    out,
+    read_state_options,
+    spares_option,
+    state_options,
+)
 from gpuplace.cli.reports import fabric_doc, pool_status, print_fabric, print_pools, print_power
 from gpuplace.cluster.state import ClusterState
-from gpuplace.enums import Health
+from gpuplace.enums import Condition, Health, SparePolicy
 from gpuplace.errors import InvalidState
 from gpuplace.placement.repair import repair
 
@@ -87,9 +95,7 @@ def _event_command(name: str, verb: str, method: str, doc: str) -> click.Command
     @click.command(name, help=doc)
     @state_options
     @_hardware_options
-    @click.option(
-        "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-    )
+    @format_option
     def command(
         state_path: str,
         cluster: str | None,
@@ -108,9 +114,7 @@ def _event_command(name: str, verb: str, method: str, doc: str) -> click.Command
             affected = getattr(state, method)(**targets, reason=reason)
             state.save(state_path)
         if fmt == "json":
-            click.echo(
-                json.dumps({"affected": {k: [int(r) for r in v] for k, v in affected.items()}})
-            )
+            emit(_event_document(name, targets, affected, state, state_path))
         else:
             _report_affected(verb, targets, affected, state, state_path)
 
@@ -140,9 +144,7 @@ recover = _event_command(
 )
 @click.option("--width", default=None, help="Link width trained/nominal, e.g. 2/4.")
 @click.option("--speed", default=None, help="Link speed trained/nominal, e.g. 200/400.")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@format_option
 def degrade(
     state_path: str,
     cluster: str | None,
@@ -173,9 +175,26 @@ def degrade(
         )
         state.save(state_path)
     if fmt == "json":
-        click.echo(json.dumps({"affected": {k: [int(r) for r in v] for k, v in affected.items()}}))
+        emit(_event_document("degrade", targets, affected, state, state_path))
     else:
         _report_affected("degraded", targets, affected, state, state_path)
+
+
+def _event_document(
+    event: str,
+    targets: dict[str, list[str]],
+    affected: dict[str, Any],
+    state: ClusterState,
+    path: str,
+) -> dict[str, Any]:
+    return {
+        "event": event,
+        "targets": targets,
+        "affected": {k: [int(r) for r in v] for k, v in affected.items()},
+        "free_gpus": state.free_gpus,
+        "total_gpus": state.topology.num_gpus,
+        "state": path,
+    }
 
 
 def _pair(text: str | None, what: str) -> tuple[float, float] | None:
@@ -201,17 +220,9 @@ def _pair(text: str | None, what: str) -> tuple[float, float] | None:
     help="Surviving ranks that may move too when that lowers the cost (a tp group counts as "
     "its size); with nothing failed, this evacuates groups from degraded hardware.",
 )
-@click.option(
-    "--spares",
-    type=click.Choice(["allow", "forbid", "only"]),
-    default="allow",
-    show_default=True,
-    help="Whether reserved spare GPUs may be used.",
-)
+@spares_option("Whether reserved spare GPUs may be used.")
 @click.option("--time-limit", type=float, default=None, help="Seconds for the improvement steps.")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@format_option
 def repair_cmd(
     state_path: str,
     cluster: str | None,
@@ -219,19 +230,18 @@ def repair_cmd(
     racks: int | None,
     job_name: str,
     max_moves: int,
-    spares: str,
+    spares: SparePolicy,
     time_limit: float | None,
     fmt: str,
 ) -> None:
     """Repair a job: keep surviving ranks, give lost ranks free healthy GPUs; with
     --max-moves, also move whole groups off degraded hardware when that lowers the cost."""
-    policy = {"allow": True, "forbid": False, "only": "only"}[spares]
     with exclusive_lock(state_path):
         state = open_state(state_path, cluster, nodes, racks)
-        result = repair(state, job_name, max_moves=max_moves, spares=policy, time_limit=time_limit)
+        result = repair(state, job_name, max_moves=max_moves, spares=spares, time_limit=time_limit)
         state.save(state_path)
     if fmt == "json":
-        click.echo(json.dumps(result.to_dict()))
+        emit({**result.to_dict(), "state": state_path})
         return
     topo = state.topology
     table = Table(title=f"repair of {job_name}", title_justify="left")
@@ -253,22 +263,21 @@ def repair_cmd(
 
 
 @click.command("status")
-@state_options
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@read_state_options
+@format_option
 def status(
     state_path: str, cluster: str | None, nodes: int | None, racks: int | None, fmt: str
 ) -> None:
-    """Jobs, free capacity per level and unhealthy hardware."""
+    """Jobs running and queued, free capacity per level, unhealthy hardware, the fabric's
+    uplinks level by level, power and pools (reads the state; changes nothing)."""
     if not Path(state_path).exists():
         raise InvalidState(f"{state_path}: no such state file")
     state = open_state(state_path, cluster, nodes, racks)
     topo = state.topology
     health = state.health()
-    jobs = []
+    jobs: list[dict[str, Any]] = []
     for name, gpus in state.jobs.items():
-        bad = int((health[gpus] != 0).sum())
+        bad = int((health[gpus] != int(Health.Ok)).sum())
         jobs.append(
             {
                 "name": name,
@@ -277,7 +286,7 @@ def status(
                 "ranks_on_unusable_gpus": bad,
             }
         )
-    levels = []
+    levels: list[dict[str, Any]] = []
     for i, level in enumerate(topo.levels):
         free = state.free_counts(i)
         sizes = topo.domain_sizes(i)
@@ -300,6 +309,9 @@ def status(
         "degraded_gpus": int(state.degraded_mask().sum()),
         "jobs": jobs,
         "levels": levels,
+        "queue": [
+            {"job": name, "gpus": q.job.gpus, "reason": q.reason} for name, q in state.queue.items()
+        ],
         "unhealthy": state.unhealthy(),
         **fabric_doc(state),
         "power": state.power_headroom(),
@@ -315,7 +327,7 @@ def status(
                 {k: v for k, v in spec.policy.to_dict().items() if k in ("pool", "priority_class")}
             )
     if fmt == "json":
-        click.echo(json.dumps(doc))
+        emit(doc)
         return
     _out.print(
         f"{topo.name}: {doc['free']} of {doc['gpus']} GPUs free, {doc['spares']} spares, "
@@ -328,6 +340,11 @@ def status(
     for j in jobs:
         table.add_row(j["name"], str(j["gpus"]), str(j["hosts"]), str(j["ranks_on_unusable_gpus"]))
     _out.print(table)
+    if doc["queue"]:
+        table = Table("job", "GPUs", "reason", title="queued", title_justify="left")
+        for q in doc["queue"]:
+            table.add_row(q["job"], str(q["gpus"]), q["reason"] or "-")
+        _out.print(table)
     table = Table(
         "level",
         "domains",
@@ -356,7 +373,7 @@ def status(
         title_justify="left",
     )
     for h in doc["unhealthy"]:
-        factor = f"{h['factor']:.3g}" if h["condition"] == "degraded" else "-"
+        factor = f"{h['factor']:.3g}" if h["condition"] == Condition.Degraded.label else "-"
         table.add_row(h["kind"], h["name"], h["condition"], factor, h["reason"])
     _out.print(table)
     print_fabric(state, _out)

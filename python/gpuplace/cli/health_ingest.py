@@ -5,7 +5,6 @@ logs and applies new evidence as it arrives."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -17,7 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuplace._util.documents import exclusive_lock
-from gpuplace.cli.common import open_state, state_options
+from gpuplace.cli.common import emit, format_option, open_state, spares_option, state_options
+from gpuplace.cluster.state import ClusterState
+from gpuplace.enums import Condition, SparePolicy
 from gpuplace.errors import InvalidState
 from gpuplace.health.judge import (
     IngestReport,
@@ -39,7 +40,6 @@ from gpuplace.health.readers import (
 __all__ = ["health"]
 
 _out = Console(highlight=False, soft_wrap=True)
-_SPARES = {"allow": True, "forbid": False, "only": "only"}
 
 
 @click.group("health")
@@ -62,13 +62,7 @@ def health() -> None:
 @click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
 @click.option("--repair", "do_repair", is_flag=True, help="Repair the jobs hit (one transaction).")
 @click.option("--max-moves", type=int, default=0, show_default=True, help="For --repair.")
-@click.option(
-    "--spares",
-    type=click.Choice(["allow", "forbid", "only"]),
-    default="allow",
-    show_default=True,
-    help="For --repair: whether reserved spare GPUs may be used.",
-)
+@spares_option("For --repair: whether reserved spare GPUs may be used.")
 @click.option(
     "--follow",
     is_flag=True,
@@ -83,9 +77,7 @@ def health() -> None:
     default=None,
     help="--follow: stop after this many seconds (default: until interrupted).",
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@format_option
 def ingest_cmd(
     state_path: str,
     cluster: str | None,
@@ -99,7 +91,7 @@ def ingest_cmd(
     dry_run: bool,
     do_repair: bool,
     max_moves: int,
-    spares: str,
+    spares: SparePolicy,
     follow: bool,
     poll: float,
     follow_seconds: float | None,
@@ -123,10 +115,10 @@ def ingest_cmd(
         "dry_run": dry_run,
         "repair": do_repair,
         "max_moves": max_moves,
-        "spares": _SPARES[spares],
+        "spares": spares,
     }
 
-    def open_it():
+    def open_it() -> ClusterState:
         return open_state(state_path, cluster, nodes, racks)
 
     if follow:
@@ -143,7 +135,7 @@ def ingest_cmd(
 
 def _print(report: IngestReport, state_path: str, fmt: str, state: Any) -> None:
     if fmt == "json":
-        click.echo(json.dumps({**report.to_dict(), "state": state_path}))
+        emit({**report.to_dict(), "state": state_path})
         return
     for r in report.sources:
         bad = (
@@ -164,7 +156,7 @@ def _print(report: IngestReport, state_path: str, fmt: str, state: Any) -> None:
         for col in ("kind", "name", "before", "after", "factor", "reason"):
             table.add_column(col)
         for c in report.changes:
-            factor = f"{c.factor:.3g}" if c.after == "degraded" else "-"
+            factor = f"{c.factor:.3g}" if c.after == Condition.Degraded.label else "-"
             table.add_row(c.kind, c.name, c.before, c.after, factor, c.reason)
         _out.print(table)
     for line in report.unchanged:
@@ -287,11 +279,11 @@ def _follow(
 
 def _print_follow(report: IngestReport, state_path: str, fmt: str) -> None:
     if fmt == "json":
-        click.echo(json.dumps({**report.to_dict(), "state": state_path}))
+        emit({**report.to_dict(), "state": state_path})
         return
     stamp = time.strftime("%H:%M:%S")
     for c in report.changes:
-        factor = f" {c.factor:.3g}" if c.after == "degraded" else ""
+        factor = f" {c.factor:.3g}" if c.after == Condition.Degraded.label else ""
         _out.print(f"{stamp} {c.kind} {c.name}: {c.before} -> {c.after}{factor} ({c.reason})")
     for name, ranks in sorted(report.affected.items()):
         _out.print(f"{stamp} job {name}: {len(ranks)} ranks hit")

@@ -16,8 +16,7 @@ import click
 import yaml
 
 from gpuplace._util.documents import write_atomically
-from gpuplace.cli.common import load_cluster
-from gpuplace.cluster.state import ClusterState
+from gpuplace.cli.common import emit, format_option, state_or_cluster, with_optional_cluster
 from gpuplace.integrations import k8s as objects
 from gpuplace.integrations.extender import Extender, serve
 from gpuplace.model.job import Job
@@ -32,9 +31,7 @@ def k8s() -> None:
 
 
 @k8s.command("export")
-@click.option("--cluster", "-c", required=True, help="A preset name or a topology file.")
-@click.option("--nodes", type=int, default=None, help="Preset size in hosts.")
-@click.option("--racks", type=int, default=None, help="Preset size in racks (gb200-nvl72).")
+@with_optional_cluster
 @click.option(
     "--output",
     "-o",
@@ -64,7 +61,8 @@ def k8s() -> None:
     "--state",
     "state_path",
     type=click.Path(exists=True, dir_okay=False),
-    help="Place the job on this state (not changed).",
+    help="A state file: its cluster (no --cluster needed), and with --job the job is placed "
+    "on it (only read: this command does not change it).",
 )
 @click.option("--solver", "-s", default="greedy", show_default=True)
 @click.option("--workload", type=click.Choice(["job", "jobset"]), default="job", show_default=True)
@@ -72,8 +70,9 @@ def k8s() -> None:
     "--pin", type=click.Choice(["nodeName", "affinity"]), default="nodeName", show_default=True
 )
 @click.option("--container", default="main", show_default=True, help="Container to set env on.")
+@format_option
 def export(
-    cluster: str,
+    cluster: str | None,
     nodes: int | None,
     racks: int | None,
     out_dir: str,
@@ -86,11 +85,13 @@ def export(
     workload: str,
     pin: str,
     container: str,
+    fmt: str,
 ) -> None:
     """Write node labels and Kueue, Volcano and KAI topology objects for a cluster; with
     --job, also one pod template patch per rank of the job's placement."""
 
-    topology = load_cluster(cluster, nodes, racks)
+    state = state_or_cluster(state_path, cluster, nodes, racks, new=False)
+    topology = state.topology
     # Render everything before writing anything, so an error leaves the directory as it was.
     files = {
         "nodes.json": _json(objects.node_list(topology, topograph_run=topograph_run)),
@@ -107,24 +108,28 @@ def export(
             [objects.kai_topology(topology, name=name, topograph_run=topograph_run)]
         ),
     }
+    placement = None
     if job_path is not None:
         job = Job.load(job_path)
-        state = (
-            ClusterState.load(topology, state_path)
-            if state_path is not None
-            else ClusterState(topology)
-        )
         placement = place(state, job, solver)
         patches = objects.pod_patches(placement, workload=workload, container=container, pin=pin)
         files["pod-patches.yaml"] = _yaml(
             [{"job": job.name, "workload": workload, "pods": patches}]
         )
-    elif state_path is not None:
-        raise click.BadParameter("--state needs --job", param_hint="--state")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for filename, text in files.items():
         write_atomically(out / filename, text)
+    if fmt == "json":
+        emit(
+            {
+                "cluster": topology.name,
+                "directory": str(out),
+                "files": list(files),
+                "placement": None if placement is None else placement.to_dict(),
+            }
+        )
+        return
     click.echo(f"wrote {', '.join(files)} to {out}")
 
 
@@ -137,21 +142,20 @@ def _json(document: object) -> str:
 
 
 @k8s.command("extender")
-@click.option("--cluster", "-c", required=True, help="A preset name or a topology file.")
-@click.option("--nodes", type=int, default=None, help="Preset size in hosts.")
-@click.option("--racks", type=int, default=None, help="Preset size in racks (gb200-nvl72).")
+@with_optional_cluster
 @click.option(
     "--state",
     "state_path",
     type=click.Path(exists=True, dir_okay=False),
-    help="Start from this state (not written back).",
+    help="Start from this state, on its cluster (only read: not written back).",
 )
 @click.option("--solver", "-s", default="greedy", show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8888, show_default=True)
 @click.option("--prefix", default="", help="URL prefix (the extender's urlPrefix path).")
+@format_option
 def extender_cmd(
-    cluster: str,
+    cluster: str | None,
     nodes: int | None,
     racks: int | None,
     state_path: str | None,
@@ -159,19 +163,20 @@ def extender_cmd(
     host: str,
     port: int,
     prefix: str,
+    fmt: str,
 ) -> None:
     """Serve kube-scheduler extender filter/prioritize verbs that send each pod of a gang
-    (annotation gpuplace/job) to the node gpuplace planned for its completion index."""
+    (annotation gpuplace/job) to the node gpuplace planned for its completion index (with
+    --format json, the address it listens on is one JSON line)."""
 
-    topology = load_cluster(cluster, nodes, racks)
-    state = (
-        ClusterState.load(topology, state_path)
-        if state_path is not None
-        else ClusterState(topology)
-    )
+    state = state_or_cluster(state_path, cluster, nodes, racks, new=False)
     server = serve(Extender(state, solver=solver), host=host, port=port, prefix=prefix)
-    address, bound = server.server_address[:2]
-    click.echo(f"gpuplace extender on http://{address}:{bound}{prefix}/filter and /prioritize")
+    address, bound = server.socket.getsockname()[:2]
+    url = f"http://{address}:{bound}{prefix}"
+    if fmt == "json":
+        emit({"listening": url, "verbs": [f"{url}/filter", f"{url}/prioritize"]})
+    else:
+        click.echo(f"gpuplace extender on {url}/filter and /prioritize")
     try:
         server.serve_forever()
     except KeyboardInterrupt:

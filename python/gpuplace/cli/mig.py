@@ -3,14 +3,20 @@ packing of inference requests onto their slices (``gpuplace.cluster.mig``)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 from rich.table import Table
 
 from gpuplace._util.documents import Checker, exclusive_lock, read_document
-from gpuplace.cli.common import open_state, out, state_options
+from gpuplace.cli.common import (
+    emit,
+    format_option,
+    open_state,
+    out,
+    read_state_options,
+    state_options,
+)
 from gpuplace.cluster import mig
 from gpuplace.cluster.state import ClusterState
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
@@ -57,6 +63,7 @@ def _mig_of(state: ClusterState, path: str) -> mig.MigCluster:
     help="`nvidia-smi mig -lgi` output of the one --node given: its existing instances are "
     "recorded (free) on that host's GPUs.",
 )
+@format_option
 def enable_cmd(
     state_path: str,
     cluster: str | None,
@@ -67,6 +74,7 @@ def enable_cmd(
     listing: str | None,
     geometry: str,
     instances_path: str | None,
+    fmt: str,
 ) -> None:
     """Put free GPUs in MIG mode (they leave whole-GPU placement)."""
     with exclusive_lock(state_path):
@@ -94,10 +102,25 @@ def enable_cmd(
                 existing[int(local[index])] = rows
         cluster_mig = mig.enable(state, ids, model=rules, geometry=layout, existing=existing)
         state.save(state_path)
+    if fmt == "json":
+        emit(
+            {
+                "state": state_path,
+                "model": cluster_mig.model.model,
+                "mig_gpus": len(cluster_mig.gpus),
+                "enabled": [_gpu_name(state, g) for g in sorted(set(ids))],
+                "free_gpus": state.free_gpus,
+            }
+        )
+        return
     _out.print(
         f"{len(cluster_mig.gpus)} {cluster_mig.model.model} GPUs in MIG mode in {state_path}; "
         f"{state.free_gpus} GPUs left for whole-GPU placement"
     )
+
+
+def _gpu_name(state: ClusterState, gpu: int) -> str:
+    return f"{state.topology.host_of(gpu)}:{state.topology.local_index(gpu)}"
 
 
 def read_requests(path: str) -> tuple[list[mig.Request], dict[str, float] | None]:
@@ -147,9 +170,7 @@ def read_requests(path: str) -> tuple[list[mig.Request], dict[str, float] | None
     show_default=True,
     help="fgd (fragmentation gradient descent), best-fit or first-fit.",
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@format_option
 def place_cmd(
     state_path: str,
     cluster: str | None,
@@ -168,7 +189,7 @@ def place_cmd(
         packing = _mig_of(state, state_path)
         if dist is not None:
             packing.set_distribution(dist)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for r in requests:
             counts = (packing.reused, packing.destroyed)
             try:
@@ -188,7 +209,7 @@ def place_cmd(
                     "placed": True,
                     "how": how,
                     "profile": inst.profile,
-                    "gpu": f"{state.topology.host_of(gpu)}:{state.topology.local_index(gpu)}",
+                    "gpu": _gpu_name(state, gpu),
                     "slices": f"{inst.start}-{inst.start + packing.model.profile(inst.profile).size - 1}",
                 }
             )
@@ -197,7 +218,7 @@ def place_cmd(
     unallocated = packing.free_share()
     placed = sum(row["placed"] for row in rows)
     if fmt == "json":
-        click.echo(json.dumps({"placements": rows, "unallocated_gpus": unallocated}))
+        emit({"placements": rows, "unallocated_gpus": unallocated, "state": state_path})
         return
     table = Table(
         "request", "profile", "GPU", "memory slices", "instance", title=f"MIG placement ({policy})"
@@ -218,6 +239,7 @@ def place_cmd(
 @state_options
 @click.option("--destroy", is_flag=True, help="Destroy the instances instead of keeping them free.")
 @click.argument("names", nargs=-1, required=True)
+@format_option
 def release_cmd(
     state_path: str,
     cluster: str | None,
@@ -225,6 +247,7 @@ def release_cmd(
     racks: int | None,
     destroy: bool,
     names: tuple[str, ...],
+    fmt: str,
 ) -> None:
     """Release placed requests (their instances stay, free, unless --destroy)."""
     with exclusive_lock(state_path):
@@ -236,16 +259,43 @@ def release_cmd(
         for n in names:
             packing.release(n, destroy=destroy)
         state.save(state_path)
+    if fmt == "json":
+        emit({"state": state_path, "released": list(names), "destroyed": destroy})
+        return
     _out.print(f"released {len(names)} requests; saved {state_path}")
 
 
 @mig_group.command("status")
-@state_options
-def status_cmd(state_path: str, cluster: str | None, nodes: int | None, racks: int | None) -> None:
-    """MIG geometry per GPU: its instances, slices and free compute."""
+@read_state_options
+@format_option
+def status_cmd(
+    state_path: str, cluster: str | None, nodes: int | None, racks: int | None, fmt: str
+) -> None:
+    """MIG geometry per GPU: its instances, slices and free compute (reads the state; changes
+    nothing)."""
     state = open_state(state_path, cluster, nodes, racks)
     packing = _mig_of(state, state_path)
     model = packing.model
+    if fmt == "json":
+        emit(
+            {
+                "model": model.model,
+                "gpus": [
+                    {
+                        "gpu": _gpu_name(state, g),
+                        "instances": [
+                            {"profile": i.profile, "start": i.start, "owner": i.owner}
+                            for i in gpu.instances
+                        ],
+                        "free_compute_slices": model.compute_slices - gpu.busy[1],
+                        "compute_slices": model.compute_slices,
+                    }
+                    for g, gpu in packing.gpus.items()
+                ],
+                "unallocated_gpus": packing.free_share(),
+            }
+        )
+        return
     table = Table("GPU", "memory slices", "instances", "free compute", title=model.model)
     for g, gpu in packing.gpus.items():
         slots = ["."] * model.memory_slices
@@ -253,7 +303,7 @@ def status_cmd(state_path: str, cluster: str | None, nodes: int | None, racks: i
             for s in range(inst.start, inst.start + model.profile(inst.profile).size):
                 slots[s] = chr(ord("a") + k % 26)
         table.add_row(
-            f"{state.topology.host_of(g)}:{state.topology.local_index(g)}",
+            _gpu_name(state, g),
             "".join(slots),
             ", ".join(f"{i.owner or '(free)'}={i.profile}@{i.start}" for i in gpu.instances) or "-",
             f"{model.compute_slices - gpu.busy[1]}/{model.compute_slices}",

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from collections.abc import Callable
-from pathlib import Path
 
 import click
 
 from gpuplace._util.documents import exclusive_lock, write_atomically
-from gpuplace.cli.common import load_cluster, out, print_placement, with_cluster
+from gpuplace.cli.common import (
+    emit,
+    format_option,
+    out,
+    print_placement,
+    state_or_cluster,
+    with_optional_cluster,
+)
 from gpuplace.cli.reports import print_fabric
-from gpuplace.cluster.state import ClusterState
 from gpuplace.io import writers
 from gpuplace.model.job import Job
 from gpuplace.placement.compare import compare_to_baseline
@@ -26,14 +30,22 @@ __all__ = ["EMITTERS", "place_cmd"]
 
 
 @click.command("place")
-@with_cluster
+@with_optional_cluster
 @click.option(
     "--job",
     "-j",
     "job_path",
-    required=True,
+    default=None,
     type=click.Path(dir_okay=False),
     help="Job file (YAML/JSON).",
+)
+@click.option(
+    "--queued",
+    "queued",
+    default=None,
+    metavar="NAME",
+    help="Instead of --job: the job of that name waiting in the --state file's queue "
+    "(`gpuplace requeue`); it leaves the queue when placed.",
 )
 @click.option("--solver", "-s", default="greedy", show_default=True, help="See `gpuplace solvers`.")
 @click.option(
@@ -41,7 +53,8 @@ __all__ = ["EMITTERS", "place_cmd"]
     "state_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="State file: read if present, and the placement is allocated in it (written atomically).",
+    help="State file: read if present (it names its cluster, so --cluster is not needed), and "
+    "the placement is allocated in it (changed all or nothing, written atomically).",
 )
 @click.option(
     "--name",
@@ -65,14 +78,13 @@ __all__ = ["EMITTERS", "place_cmd"]
     help="When nothing fits, preempt lower-priority preemptible jobs (with --state, applied "
     "together with the allocation, all or nothing).",
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@format_option
 def place_cmd(
-    cluster: str,
+    cluster: str | None,
     nodes: int | None,
     racks: int | None,
-    job_path: str,
+    job_path: str | None,
+    queued: str | None,
     solver: str,
     state_path: str | None,
     name: str | None,
@@ -82,37 +94,54 @@ def place_cmd(
     preempt: bool,
     fmt: str,
 ) -> None:
-    """Place a job on a cluster."""
+    """Place a job on a cluster; with --state, allocate it there (the state file remembers its
+    cluster, so `--state` alone names it)."""
     targets = [_emit_target(e) for e in emits]
-    topology = load_cluster(cluster, nodes, racks)
-    job = Job.load(job_path)
-    if name is not None:
-        job = dataclasses.replace(job, name=name)
+    if (job_path is None) == (queued is None):
+        raise click.UsageError("give --job FILE or --queued NAME (one of them)")
+    if queued is not None and state_path is None:
+        raise click.UsageError("--queued takes a job from the queue of a --state file")
+    job = Job.load(job_path) if job_path is not None else None
     lock = exclusive_lock(state_path) if state_path is not None else contextlib.nullcontext()
     with lock:
-        if state_path is not None and Path(state_path).exists():
-            state = ClusterState.load(topology, state_path)
-        else:
-            state = ClusterState(topology)
+        state = state_or_cluster(state_path, cluster, nodes, racks)
+        if job is None:
+            job = state.dequeue(str(queued))
+        if name is not None:
+            job = dataclasses.replace(job, name=name)
         placement = place(state, job, solver, seed=seed, time_limit=time_limit, preempt=preempt)
         comparison = compare_to_baseline(state, placement)
         # Render every output before changing anything, so an output that cannot be written
         # for this placement (torchrun with interleaved hosts) leaves the state file as it was.
         rendered = [(path, EMITTERS[kind](placement)) for kind, path in targets]
+        preempted: list[str] = []
         if state_path is not None:
-            apply_preemption(state, placement)
+            preempted = apply_preemption(state, placement)
             state.save(state_path)
     for path, text in rendered:
         write_atomically(path, text if text.endswith("\n") else text + "\n")
+    topology = state.topology
     if fmt == "json":
-        click.echo(json.dumps({**placement.to_dict(), "comparison": comparison}))
-    else:
-        print_placement(placement, comparison)
-        if state_path is not None:
-            out.print(
-                f"allocated in {state_path}: {state.free_gpus} of {topology.num_gpus} GPUs free"
-            )
-            print_fabric(state, out)
+        emit(
+            {
+                **placement.to_dict(),
+                "cluster": topology.name,
+                "comparison": comparison,
+                "state": state_path,
+                "allocated": state_path is not None,
+                "preempted": preempted,
+                "free_gpus": state.free_gpus if state_path is not None else None,
+                "total_gpus": topology.num_gpus,
+            }
+        )
+        return
+    print_placement(placement, comparison)
+    if state_path is not None:
+        gone = f"; preempted {', '.join(preempted)}" if preempted else ""
+        out.print(
+            f"allocated in {state_path}: {state.free_gpus} of {topology.num_gpus} GPUs free{gone}"
+        )
+        print_fabric(state, out)
 
 
 #: ``--emit`` formats and the writer of each.

@@ -1,6 +1,6 @@
 """What the CLI prints about what jobs share: the fabric (a placement's slowdown from
-contention and the uplinks responsible, the running jobs hurt most, the hottest uplinks), the
-power domains and the pools."""
+contention and the uplinks responsible, the running jobs hurt most, the uplinks level by
+level), the power domains and the pools."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ __all__ = [
     "placement_rows",
     "pool_status",
     "print_fabric",
+    "print_jobs_hurt",
     "print_pools",
     "print_power",
+    "print_uplink_levels",
 ]
 
 
@@ -61,16 +63,28 @@ def contention_rows(cost: CostReport) -> list[tuple[str, str]]:
 
 
 def fabric_doc(state: ClusterState, count: int = 5) -> dict[str, Any]:
-    """The running jobs hurt most and the hottest uplinks, for ``status --format json``."""
-    return {"jobs_hurt": state.jobs_hurt(count), "hottest_uplinks": state.hottest_uplinks(count)}
+    """The running jobs hurt most, the hottest uplinks overall and per uplink level, for
+    ``status`` and ``fabric`` with ``--format json``."""
+    return {
+        "jobs_hurt": state.jobs_hurt(count),
+        "hottest_uplinks": state.hottest_uplinks(count),
+        "uplink_levels": state.uplinks_by_level(count),
+    }
 
 
-def print_fabric(state: ClusterState, console: Console, count: int = 5) -> None:
-    """Tables of the running jobs' slowdown from contention and of the hottest uplinks;
-    nothing while no running job loads the fabric."""
-    hot = state.hottest_uplinks(count)
-    if not hot:
+def print_fabric(state: ClusterState, console: Console, count: int = 3) -> None:
+    """Tables of the running jobs' slowdown from contention and of the uplinks level by level
+    (each level's load and its ``count`` hottest uplinks, so saturated host NICs do not hide a
+    hot leaf or spine); nothing while no running job loads the fabric."""
+    levels = state.uplinks_by_level(count)
+    if not levels:
         return
+    print_jobs_hurt(state.jobs_hurt(5), console)
+    print_uplink_levels(levels, console)
+
+
+def print_jobs_hurt(rows: list[dict[str, Any]], console: Console) -> None:
+    """The running jobs by slowdown from contention (``ClusterState.jobs_hurt`` rows)."""
     table = Table(
         "job",
         "comm ms alone",
@@ -79,7 +93,7 @@ def print_fabric(state: ClusterState, console: Console, count: int = 5) -> None:
         title="running jobs by slowdown from contention",
         title_justify="left",
     )
-    for row in state.jobs_hurt(count):
+    for row in rows:
         table.add_row(
             row["job"],
             f"{row['alone_seconds'] * 1e3:.3f}",
@@ -87,23 +101,37 @@ def print_fabric(state: ClusterState, console: Console, count: int = 5) -> None:
             f"x{row['slowdown']:.3f}",
         )
     console.print(table)
+
+
+def print_uplink_levels(levels: list[dict[str, Any]], console: Console) -> None:
+    """One block per uplink level (``node -> leaf``: the host NICs; ``leaf -> spine``: the leaf
+    uplinks): how many of its uplink directions carry load and how many are over capacity,
+    then its hottest uplinks with their load over capacity."""
     table = Table(
-        "uplink",
-        "direction",
-        "load GB/s",
-        "capacity GB/s",
-        "utilisation",
-        title="hottest uplinks",
+        "uplinks",
+        "loaded",
+        "over",
+        "hottest",
+        "load / capacity GB/s",
+        "util.",
+        title="uplinks by level, the hottest of each",
         title_justify="left",
     )
-    for u in hot:
-        table.add_row(
-            u["uplink"],
-            u["direction"],
-            f"{u['load_gbps']:.0f}",
-            f"{u['capacity_gbps']:.0f}",
-            f"{u['utilisation']:.2f}",
+    for lv in levels:
+        head = (
+            f"{lv['level']}->{lv['uplinks_to']}",
+            f"{lv['loaded']}/{lv['directions']}",
+            str(lv["over_capacity"]),
         )
+        if not lv["hottest"]:
+            table.add_row(*head, "-", "-", "-")
+        for i, u in enumerate(lv["hottest"]):
+            table.add_row(
+                *(head if i == 0 else ("", "", "")),
+                f"{u['uplink'].split(':', 1)[-1]} {u['direction']}",
+                f"{u['load_gbps']:.0f} / {u['capacity_gbps']:.0f}",
+                f"{u['utilisation']:.2f}",
+            )
     console.print(table)
 
 
@@ -141,7 +169,7 @@ def pool_status(state: ClusterState) -> list[dict[str, Any]]:
     if not masks:
         return []
     free = state.free_mask()
-    rows = {
+    rows: dict[str, dict[str, Any]] = {
         name: {"pool": name, "gpus": int(m.sum()), "used": 0, "lent": 0, "borrowed": 0}
         for name, m in masks.items()
     }

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from gpuplace._util.documents import write_atomically
-from gpuplace.cli.common import load_cluster
+from gpuplace.cli.common import cluster_params, emit, format_option, load_cluster, param_option
 from gpuplace.errors import InvalidJob, InvalidTopology
 from gpuplace.model.presets import PRESETS
 from gpuplace.model.topology import Topology
@@ -31,16 +31,20 @@ from gpuplace.sim.traces import Workload, llm_mix, trace, with_estimates
 __all__ = ["print_summaries", "simulate_cmd", "write_outputs", "write_pngs"]
 
 
-def _cluster(spec: str, nodes: int | None, racks: int | None) -> Topology:
-    """A preset, a topology file, or one of the real clusters of :mod:`gpuplace.sim.clusters`."""
+def _cluster(
+    spec: str, nodes: int | None, racks: int | None, params: tuple[str, ...] = ()
+) -> Topology:
+    """A preset, a topology file, or one of the real clusters of :mod:`gpuplace.sim.clusters`;
+    ``params``: the ``-p KEY=VALUE`` items."""
 
     if spec in CLUSTERS and not Path(spec).exists():
-        if nodes is not None or racks is not None:
+        if nodes is not None or racks is not None or params:
             raise InvalidTopology(
-                f"--nodes and --racks apply to presets, not to the {spec} cluster"
+                f"--nodes, --racks and -p apply to presets and topology files, not to the "
+                f"{spec} cluster"
             )
         return CLUSTERS[spec]()
-    return load_cluster(spec, nodes, racks)
+    return load_cluster(spec, nodes, racks, params)
 
 
 def _what_if_cluster(spec: str, nodes: int | None, racks: int | None, like_gpus: int) -> Topology:
@@ -49,7 +53,7 @@ def _what_if_cluster(spec: str, nodes: int | None, racks: int | None, like_gpus:
 
     preset = PRESETS.get(spec)
     if preset is None:
-        return _cluster(spec, None, None)
+        return _cluster(spec, None, None, ())
     given = {
         k: v
         for k, v in {"nodes": nodes, "racks": racks}.items()
@@ -265,6 +269,7 @@ def _solvers(policy: str, compare: str | None) -> list[str]:
 )
 @click.option("--nodes", type=int, default=None, help="Preset size in hosts.")
 @click.option("--racks", type=int, default=None, help="Preset size in racks (gb200-nvl72).")
+@param_option
 @click.option(
     "--trace",
     "trace_spec",
@@ -350,9 +355,7 @@ def _solvers(policy: str, compare: str | None) -> list[str]:
     "--vs", "vs_cluster", default=None, help="What-if: the same workload on this cluster too."
 )
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@format_option
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
@@ -414,7 +417,8 @@ def simulate_cmd(
         raise click.BadParameter("expected a number of seeds >= 1", param_hint="--seeds")
     if workers is not None and workers < 1:
         raise click.BadParameter("expected a number of workers >= 1", param_hint="--workers")
-    topologies = [_cluster(cluster, nodes, racks)]
+    params = cluster_params()
+    topologies = [_cluster(cluster, nodes, racks, params)]
     if vs_cluster is not None:
         topologies.append(_what_if_cluster(vs_cluster, nodes, racks, topologies[0].num_gpus))
     failure_model = load_failures(failures)
@@ -423,7 +427,7 @@ def simulate_cmd(
     topology_of: dict[str, Topology] = {}
     for index, topology in enumerate(topologies):
         build_topology = (
-            _builder(cluster, nodes, racks)
+            _builder(cluster, nodes, racks, params)
             if index == 0
             else _builder_vs(vs_cluster, nodes, racks, topologies[0])
         )
@@ -457,7 +461,7 @@ def simulate_cmd(
                 if seeds > 1:
                     label += f" seed={run_seed}"
                 # In a what-if both clusters' jobs are measured against the first cluster.
-                build_reference = _builder(cluster, nodes, racks) if index else None
+                build_reference = _builder(cluster, nodes, racks, params) if index else None
                 tasks.append(Task(label, build_topology, build_workload, config, build_reference))
                 topology_of[label] = topology
     err = Console(stderr=True, highlight=False)
@@ -499,7 +503,7 @@ def simulate_cmd(
         write_outputs(Path(out), results, summaries)
     pngs = write_pngs(Path(out or "."), results, summaries) if png else []
     if fmt == "json":
-        click.echo(json.dumps(summaries))
+        emit(summaries)
         return
     console = Console(highlight=False, soft_wrap=True)
     print_summaries(aggregate(summaries) if seeds > 1 else summaries, console)
@@ -541,8 +545,10 @@ def aggregate(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]
     return out
 
 
-def _builder(spec: str, nodes: int | None, racks: int | None) -> Callable[[], Topology]:
-    return lambda: _cluster(spec, nodes, racks)
+def _builder(
+    spec: str, nodes: int | None, racks: int | None, params: tuple[str, ...]
+) -> Callable[[], Topology]:
+    return lambda: _cluster(spec, nodes, racks, params)
 
 
 def _builder_vs(

@@ -8,7 +8,9 @@ whole-node request from a state file, for the ``job_submit/lua`` example in cont
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -77,7 +79,7 @@ _sources = [
 ]
 
 
-def _with_sources(func):  # type: ignore[no-untyped-def]
+def _with_sources(func: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(_sources):
         func = option(func)
     return func

@@ -9,7 +9,6 @@ EC2); ``topo show`` summarises levels, bandwidths and domains (and draws the tre
 from __future__ import annotations
 
 import itertools
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import numpy as np
 
 import gpuplace.io as gio
 from gpuplace._util.documents import dump_document, write_atomically
+from gpuplace.cli.common import cluster_params, emit, format_option, load_cluster, param_option
 from gpuplace.errors import InvalidTopology
 from gpuplace.io import write_slurm_topology
 from gpuplace.io.select import select_hosts, unusual_hosts
@@ -53,13 +53,13 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, float]:
 
 
 def load_topology(spec: str) -> Topology:
-    """A topology file (YAML/JSON) or a preset name."""
+    """A topology file (YAML/JSON) or a preset name, with the command's ``-p KEY=VALUE``."""
 
-    if not Path(spec).exists() and spec in PRESETS:
-        return Topology.preset(spec)
-    if not Path(spec).exists():
+    if not Path(spec).exists() and spec not in PRESETS:
         raise InvalidTopology(f"{spec}: no such file (and not a preset: {', '.join(PRESETS)})")
-    return Topology.load(spec)
+    if Path(spec).exists() and spec not in PRESETS and not cluster_params():
+        return Topology.load(spec)
+    return load_cluster(spec)
 
 
 @click.group("topo")
@@ -134,6 +134,7 @@ _file = click.Path(exists=True, dir_okay=False)
     default=None,
     help="Topology file to write (.json: JSON, else YAML); default: YAML on stdout.",
 )
+@format_option
 def import_cmd(
     nvidia_smi: str | None,
     rocm_smi: str | None,
@@ -152,6 +153,7 @@ def import_cmd(
     include: tuple[str, ...],
     exclude: tuple[str, ...],
     output: str | None,
+    fmt: str,
 ) -> None:
     """Build a topology from a host description and/or a fabric description.
 
@@ -229,6 +231,15 @@ def import_cmd(
         _warn(warning)
     if output:
         topology.save(output)
+    if fmt == "json":
+        emit(
+            {
+                "output": output,
+                "summary": describe(topology),
+                "topology": None if output else topology.to_dict(),
+            }
+        )
+    elif output:
         click.echo(f"wrote {output}: {_summary(topology)}")
     else:
         sys.stdout.write(dump_document("-.yaml", topology.to_dict()))
@@ -292,9 +303,8 @@ def describe(t: Topology) -> dict[str, Any]:
 
 @topo.command("show")
 @click.argument("file")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@param_option
+@format_option
 @click.option(
     "--png",
     type=click.Path(dir_okay=False),
@@ -309,7 +319,7 @@ def show_cmd(file: str, fmt: str, png: str | None) -> None:
     if png:
         draw_tree(t, png)
     if fmt == "json":
-        click.echo(json.dumps(info, indent=1))
+        emit(info)
     else:
         _print_table(info)
     if png:
@@ -477,7 +487,9 @@ def _short(name: str, limit: int = 15) -> str:
 @click.option(
     "--output", "-o", type=click.Path(dir_okay=False), default=None, help="Default: stdout."
 )
-def export_cmd(file: str, mode: str, level: str | None, output: str | None) -> None:
+@param_option
+@format_option
+def export_cmd(file: str, mode: str, level: str | None, output: str | None, fmt: str) -> None:
     """Write a topology file (or preset) as Slurm topology.conf."""
 
     if level is not None and mode != "block":
@@ -485,6 +497,9 @@ def export_cmd(file: str, mode: str, level: str | None, output: str | None) -> N
     text = write_slurm_topology(load_topology(file), mode, level=level)
     if output:
         write_atomically(output, text)
+    if fmt == "json":
+        emit({"output": output, "mode": mode, "text": None if output else text})
+    elif output:
         click.echo(f"wrote {output}", err=True)
     else:
         sys.stdout.write(text)

@@ -33,6 +33,7 @@ __all__ = [
     "jobs_hurt",
     "uplink_capacity",
     "uplink_name",
+    "uplinks_by_level",
 ]
 
 _DIRECTIONS = ("up", "down")
@@ -144,6 +145,39 @@ def hottest_uplinks(state: ClusterState, count: int = 5) -> list[dict[str, Any]]
         }
         for slot, load, cap in _core.hottest_uplinks(state._core, int(count))
     ]
+
+
+def uplinks_by_level(state: ClusterState, count: int = 5) -> list[dict[str, Any]]:
+    """Per uplink level, bottom-up (host NICs, then leaf uplinks, ...): its uplink
+    directions, how many carry load and how many are over capacity, the highest
+    utilisation, and its ``count`` hottest directions (as :func:`hottest_uplinks` gives
+    them). Ranked level by level, so saturated NICs do not hide a hot leaf or spine.
+    Empty while no running job loads the fabric."""
+    topology = state.topology
+    out = []
+    for level, directions, loaded, over, hottest in _core.uplinks_by_level(state._core, int(count)):
+        rows = [
+            {
+                "uplink": uplink_name(topology, slot // 2),
+                "direction": _DIRECTIONS[slot % 2],
+                "load_gbps": load,
+                "capacity_gbps": cap,
+                "utilisation": load / cap,
+            }
+            for slot, load, cap in hottest
+        ]
+        out.append(
+            {
+                "level": topology.levels[level].name,
+                "uplinks_to": topology.levels[level + 1].name,
+                "directions": directions,
+                "loaded": loaded,
+                "over_capacity": over,
+                "max_utilisation": rows[0]["utilisation"] if rows else 0.0,
+                "hottest": rows,
+            }
+        )
+    return out
 
 
 def jobs_hurt(state: ClusterState, count: int = 5) -> list[dict[str, Any]]:

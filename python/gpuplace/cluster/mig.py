@@ -249,6 +249,7 @@ class MigCluster:
                     if first is None:
                         first = min(members, key=self._order.__getitem__)
                     free_after = c - after[1]
+                    key: tuple[float, ...]
                     if policy == "fgd":
                         key = (
                             tier,
@@ -351,7 +352,7 @@ class MigCluster:
         size in memory slices) as free instances; all or nothing (InvalidState naming the
         instance that breaks the rules)."""
         gpu = self.gpus[gpu_id]
-        state, added = gpu.state, []
+        state, added = gpu.state, list[Instance]()
         for profile, start, size in rows:
             p = self.model.profiles.get(profile)
             if p is None:
@@ -478,12 +479,13 @@ def enable(
             model = current.model
         else:
             names = {gpu_model_of(state, g) for g in ids}
-            if len(names) != 1 or None in names:
+            only = next(iter(names)) if len(names) == 1 else None
+            if only is None:
                 raise InvalidState(
                     f"the GPUs have models {sorted(map(str, names))}; give one model's GPUs, or "
                     "the rules (a listing read with gpuplace.io.read_nvidia_smi_mig)"
                 )
-            model = model_for(names.pop())  # type: ignore[arg-type]
+            model = model_for(only)
     layout = list(geometry)
     if layout:  # refuse a geometry that breaks the rules before changing anything
         MigCluster(model, 1).add_free_instances(0, layout)

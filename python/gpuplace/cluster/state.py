@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,8 @@ import numpy as np
 from gpuplace import _core
 from gpuplace.cluster import fabric, power, pricing, state_file
 from gpuplace.cluster.state_file import STATE_FORMAT
-from gpuplace.errors import InvalidState
+from gpuplace.enums import ComponentKind, Condition, Health
+from gpuplace.errors import InvalidState, InvalidTopology
 from gpuplace.model.policy import ClusterPolicy
 from gpuplace.model.storage import io_demands
 from gpuplace.model.topology import Nics, nics_of
@@ -42,12 +44,11 @@ if TYPE_CHECKING:
     from gpuplace.model.topology import Topology
     from gpuplace.placement.result import Placement
 
-__all__ = ["STATE_FORMAT", "ClusterState", "Nics", "loss_factor", "nics_of"]
+__all__ = ["STATE_FORMAT", "ClusterState", "Nics", "QueuedJob", "loss_factor", "nics_of"]
 
-#: GPU health, component kinds and conditions by label: the core's enums, defined once there.
-_HEALTH = {h.label: h for h in _core.Health.members()}
-_KINDS = {k.label: k for k in _core.ComponentKind.members()}
-_CONDITIONS = {c.label: c for c in _core.Condition.members()}
+#: The hardware keywords of fail/drain/recover/degrade (``node=`` is ``host=``): the labels of
+#: the core's ComponentKind, defined once there.
+_KINDS = {k.label: k for k in ComponentKind.members()} | {"node": ComponentKind.Host}
 #: Bandwidth factor of a component degraded by ECC errors or heat when no figure is given: a
 #: mild penalty, so the hardware is used only when it pays.
 DEFAULT_SOFT_FACTOR = 0.9
@@ -75,6 +76,8 @@ class ClusterState:
         self.mig: Any = None
         #: Shared hosts and the requests on them (``gpuplace.cluster.share``), if any.
         self.shared: Any = None
+        #: Jobs waiting to be placed (requeued ones), by name, in queue order.
+        self.queue: dict[str, QueuedJob] = {}
 
     def copy(self) -> ClusterState:
         out = ClusterState.__new__(ClusterState)
@@ -85,6 +88,7 @@ class ClusterState:
         out.policy = self.policy
         out.mig = None if self.mig is None else copy.deepcopy(self.mig)
         out.shared = None if self.shared is None else self.shared.copy()
+        out.queue = dict(self.queue)
         return out
 
     # ----------------------------------------------------------------- queries
@@ -134,6 +138,11 @@ class ClusterState:
         """The most loaded fabric uplinks (:func:`gpuplace.cluster.fabric.hottest_uplinks`)."""
         return fabric.hottest_uplinks(self, count)
 
+    def uplinks_by_level(self, count: int = 5) -> list[dict[str, Any]]:
+        """The load of each uplink level and its hottest uplinks
+        (:func:`gpuplace.cluster.fabric.uplinks_by_level`)."""
+        return fabric.uplinks_by_level(self, count)
+
     def fabric_loaded(self) -> bool:
         """Whether any running job loads a fabric uplink (so that placements here contend)."""
         return bool(_core.hottest_uplinks(self._core, 1))
@@ -160,6 +169,8 @@ class ClusterState:
         view = copy.copy(self)
         view._core = self._core.copy()
         view.specs = dict(self.specs)
+        view.phase_slots = dict(self.phase_slots)
+        view.queue = dict(self.queue)
         return view
 
     def fenced_view(self, allowed: np.ndarray | None) -> ClusterState:
@@ -220,21 +231,55 @@ class ClusterState:
         self.phase_slots.pop(name, None)
         return gpus
 
-    def _set_health(self, gpus: Iterable[int], status: _core.Health) -> dict[str, np.ndarray]:
+    # ----------------------------------------------------------------- the queue
+    def enqueue(self, job: Job, reason: str = "") -> None:
+        """Put a job at the end of the queue of jobs waiting to be placed; InvalidState when
+        a job of that name runs or waits already."""
+        if job.name in self.queue:
+            raise InvalidState(f"job {job.name!r} is already queued")
+        if self.job_gpus(job.name) is not None:
+            raise InvalidState(f"job {job.name!r} is running; release or requeue it first")
+        self.queue[job.name] = QueuedJob(job, reason)
+
+    def dequeue(self, name: str) -> Job:
+        """Take a job out of the queue (to place it, or to cancel it); returns its spec."""
+        if name not in self.queue:
+            raise InvalidState(f"no job named {name!r} is queued{_listing(self.queue)}")
+        return self.queue.pop(name).job
+
+    def requeue(self, name: str, reason: str = "") -> Job:
+        """Stop a running job and queue it again (its GPUs are freed, its spec waits at the
+        end of the queue, to be placed again); all or nothing. InvalidState when no such job
+        runs or the state does not know its spec (allocated by GPUs only)."""
+        if self.job_gpus(name) is None:
+            raise InvalidState(f"no job named {name!r} is running{_listing(self.jobs)}")
+        spec = self.specs.get(name)
+        if spec is None:
+            raise InvalidState(
+                f"job {name!r} was allocated without its spec; it cannot be queued again "
+                "(release it, then place its job file)"
+            )
+        if name in self.queue:
+            raise InvalidState(f"job {name!r} is already queued")
+        self.release(name)
+        self.queue[name] = QueuedJob(spec, reason)
+        return spec
+
+    def _set_health(self, gpus: Iterable[int], status: Health) -> dict[str, np.ndarray]:
         affected = self._core.set_health(np.asarray(list(gpus), dtype=np.int64), status)
         return {name: ranks for name, ranks in affected}
 
     def fail_gpus(self, gpus: Iterable[int]) -> dict[str, np.ndarray]:
         """Mark GPUs failed; returns the jobs holding any of them -> affected ranks."""
-        return self._set_health(gpus, _HEALTH["failed"])
+        return self._set_health(gpus, Health.Failed)
 
     def drain_gpus(self, gpus: Iterable[int]) -> dict[str, np.ndarray]:
         """Take GPUs out of service (an operator's drain); returns the affected jobs."""
-        return self._set_health(gpus, _HEALTH["drained"])
+        return self._set_health(gpus, Health.Drained)
 
     def recover_gpus(self, gpus: Iterable[int]) -> None:
         """Return GPUs to service."""
-        self._set_health(gpus, _HEALTH["ok"])
+        self._set_health(gpus, Health.Ok)
 
     # ----------------------------------------------------------------- health events
     def fail(self, **targets: Any) -> dict[str, np.ndarray]:
@@ -242,23 +287,23 @@ class ClusterState:
         each one name or a list, and an optional ``reason=``. All or nothing: an unknown name
         raises InvalidState naming it and changes nothing. Returns the jobs on the GPUs
         affected -> their ranks there."""
-        return self._event("failed", targets)
+        return self._event(Condition.Failed, targets)
 
     def drain(self, **targets: Any) -> dict[str, np.ndarray]:
         """Take hardware out of service (an operator's drain); as :meth:`fail`. Jobs keep
         running on drained GPUs until repaired or released, but no solver uses them."""
-        return self._event("drained", targets)
+        return self._event(Condition.Drained, targets)
 
     def recover(self, **targets: Any) -> dict[str, np.ndarray]:
         """Return hardware to ok (clears failed, drained and degraded); as :meth:`fail`."""
-        return self._event("ok", targets)
+        return self._event(Condition.Ok, targets)
 
     def degrade(
         self,
         *,
         loss: float | str | None = None,
         factor: float | None = None,
-        width: tuple[int, int] | None = None,
+        width: tuple[float, float] | None = None,
         speed: tuple[float, float] | None = None,
         **targets: Any,
     ) -> dict[str, np.ndarray]:
@@ -306,12 +351,12 @@ class ClusterState:
                 )
         text = str(reason) if reason else "; ".join(words) or "degraded"
         return self._event(
-            "degraded", targets, factor=max(min(factors), _core.MIN_FACTOR), reason=text
+            Condition.Degraded, targets, factor=max(min(factors), _core.MIN_FACTOR), reason=text
         )
 
     def _event(
         self,
-        condition: str,
+        condition: Condition,
         targets: dict[str, Any],
         *,
         factor: float = 1.0,
@@ -323,7 +368,7 @@ class ClusterState:
         if not parts:
             raise InvalidState("name the hardware: gpu=, host=, nic= or switch=")
         kinds, a, b = (np.asarray(col, dtype=np.int64) for col in zip(*parts, strict=True))
-        affected = self._core.set_condition(kinds, a, b, _CONDITIONS[condition], factor, reason)
+        affected = self._core.set_condition(kinds, a, b, condition, factor, reason)
         return {name: ranks for name, ranks in affected}
 
     def _components(self, targets: dict[str, Any]) -> list[tuple[int, int, int]]:
@@ -334,14 +379,15 @@ class ClusterState:
                 continue
             values = value if isinstance(value, list | tuple | set | np.ndarray) else [value]
             for v in values:
-                if key == "gpu":
-                    out.append((int(_KINDS["gpu"]), self.resolve_gpu(v), 0))
-                elif key in ("host", "node"):
-                    out.append((int(_KINDS["host"]), self.topology.resolve_host(v), 0))
-                elif key == "nic":
-                    out.append((int(_KINDS["nic"]), self.topology.resolve_nic(v), 0))
-                elif key == "switch":
-                    out.append((int(_KINDS["switch"]), *self.resolve_switch(v)))
+                kind = _KINDS.get(key)
+                if kind == ComponentKind.Gpu:
+                    out.append((int(kind), self.resolve_gpu(v), 0))
+                elif kind == ComponentKind.Host:
+                    out.append((int(kind), self.topology.resolve_host(v), 0))
+                elif kind == ComponentKind.Nic:
+                    out.append((int(kind), self.topology.resolve_nic(v), 0))
+                elif kind == ComponentKind.Switch:
+                    out.append((int(kind), *self.resolve_switch(v)))
                 else:
                     raise InvalidState(
                         f"unknown hardware kind {key!r}; use gpu, host, nic or switch"
@@ -356,7 +402,7 @@ class ClusterState:
         """(level, domain) of a switch (see :meth:`Topology.resolve_switch`)."""
         return self.topology.resolve_switch(name)
 
-    def component_name(self, kind: _core.ComponentKind, a: int, b: int) -> str:
+    def component_name(self, kind: ComponentKind, a: int, b: int) -> str:
         return self.topology.component_name(kind, a, b)
 
     def unhealthy(self) -> list[dict[str, Any]]:
@@ -401,7 +447,7 @@ class ClusterState:
         if per is not None:
             try:
                 level = self.topology.level_index(per)
-            except KeyError:
+            except InvalidTopology:
                 raise InvalidState(f"per: {per!r} is not a level of {self.topology.name}") from None
             if level < self.topology.node_level:
                 raise InvalidState(
@@ -469,6 +515,22 @@ class ClusterState:
             f"ClusterState({self.topology.name!r}: {len(self.jobs)} jobs, "
             f"{self.free_gpus}/{self.topology.num_gpus} GPUs free)"
         )
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job waiting in a state's queue, and why it waits (free text)."""
+
+    job: Job
+    reason: str = ""
+
+
+def _listing(names: Iterable[str]) -> str:
+    names = list(names)
+    if not names:
+        return " (there are none)"
+    shown = ", ".join(repr(n) for n in names[:10])
+    return f" (there are {shown}{' ...' if len(names) > 10 else ''})"
 
 
 def parse_fraction(value: Any, what: str) -> float:

@@ -1,6 +1,6 @@
 """The state file: a checksummed JSON snapshot of a :class:`gpuplace.ClusterState` (jobs and
-their specs, unhealthy hardware, spares, the policy, MIG geometry and shared hosts, and the
-cluster it belongs to), written atomically;
+their specs, unhealthy hardware, spares, the policy, MIG geometry and shared hosts, the
+queue of jobs waiting to be placed, and the cluster it belongs to), written atomically;
 a truncated, corrupted or foreign file is refused with InvalidState naming the field."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 from gpuplace import _core
 from gpuplace._util.documents import Checker, write_atomically
 from gpuplace.cluster import mig, share
+from gpuplace.enums import ComponentKind, Condition, Health
 from gpuplace.errors import InvalidJob, InvalidState
 from gpuplace.model.job import Job
 from gpuplace.model.policy import ClusterPolicy
@@ -28,8 +29,9 @@ __all__ = ["STATE_FORMAT", "cluster_of", "load", "restore", "save", "snapshot"]
 
 STATE_FORMAT = "gpuplace.state/2"
 _READABLE = ("gpuplace.state/1", STATE_FORMAT)
-_HEALTH = {h.label: h for h in _core.Health.members()}
-_KINDS = {k.label: k for k in _core.ComponentKind.members()}
+_KINDS = {k.label: k for k in ComponentKind.members()}
+#: The conditions a component is recorded with (a component that is ok is not recorded).
+_RECORDED = {c.label: c for c in Condition.members() if c != Condition.Ok}
 
 
 def snapshot(state: ClusterState) -> dict[str, Any]:
@@ -77,6 +79,11 @@ def snapshot(state: ClusterState) -> dict[str, Any]:
         out["mig"] = state.mig.to_dict()
     if state.shared is not None:
         out["shared"] = state.shared.to_dict()
+    if state.queue:
+        out["queue"] = [
+            {"spec": q.job.to_dict(), **({"reason": q.reason} if q.reason else {})}
+            for q in state.queue.values()
+        ]
     return out
 
 
@@ -140,7 +147,8 @@ def restore(state: ClusterState, snapshot: Any, *, source: str | None = None) ->
                 entry["phase_slot"], f"jobs[{i}].phase_slot", minimum=0
             )
     health = c.mapping(snap.get("health", {}), "health")
-    for key in ("failed", "drained"):
+    for status in (Health.Failed, Health.Drained):
+        key = status.label
         ids = [
             c.integer(g, f"health.{key}[{i}]", minimum=0)
             for i, g in enumerate(c.sequence(health.get(key, []), f"health.{key}"))
@@ -148,38 +156,49 @@ def restore(state: ClusterState, snapshot: Any, *, source: str | None = None) ->
         if ids and max(ids) >= topology.num_gpus:
             raise c.fail(f"health.{key}", f"GPU {max(ids)} does not exist")
         if ids:
-            state._set_health(ids, _HEALTH[key])
+            state._set_health(ids, status)
     for i, raw in enumerate(c.sequence(health.get("components", []), "health.components")):
         p = f"health.components[{i}]"
         entry = c.mapping(raw, p)
         kind = entry.get("kind")
-        condition = entry.get("condition")
+        condition = _RECORDED.get(str(entry.get("condition")))
         if kind not in _KINDS:
             raise c.fail(f"{p}.kind", f"expected one of {', '.join(_KINDS)}, got {kind!r}")
-        if condition not in ("degraded", "failed", "drained"):
+        if condition is None:
             raise c.fail(
-                f"{p}.condition", f"expected degraded, failed or drained, got {condition!r}"
+                f"{p}.condition",
+                f"expected one of {', '.join(_RECORDED)}, got {entry.get('condition')!r}",
             )
-        if kind == "gpu":
-            target = c.integer(entry.get("gpu"), f"{p}.gpu", minimum=0)
-        elif kind == "switch":
+        target: int | str
+        if _KINDS[kind] == ComponentKind.Gpu:
+            target = c.integer(entry.get(kind), f"{p}.{kind}", minimum=0)
+        elif _KINDS[kind] == ComponentKind.Switch:
             level = c.string(entry.get("level"), f"{p}.level")
             target = f"{level}:{c.string(entry.get('name'), f'{p}.name')}"
         else:
             target = c.string(entry.get("name"), f"{p}.name")
-        reason = entry.get("reason", "")
+        targets: dict[str, Any] = {kind: target, "reason": str(entry.get("reason", ""))}
         try:
-            if condition == "degraded":
+            if condition == Condition.Degraded:
                 factor = c.number(entry.get("factor"), f"{p}.factor", positive=True)
-                state.degrade(factor=factor, reason=str(reason) or "degraded", **{kind: target})
+                state.degrade(factor=factor, **targets)
             else:
-                state._event(condition, {kind: target}, reason=str(reason))
+                state._event(condition, targets)
         except InvalidState as exc:
             raise c.fail(p, str(exc)) from None
     if "mig" in snap:
         mig.restore(state, snap["mig"], c)
     if "shared" in snap:
         share.restore(state, snap["shared"], c)
+    for i, raw in enumerate(c.sequence(snap.get("queue", []), "queue")):
+        entry = c.mapping(raw, f"queue[{i}]")
+        c.keys(entry, f"queue[{i}]", {"spec", "reason"})
+        try:
+            queued = Job.from_dict(entry.get("spec"), source=f"queue[{i}].spec")
+            queued.compile(topology)
+            state.enqueue(queued, str(entry.get("reason", "")))
+        except (InvalidJob, InvalidState) as exc:
+            raise c.fail(f"queue[{i}]", str(exc)) from None
     spares = [
         c.integer(g, f"spares[{i}]", minimum=0)
         for i, g in enumerate(c.sequence(snap.get("spares", []), "spares"))

@@ -19,7 +19,7 @@ what a source is about when its lines do not (dmesg of one host, ``mlxlink -d ml
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,6 +29,7 @@ import numpy as np
 import yaml
 
 from gpuplace.cluster.state import loss_factor, nics_of
+from gpuplace.enums import ComponentKind, Condition, SparePolicy
 from gpuplace.errors import InvalidState
 from gpuplace.health.readers import Evidence, ReadResult, normalize_pci, read_evidence
 from gpuplace.placement.repair import repair as repair_job
@@ -51,8 +52,13 @@ __all__ = [
     "revert",
 ]
 
-_SEVERITY = {"ok": 0, "degraded": 1, "drained": 2, "failed": 3}
-_CONDITIONS = ("failed", "drained", "degraded", "ignore")
+#: The words the rules and findings use for conditions and hardware: the labels of the core's
+#: Condition and ComponentKind, and "ignore" (evidence that changes nothing).
+_OK, _DEGRADED, _FAILED, _DRAINED = (
+    c.label for c in (Condition.Ok, Condition.Degraded, Condition.Failed, Condition.Drained)
+)
+_GPU, _NIC = ComponentKind.Gpu.label, ComponentKind.Nic.label
+_CONDITIONS = (_FAILED, _DRAINED, _DEGRADED, "ignore")
 
 
 # --------------------------------------------------------------------------------- rules
@@ -113,7 +119,7 @@ def _check_rules(rules: dict[str, Any], where: str) -> None:
             raise InvalidState(f"{where}: {path}: expected a factor in (0, 1], got {value!r}")
 
     factor("soft_factor", rules["soft_factor"])
-    for key in ("failed", "drained"):
+    for key in (_FAILED, _DRAINED):
         codes = rules["xid"][key]
         if not isinstance(codes, list) or not all(isinstance(c, int) for c in codes):
             raise InvalidState(f"{where}: xid.{key}: expected a list of XID numbers")
@@ -297,11 +303,12 @@ class _Mapper:
         self.bus: dict[str, list[str]] = {}
         for name, ids in (rules.get("pci_bus_ids") or {}).items():
             normal = [normalize_pci(str(b)) for b in ids]
-            if any(b is None for b in normal):
+            known = [b for b in normal if b is not None]
+            if len(known) != len(normal):
                 raise InvalidState(
                     f"rules: pci_bus_ids.{name}: expected PCI addresses like 0000:1b:00"
                 )
-            self.bus[str(name)] = normal  # type: ignore[assignment]
+            self.bus[str(name)] = known
         for r in results:
             for key, ids in r.bus_ids.items():
                 owner = key or r.host or self._only_host()
@@ -378,12 +385,7 @@ def evaluate(
             if verdict is None:
                 continue
             condition, factor, rule = verdict
-            if (
-                kind_of == "nic"
-                and ev.nic is None
-                and result.device is None
-                and "guid" in ev.values
-            ):
+            if kind_of == _NIC and ev.nic is None and result.device is None and "guid" in ev.values:
                 # ibdiagnet reports switch ports too; only a host's HCA is in the state.
                 unmapped.append(
                     f"{ev.where}: port {ev.port} of GUID {ev.values['guid']} is not a host's "
@@ -399,7 +401,7 @@ def evaluate(
                     raise InvalidState(message)
                 unmapped.append(message)
                 continue
-            if kind_of == "gpu":
+            if kind_of == _GPU:
                 name: str | None = mapper.gpu(ev, hostname)
             else:
                 name = mapper.nic(ev, result, hostname)
@@ -414,7 +416,9 @@ def evaluate(
     return findings, unmapped
 
 
-def _judge(result: ReadResult, rules: dict[str, Any]):
+def _judge(
+    result: ReadResult, rules: dict[str, Any]
+) -> Iterator[tuple[Evidence, str, tuple[str, float, str] | None]]:
     """(evidence, component kind, (condition, factor, rule) or None) for every evidence."""
     soft = float(rules["soft_factor"])
     # Per-source context the rules compare against (fastest link, fastest port).
@@ -442,28 +446,28 @@ def _judge(result: ReadResult, rules: dict[str, Any]):
             code = int(v["xid"])
             xr = rules["xid"]
             if code in xr["failed"]:
-                yield ev, "gpu", ("failed", 1.0, f"XID {code}")
+                yield ev, _GPU, (_FAILED, 1.0, f"XID {code}")
             elif code in xr["drained"]:
-                yield ev, "gpu", ("drained", 1.0, f"XID {code}")
+                yield ev, _GPU, (_DRAINED, 1.0, f"XID {code}")
             elif code in xr["degraded"] or str(code) in xr["degraded"]:
                 f = float(xr["degraded"].get(code, xr["degraded"].get(str(code))))
                 if "nonfatal" in str(v.get("detail", "")).lower():
                     f = max(f, soft)
-                yield ev, "gpu", ("degraded", f, f"XID {code}")
+                yield ev, _GPU, (_DEGRADED, f, f"XID {code}")
             else:
-                yield ev, "gpu", None
+                yield ev, _GPU, None
         elif k == "row_remap":
             smi = rules["nvidia_smi"]
             if v["failure"]:
-                yield ev, "gpu", _verdict(smi["row_remap_failure"], soft, "row remapping failure")
+                yield ev, _GPU, _verdict(smi["row_remap_failure"], soft, "row remapping failure")
             elif v["pending"]:
-                yield ev, "gpu", _verdict(smi["row_remap_pending"], soft, "pending row remap")
+                yield ev, _GPU, _verdict(smi["row_remap_pending"], soft, "pending row remap")
             else:
-                yield ev, "gpu", None
+                yield ev, _GPU, None
         elif k == "retired_pages":
             yield (
                 ev,
-                "gpu",
+                _GPU,
                 _verdict(
                     rules["nvidia_smi"]["retired_pages_pending"], soft, "pending page retirement"
                 )
@@ -473,7 +477,7 @@ def _judge(result: ReadResult, rules: dict[str, Any]):
         elif k == "reset_required":
             yield (
                 ev,
-                "gpu",
+                _GPU,
                 _verdict(rules["nvidia_smi"]["reset_required"], soft, "GPU reset required")
                 if v["reset"] or v["drain_and_reset"]
                 else None,
@@ -495,47 +499,47 @@ def _judge(result: ReadResult, rules: dict[str, Any]):
             if uncorrectable > 0:
                 yield (
                     ev,
-                    "gpu",
+                    _GPU,
                     _verdict(
                         rules["nvidia_smi"]["ecc_uncorrectable"], soft, "uncorrectable ECC errors"
                     ),
                 )
             elif correctable > rules["nvidia_smi"]["ecc_correctable_max"]:
-                yield ev, "gpu", ("degraded", soft, "corrected ECC errors above the limit")
+                yield ev, _GPU, (_DEGRADED, soft, "corrected ECC errors above the limit")
             else:
-                yield ev, "gpu", None
+                yield ev, _GPU, None
         elif k == "throttle":
             slow = [r for r in v["active"] if r in rules["nvidia_smi"]["throttle_reasons"]]
             yield (
                 ev,
-                "gpu",
-                ("degraded", soft, "clock throttling (" + ", ".join(slow) + ")") if slow else None,
+                _GPU,
+                (_DEGRADED, soft, "clock throttling (" + ", ".join(slow) + ")") if slow else None,
             )
         elif k == "nvlink_speed":
             links = v["links_gbps"]
             nominal = nvlink_nominal or 0.0
             total = sum(links.values())
             if nominal <= 0 or not links:
-                yield ev, "gpu", None
+                yield ev, _GPU, None
             elif total == 0:
                 yield (
                     ev,
-                    "gpu",
+                    _GPU,
                     _verdict(rules["nvlink"]["all_links_down"], soft, "all NVLinks down"),
                 )
             elif total < nominal * len(links) - 1e-9:
                 ratio = total / (nominal * len(links))
                 yield (
                     ev,
-                    "gpu",
+                    _GPU,
                     (
-                        "degraded",
+                        _DEGRADED,
                         ratio,
                         f"NVLink bandwidth {total:g} of {nominal * len(links):g} GB/s",
                     ),
                 )
             else:
-                yield ev, "gpu", None
+                yield ev, _GPU, None
         elif k == "nvlink_errors":
             t = v["totals"]
             nl = rules["nvlink"]
@@ -548,23 +552,23 @@ def _judge(result: ReadResult, rules: dict[str, Any]):
                 )
                 if t.get(name, 0) > nl[key]
             ]
-            yield ev, "gpu", ("degraded", soft, "NVLink " + "; ".join(over)) if over else None
+            yield ev, _GPU, (_DEGRADED, soft, "NVLink " + "; ".join(over)) if over else None
         elif k == "port_state":
             if not _is_up(ev):
-                yield ev, "nic", _verdict(rules["infiniband"]["port_down"], soft, "port down")
+                yield ev, _NIC, _verdict(rules["infiniband"]["port_down"], soft, "port down")
                 continue
             rate = v.get("rate_gbps")
             nominal = rules["infiniband"]["nominal_gbps"] or port_nominal.get(_peer_key(ev))
             if rate and nominal and rate < nominal:
                 yield (
                     ev,
-                    "nic",
-                    ("degraded", rate / nominal, f"link trained at {rate:g} of {nominal:g} Gb/s"),
+                    _NIC,
+                    (_DEGRADED, rate / nominal, f"link trained at {rate:g} of {nominal:g} Gb/s"),
                 )
             else:
-                yield ev, "nic", None
+                yield ev, _NIC, None
         elif k == "port_counters":
-            yield ev, "nic", _counters_verdict(v["counters"], rules, soft)
+            yield ev, _NIC, _counters_verdict(v["counters"], rules, soft)
         elif k == "ber":
             ber = max(v.get("effective_ber", 0.0), v.get("symbol_ber", 0.0))
             limit = float(rules["ber"]["effective_ber_max"])
@@ -573,45 +577,45 @@ def _judge(result: ReadResult, rules: dict[str, Any]):
                 f = max(loss_factor(loss), 1e-3)
                 yield (
                     ev,
-                    "nic",
+                    _NIC,
                     (
-                        "degraded",
+                        _DEGRADED,
                         f,
                         f"effective BER {ber:.3g} > {limit:.3g} (packet loss ~{loss:.3g})",
                     ),
                 )
             else:
-                yield ev, "nic", None
+                yield ev, _NIC, None
         elif k == "module_temperature":
             high = v.get("warning_high_c")
             limit = float(high if high is not None else rules["module"]["warning_c"])
             t = float(v["temperature_c"])
             yield (
                 ev,
-                "nic",
-                ("degraded", soft, f"module temperature {t:g} C >= warning {limit:g} C")
+                _NIC,
+                (_DEGRADED, soft, f"module temperature {t:g} C >= warning {limit:g} C")
                 if t >= limit
                 else None,
             )
         elif k == "dcgm_health":
             condition = rules["dcgm_health"].get(v["status"], "ignore")
-            yield ev, "gpu", _verdict(condition, soft, f"DCGM health {v['system']} {v['status']}")
+            yield ev, _GPU, _verdict(condition, soft, f"DCGM health {v['system']} {v['status']}")
         elif k == "dcgm_diag":
             dr = rules["dcgm_diag"]
             if v["test"] in dr["failed_tests"] and v["status"] == "Fail":
-                yield ev, "gpu", ("failed", 1.0, f"DCGM diag {v['test']} Fail")
+                yield ev, _GPU, (_FAILED, 1.0, f"DCGM diag {v['test']} Fail")
             elif v.get("category") in dr["ignore_categories"]:
-                yield ev, "gpu", None
+                yield ev, _GPU, None
             else:
                 yield (
                     ev,
-                    "gpu",
+                    _GPU,
                     _verdict(
                         dr.get(v["status"], "ignore"), soft, f"DCGM diag {v['test']} {v['status']}"
                     ),
                 )
         else:
-            yield ev, "gpu", None
+            yield ev, _GPU, None
 
 
 def _peer_key(ev: Evidence) -> tuple[Any, ...]:
@@ -629,7 +633,7 @@ def _is_up(ev: Evidence) -> bool:
 def _verdict(condition: str, soft: float, rule: str) -> tuple[str, float, str] | None:
     if condition == "ignore":
         return None
-    return condition, (soft if condition == "degraded" else 1.0), rule
+    return condition, (soft if condition == _DEGRADED else 1.0), rule
 
 
 def _counters_verdict(
@@ -662,20 +666,25 @@ def _counters_verdict(
         words.append(f"{recoveries} link error recoveries (> {ib['link_error_recovery_max']})")
     if not words:
         return None
-    return "degraded", max(factor, 1e-3), "; ".join(words)
+    return _DEGRADED, max(factor, 1e-3), "; ".join(words)
 
 
 # ------------------------------------------------------------------------------ applying
+def _severity(condition: str) -> int:
+    """How far a condition takes hardware out of service, in the core's order."""
+    return Condition.from_label(condition).severity
+
+
 def merge_findings(findings: list[Finding]) -> dict[tuple[str, str], tuple[str, float, str]]:
     """Per component the worst condition its evidence calls for (the lowest factor among
     degradations) and the reasons, evidence first-come."""
     merged: dict[tuple[str, str], tuple[str, float, list[str]]] = {}
     for f in findings:
         key = (f.kind, f.name)
-        cond, factor, reasons = merged.get(key, ("ok", 1.0, []))
-        if _SEVERITY[f.condition] > _SEVERITY[cond]:
+        cond, factor, reasons = merged.get(key, (_OK, 1.0, []))
+        if _severity(f.condition) > _severity(cond):
             cond, factor = f.condition, f.factor
-        elif f.condition == cond == "degraded":
+        elif f.condition == cond == _DEGRADED:
             factor = min(factor, f.factor)
         if f.reason not in reasons:
             reasons.append(f.reason)
@@ -688,9 +697,9 @@ def merge_findings(findings: list[Finding]) -> dict[tuple[str, str], tuple[str, 
 
 
 def _worse(after: tuple[str, float], before: tuple[str, float]) -> bool:
-    if _SEVERITY[after[0]] != _SEVERITY[before[0]]:
-        return _SEVERITY[after[0]] > _SEVERITY[before[0]]
-    return after[0] == "degraded" and after[1] < before[1] - 1e-12
+    if _severity(after[0]) != _severity(before[0]):
+        return _severity(after[0]) > _severity(before[0])
+    return after[0] == _DEGRADED and after[1] < before[1] - 1e-12
 
 
 def apply_findings(
@@ -705,24 +714,24 @@ def apply_findings(
     affected: dict[str, set[int]] = {}
     for (kind, name), (cond, factor, reason) in merge_findings(findings).items():
         key = (kind, _canonical(state, kind, name))
-        before = current.get(key, ("ok", 1.0))
+        before = current.get(key, (_OK, 1.0))
         if not _worse((cond, factor), before):
             unchanged.append(
                 f"{kind} {key[1]} is already {before[0]}"
-                + (f" ({before[1]:.3g})" if before[0] == "degraded" else "")
+                + (f" ({before[1]:.3g})" if before[0] == _DEGRADED else "")
             )
             continue
         target: dict[str, Any] = {kind: key[1]}
-        if cond == "failed":
+        if cond == _FAILED:
             hit = state.fail(**target, reason=reason)
-        elif cond == "drained":
+        elif cond == _DRAINED:
             hit = state.drain(**target, reason=reason)
         else:
             hit = state.degrade(factor=factor, reason=reason, **target)
         for job, ranks in hit.items():
             affected.setdefault(job, set()).update(int(r) for r in ranks)
         changes.append(
-            Change(kind, key[1], before[0], cond, factor if cond == "degraded" else 1.0, reason)
+            Change(kind, key[1], before[0], cond, factor if cond == _DEGRADED else 1.0, reason)
         )
     return (
         changes,
@@ -732,9 +741,9 @@ def apply_findings(
 
 
 def _canonical(state: ClusterState, kind: str, name: str) -> str:
-    if kind == "gpu":
+    if kind == _GPU:
         gpu = state.resolve_gpu(name)
-        return state.component_name(0, gpu, 0)
+        return state.component_name(ComponentKind.Gpu, gpu, 0)
     return name
 
 
@@ -749,7 +758,7 @@ def ingest(
     dry_run: bool = False,
     repair: bool = False,
     max_moves: int = 0,
-    spares: bool | str | None = None,
+    spares: bool | str | SparePolicy | None = None,
 ) -> IngestReport:
     """Read the sources, judge the evidence and apply every change at once, or none.
 

@@ -8,16 +8,20 @@ Train one label selector per worker. Ray Train orders worker ranks by the order 
 first appear among the bundles, so gpuplace sets which nodes are used and their order; which
 GPU inside a node a worker gets stays Ray's choice.
 
-Only :func:`placement_group` and :func:`scaling_config` import Ray; the rest is plain data.
+Only :func:`placement_group` and :func:`scaling_config` import Ray (without it they raise
+:class:`gpuplace.MissingExtra`, naming the ``ray`` extra); the rest is plain data. Given a
+:class:`~gpuplace.ClusterState`, both record the placement in it like ``gpuplace place
+--state`` does, so the state knows what the Ray job holds; release it there when the job ends.
 """
 
 from __future__ import annotations
 
+import importlib
 import shlex
 from typing import Any
 
 from gpuplace.cluster.state import ClusterState
-from gpuplace.errors import InvalidJob
+from gpuplace.errors import InvalidJob, InvalidState, MissingExtra
 from gpuplace.integrations.k8s import HOSTNAME_LABEL, node_labels
 from gpuplace.model.job import Job
 from gpuplace.model.topology import Topology
@@ -48,6 +52,34 @@ def _placement(
         else ClusterState(cluster_or_state)
     )
     return place(state, job, solver)
+
+
+def _record(cluster_or_state: Topology | ClusterState, placement: Placement) -> bool:
+    """Allocate ``placement`` in the state (as ``gpuplace place --state`` does) unless it is
+    already allocated there on the same GPUs in the same order; returns whether this call
+    allocated it. InvalidState, and nothing changed, when it cannot be."""
+    if not isinstance(cluster_or_state, ClusterState):
+        return False
+    held = cluster_or_state.job_gpus(placement.job.name)
+    if held is not None:
+        if [int(g) for g in held] == [int(g) for g in placement.gpus]:
+            return False
+        raise InvalidState(
+            f"job {placement.job.name!r} is already allocated in the state on other GPUs; "
+            "release it first"
+        )
+    cluster_or_state.allocate(placement)
+    return True
+
+
+def _import_ray(module: str, what: str) -> Any:
+    """A Ray module, or MissingExtra saying which extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtra(
+            f"{what} needs Ray (>= 2.40), which is not installed: pip install 'gpuplace[ray]'"
+        ) from None
 
 
 def label_nodes(topology: Topology, *, topology_labels: bool = True) -> dict[str, str]:
@@ -87,21 +119,30 @@ def placement_group(
     name: str = "",
     strategy: str = "PACK",
     lifetime: str | None = None,
+    record: bool = True,
 ) -> Any:
     """A Ray placement group for the job: bundle r on rank r's host (by ``gpuplace/host``
-    label). ``job`` may be a :class:`Placement` already made. Needs a connected Ray
-    (``ray.init``); returns Ray's ``PlacementGroup`` (wait on ``.ready()``)."""
-    from ray.util.placement_group import placement_group as ray_placement_group
-
+    label). ``job`` may be a :class:`Placement` already made. Given a :class:`ClusterState`,
+    the placement is allocated in it like any other (``record=False``: not), all or nothing:
+    if Ray refuses the placement group the allocation is undone. Needs a connected Ray
+    (``ray.init``); returns Ray's ``PlacementGroup`` (wait on ``.ready()``). Without Ray
+    installed: :class:`gpuplace.MissingExtra`, naming the ``ray`` extra."""
+    ray_pg = _import_ray("ray.util.placement_group", "gpuplace.integrations.ray.placement_group")
     placement = _placement(cluster_or_state, job, solver)
     bundle_list, selectors = bundles(placement, cpus_per_rank=cpus_per_rank)
-    return ray_placement_group(
-        bundle_list,
-        strategy=strategy,
-        name=name or placement.job.name,
-        lifetime=lifetime,
-        bundle_label_selector=selectors,
-    )
+    recorded = record and _record(cluster_or_state, placement)
+    try:
+        return ray_pg.placement_group(
+            bundle_list,
+            strategy=strategy,
+            name=name or placement.job.name,
+            lifetime=lifetime,
+            bundle_label_selector=selectors,
+        )
+    except BaseException:
+        if recorded and isinstance(cluster_or_state, ClusterState):
+            cluster_or_state.release(placement.job.name)
+        raise
 
 
 def scaling_config_kwargs(
@@ -129,10 +170,16 @@ def scaling_config(
     *,
     solver: str = "greedy",
     cpus_per_rank: float = 1.0,
+    record: bool = True,
 ) -> Any:
-    """Ray Train's ``ScalingConfig`` from :func:`scaling_config_kwargs` (needs ``ray[train]``)."""
-    from ray.train import ScalingConfig
-
-    return ScalingConfig(
-        **scaling_config_kwargs(cluster_or_state, job, solver=solver, cpus_per_rank=cpus_per_rank)
+    """Ray Train's ``ScalingConfig`` from :func:`scaling_config_kwargs` (needs ``ray[train]``;
+    without Ray: :class:`gpuplace.MissingExtra`). Given a :class:`ClusterState`, the
+    placement is allocated in it like any other (``record=False``: not)."""
+    train = _import_ray("ray.train", "gpuplace.integrations.ray.scaling_config")
+    placement = _placement(cluster_or_state, job, solver)
+    config = train.ScalingConfig(
+        **scaling_config_kwargs(cluster_or_state, placement, cpus_per_rank=cpus_per_rank)
     )
+    if record:
+        _record(cluster_or_state, placement)
+    return config

@@ -31,9 +31,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuplace._util.documents import write_atomically
+from gpuplace._util.documents import parse_json, read_text, write_atomically
 from gpuplace._util.hostlist import HostlistError, compress, expand
 from gpuplace.cluster.state import ClusterState
+from gpuplace.enums import Condition
 from gpuplace.errors import GpuplaceError, InvalidJob, InvalidState, InvalidTopology
 from gpuplace.io import read_nvidia_smi_topo, read_slurm_topology
 from gpuplace.model.inventory import Fabric
@@ -83,12 +84,12 @@ class SlurmNode:
 
     @property
     def out_of_service(self) -> str | None:
-        """'failed', 'drained' or None."""
+        """'failed', 'drained' (the labels of :class:`gpuplace.Condition`) or None."""
         words = {self.state, *(f.lower() for f in self.flags)}
         if words & _DOWN:
-            return "failed"
+            return Condition.Failed.label
         if words & _DRAIN:
-            return "drained"
+            return Condition.Drained.label
         return None
 
 
@@ -136,21 +137,18 @@ def _gres_gpus(text: str, where: str) -> tuple[int, str | None, list[int]]:
     return count, kind, used
 
 
+def _text(source: Any, what: str, error: type[GpuplaceError]) -> tuple[str, str]:
+    """(name, text) of a path or an open file holding the output of ``what``."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source), read_text(source, error)
+    return what, source.read()
+
+
 def _load(source: Any, what: str) -> tuple[str, Any]:
     if isinstance(source, (dict, list)):
         return what, source
-    if isinstance(source, (str, os.PathLike)):
-        name = os.fspath(source)
-        try:
-            text = Path(name).read_text()
-        except OSError as exc:
-            raise InvalidState(f"{name}: cannot read {what}: {exc.strerror}") from None
-    else:
-        name, text = what, source.read()
-    try:
-        return name, json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidState(f"{name}:{exc.lineno}: {what} is not JSON: {exc.msg}") from None
+    name, text = _text(source, what, InvalidState)
+    return name, parse_json(text, name, InvalidState)
 
 
 def read_sinfo(source: Any) -> list[SlurmNode]:
@@ -222,14 +220,7 @@ def read_topology(source: Any) -> Any:
     :class:`gpuplace.io.Fabric`. scontrol's extra fields (``Level=``, and ``Nodes=`` on a
     switch that has ``Switches=``) are dropped first."""
 
-    if isinstance(source, (str, os.PathLike)):
-        name = os.fspath(source)
-        try:
-            text = Path(name).read_text()
-        except OSError as exc:
-            raise InvalidTopology(f"{name}: cannot read: {exc.strerror}") from None
-    else:
-        name, text = "scontrol show topology", source.read()
+    name, text = _text(source, "scontrol show topology", InvalidTopology)
     if "SwitchName=" in text and "Level=" in text:
         lines = []
         for line in text.splitlines():
@@ -239,7 +230,7 @@ def read_topology(source: Any) -> Any:
             lines.append(" ".join(tokens))
         text = "\n".join(lines) + "\n"
     buffer = io.StringIO(text)
-    buffer.name = Path(name).name  # type: ignore[misc]
+    buffer.name = Path(name).name
     return read_slurm_topology(buffer)
 
 
@@ -346,8 +337,8 @@ def sync(
         rest = sorted(busy - explained[node.name])
         if rest:
             state.allocate(name=f"slurm-busy-{node.name}", gpus=[int(base[i]) for i in rest])
-    failed = [n.name for n in nodes if n.out_of_service == "failed"]
-    drained = [n.name for n in nodes if n.out_of_service == "drained"]
+    failed = [n.name for n in nodes if n.out_of_service == Condition.Failed.label]
+    drained = [n.name for n in nodes if n.out_of_service == Condition.Drained.label]
     if failed:
         state.fail(host=failed, reason="slurm: down")
     if drained:

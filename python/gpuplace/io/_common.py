@@ -7,10 +7,10 @@ import functools
 import os
 import re
 from collections.abc import Callable
-from typing import TypeVar
+from typing import IO, Any, ParamSpec, TypeAlias, TypeVar
 
 from gpuplace._util.hostlist import HostlistError, expand
-from gpuplace.errors import InvalidTopology
+from gpuplace.errors import GpuplaceError, InvalidTopology
 
 #: Largest input a reader accepts. The biggest real sample (a 40-switch SuperPOD
 #: ibnetdiscover dump) is 300 kB; 64 MiB leaves room for fabrics of ~100k ports.
@@ -23,9 +23,11 @@ MAX_NAMES = 200_000
 #: Largest GPU or NIC count of one host we believe (a GB200 NVL72 tray has 4 GPUs, a DGX-2 16).
 MAX_DEVICES_PER_HOST = 1024
 
-Source = "str | os.PathLike[str] | IO[str] | IO[bytes]"
+#: What a reader reads: a path, or an open text or binary file.
+Source: TypeAlias = "str | os.PathLike[str] | IO[str] | IO[bytes]"
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def fail(name: str, line: int | None, message: str) -> InvalidTopology:
@@ -34,11 +36,12 @@ def fail(name: str, line: int | None, message: str) -> InvalidTopology:
     return InvalidTopology(f"{where}: {message}")
 
 
-def read_source(source: object, *, limit: int = MAX_INPUT_BYTES) -> tuple[str, str]:
+def read_source(source: Source, *, limit: int = MAX_INPUT_BYTES) -> tuple[str, str]:
     """Return ``(display name, text)`` of a path or an open text/binary file.
 
     The whole input is read at once (capped at ``limit`` bytes) because every format needs
     look-ahead (legends after matrices, CA blocks after switch blocks)."""
+    data: str | bytes
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         name = os.path.basename(path) or path
@@ -48,9 +51,9 @@ def read_source(source: object, *, limit: int = MAX_INPUT_BYTES) -> tuple[str, s
         except OSError as exc:
             raise fail(name, None, f"cannot read file: {exc.strerror or exc}") from None
     elif hasattr(source, "read"):
-        name = os.path.basename(str(getattr(source, "name", "") or "")) or "<stream>"
+        name = display_name(source)
         try:
-            data = source.read(limit + 1)  # type: ignore[attr-defined]
+            data = source.read(limit + 1)
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             raise fail(name, None, f"cannot read stream: {exc}") from None
     else:
@@ -75,35 +78,51 @@ def read_source(source: object, *, limit: int = MAX_INPUT_BYTES) -> tuple[str, s
     return name, text
 
 
-def guarded(reader: Callable[..., T]) -> Callable[..., T]:
-    """Make sure a reader raises nothing but InvalidTopology.
+def guard(error: type[GpuplaceError]) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """A decorator making sure a reader (whose first argument is its source) raises nothing
+    but ``error``: the topology readers raise InvalidTopology, the health-evidence readers
+    InvalidState.
 
     The parsers validate as they go; this is the safety net for the cases fuzzing finds that
     they did not foresee. The message says it was unexpected so that such a case is reported
     and given a proper check."""
 
-    @functools.wraps(reader)
-    def wrapper(source: object, *args: object, **kwargs: object) -> T:
-        try:
-            return reader(source, *args, **kwargs)
-        except InvalidTopology:
-            raise
-        except (RecursionError, MemoryError) as exc:
-            raise InvalidTopology(
-                f"{_display(source)}: input too deeply nested or too large ({type(exc).__name__})"
-            ) from None
-        except Exception as exc:
-            raise InvalidTopology(
-                f"{_display(source)}: unexpected parse failure "
-                f"({type(exc).__name__}: {exc}); the input is not in the expected format"
-            ) from exc
+    def decorate(reader: Callable[P, T]) -> Callable[P, T]:
+        @functools.wraps(reader)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+            try:
+                return reader(*args, **kwargs)
+            except error:
+                raise
+            except (RecursionError, MemoryError) as exc:
+                raise error(
+                    f"{display_name(_source_of(args, kwargs))}: input too deeply nested or too "
+                    f"large ({type(exc).__name__})"
+                ) from None
+            except Exception as exc:
+                raise error(
+                    f"{display_name(_source_of(args, kwargs))}: unexpected parse failure "
+                    f"({type(exc).__name__}: {exc}); the input is not in the expected format"
+                ) from exc
 
-    return wrapper
+        return wrapper
+
+    return decorate
 
 
-def _display(source: object) -> str:
+#: The topology readers' guard: nothing but InvalidTopology leaves them.
+guarded = guard(InvalidTopology)
+
+
+def _source_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
+    return args[0] if args else kwargs.get("source")
+
+
+def display_name(source: object) -> str:
+    """The name a message gives a source: a path's file name, an open file's name, or
+    ``<stream>``."""
     if isinstance(source, (str, os.PathLike)):
-        return os.path.basename(os.fspath(source)) or "<input>"
+        return os.path.basename(os.fspath(source)) or os.fspath(source) or "<input>"
     return os.path.basename(str(getattr(source, "name", "") or "")) or "<stream>"
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
-from gpuplace.io._common import MAX_NAMES, fail, guarded, read_source
+from gpuplace.io._common import MAX_NAMES, Source, fail, guarded, read_source
 from gpuplace.model.inventory import Fabric, Host
 
 __all__ = ["EC2_GPUS", "read_ec2_topology", "read_k8s_nodes"]
@@ -35,7 +36,7 @@ def _level_names(n: int) -> list[str]:
     return [_BOTTOM_UP[i] if i < len(_BOTTOM_UP) else f"tier{i}" for i in range(n)]
 
 
-def _load_json(source) -> tuple[str, object]:
+def _load_json(source: Source) -> tuple[str, Any]:
     fname, text = read_source(source)
     try:
         return fname, json.loads(text)
@@ -69,7 +70,7 @@ _GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 
 
 @guarded
-def read_k8s_nodes(source) -> Fabric:
+def read_k8s_nodes(source: Source) -> Fabric:
     """Read ``kubectl get nodes -o json`` into a :class:`Fabric`.
 
     Network levels come from, in order of preference: Topograph ``fabric.topograph.run/tier-N``
@@ -139,23 +140,23 @@ def read_k8s_nodes(source) -> Fabric:
     keys = {k for _, labels, _, _ in parsed for k in labels}
     tiers = sorted({int(m.group(1)) for k in keys if (m := _TOPOGRAPH_TIER.match(k))})
     layers = sorted({int(m.group(1)) for k in keys if (m := _EKS_LAYER.match(k))}, reverse=True)
+    # The label keys of the network levels, bottom-up, and the levels' names.
+    scheme: list[str]
     if tiers:
-        scheme = [(f"fabric.topograph.run/tier-{t}", None) for t in tiers]
+        scheme = [f"fabric.topograph.run/tier-{t}" for t in tiers]
     elif keys & set(_NVIDIA_OLD):
-        scheme = [(k, None) for k in _NVIDIA_OLD if k in keys]
+        scheme = [k for k in _NVIDIA_OLD if k in keys]
     elif layers:
-        scheme = [(f"topology.k8s.aws/network-node-layer-{n}", None) for n in layers]
+        scheme = [f"topology.k8s.aws/network-node-layer-{n}" for n in layers]
     else:
-        scheme = [(k, name) for k, name in _GKE if k in keys]
+        scheme = [k for k, _ in _GKE if k in keys]
     net_names = _level_names(len(scheme))
     if not tiers and not layers and not keys & set(_NVIDIA_OLD):
-        net_names = [name for _, name in scheme]
+        net_names = [name for k, name in _GKE if k in keys]
     nvl_key = next((k for k in _NVL_KEYS if k in keys), None)
 
     for name, labels, gpus, model in parsed:
-        domains = {
-            lv: labels[k] for (k, _), lv in zip(scheme, net_names, strict=False) if labels.get(k)
-        }
+        domains = {lv: labels[k] for k, lv in zip(scheme, net_names, strict=False) if labels.get(k)}
         if nvl_key and labels.get(nvl_key):
             domains["nvl"] = labels[nvl_key]
         fabric.hosts[name] = Host(name, gpus=gpus, domains=domains, gpu_model=model)
@@ -191,7 +192,7 @@ def read_k8s_nodes(source) -> Fabric:
 
 
 @guarded
-def read_ec2_topology(source, *, gpus_per_instance: dict[str, int] | None = None) -> Fabric:
+def read_ec2_topology(source: Source, *, gpus_per_instance: dict[str, int] | None = None) -> Fabric:
     """Read ``aws ec2 describe-instance-topology`` JSON (one response, or a list of pages).
 
     ``NetworkNodes`` lists the node set top layer first, the last entry being the node the

@@ -14,7 +14,7 @@ import csv
 import io
 from typing import Any
 
-from gpuplace.io._common import fail, guarded, read_source
+from gpuplace.io._common import Source, fail, guarded, read_source
 
 __all__ = ["read_nvidia_smi_query"]
 
@@ -23,7 +23,7 @@ _MISSING = {"", "[n/a]", "n/a", "[not supported]", "[unknown error]"}
 
 
 @guarded
-def read_nvidia_smi_query(source, *, host: str) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+def read_nvidia_smi_query(source: Source, *, host: str) -> list[dict[str, Any]]:
     """``attributes`` entries (one per distinct set of values, with the local GPU indices)
     for the GPUs of ``host``. Raises InvalidTopology naming the file and line."""
     name, text = read_source(source)

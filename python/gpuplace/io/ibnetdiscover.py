@@ -15,7 +15,7 @@ import re
 import statistics
 from collections import Counter
 
-from gpuplace.io._common import MAX_NAMES, fail, guarded, read_source
+from gpuplace.io._common import MAX_NAMES, Source, fail, guarded, read_source
 from gpuplace.model.inventory import Fabric, Host, Link, Switch, ib_rate_gbit
 
 __all__ = ["read_ibnetdiscover"]
@@ -52,7 +52,7 @@ class _Node:
 
 
 @guarded
-def read_ibnetdiscover(source) -> Fabric:
+def read_ibnetdiscover(source: Source) -> Fabric:
     """Read ``ibnetdiscover`` output into a :class:`Fabric` (see the module docstring)."""
     fname, text = read_source(source)
     nodes: dict[str, _Node] = {}
@@ -198,15 +198,15 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
 
     widths = Counter(lk.rate for lk in links if lk.rate)
     if widths:
-        usual = widths.most_common(1)[0][0]
-        usual_gbit = ib_rate_gbit(usual) or 0.0
+        usual_rate = widths.most_common(1)[0][0]
+        usual_gbit = ib_rate_gbit(usual_rate) or 0.0
         for lk in links:
-            if lk.rate and lk.rate != usual and (lk.gbit or 0.0) < usual_gbit:
+            if lk.rate and lk.rate != usual_rate and (lk.gbit or 0.0) < usual_gbit:
                 lk.degraded = True
                 fabric.degraded_links.append(lk)
         if fabric.degraded_links:
             warnings.append(
-                f"{len(fabric.degraded_links)} links run below the fabric's usual {usual}: "
+                f"{len(fabric.degraded_links)} links run below the fabric's usual {usual_rate}: "
                 + ", ".join(
                     f"{lk.a}[{lk.a_port}]-{lk.b}[{lk.b_port}] {lk.rate}"
                     for lk in fabric.degraded_links[:5]
@@ -356,7 +356,7 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
         rep = {leaf: prev[leaf] for leaf in leaves}
         parent_d = {g: g for g in set(rep.values())}
 
-        def find_d(x: str, parent_d=parent_d) -> str:
+        def find_d(x: str, parent_d: dict[str, str] = parent_d) -> str:
             while parent_d[x] != x:
                 parent_d[x] = parent_d[parent_d[x]]
                 x = parent_d[x]
@@ -365,10 +365,10 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
         # A switch at level d joins every lower group that reaches it.
         reach: dict[str, set[str]] = {}
         for leaf in leaves:
-            for sw in _ancestors_at(leaf, d, distance, adjacency):
-                reach.setdefault(sw, set()).add(rep[leaf])
-        for members in reach.values():
-            ms = sorted(members)
+            for top in _ancestors_at(leaf, d, distance, adjacency):
+                reach.setdefault(top, set()).add(rep[leaf])
+        for joined in reach.values():
+            ms = sorted(joined)
             for other in ms[1:]:
                 ra, rb = find_d(ms[0]), find_d(other)
                 if ra != rb:
@@ -381,13 +381,17 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
         for leaf, g in mapping.items():
             members.setdefault(g, []).append(leaf)
         label: dict[str, str] = {}
-        for g, ls in members.items():
+        for g, group_leaves in members.items():
             if level_idx == 0:
-                ordered = sorted(names[x] for x in ls)
+                ordered = sorted(names[x] for x in group_leaves)
             else:
                 tops = sorted(
-                    {names[s] for x in ls for s in _ancestors_at(x, level_idx, distance, adjacency)}
-                ) or sorted(names[x] for x in ls)
+                    {
+                        names[s]
+                        for x in group_leaves
+                        for s in _ancestors_at(x, level_idx, distance, adjacency)
+                    }
+                ) or sorted(names[x] for x in group_leaves)
                 ordered = tops
             label[g] = ordered[0] + (f"+{len(ordered) - 1}" if len(ordered) > 1 else "")
         lv = level_names[level_idx]
@@ -408,33 +412,33 @@ def _build_fabric(fname: str, nodes: dict[str, _Node], warnings: list[str]) -> F
         for s, ds in distance.items():
             if ds != d - 1:
                 continue
-            up = down = 0.0
+            up_gbit = down_gbit = 0.0
             for lk in links:
                 if s not in (lk.a, lk.b) or lk.a == lk.b:
                     continue
                 other = lk.b if lk.a == s else lk.a
-                g = lk.gbit or 0.0
+                gbit = lk.gbit or 0.0
                 if other in distance and distance[other] > ds:
-                    up += g
+                    up_gbit += gbit
                 elif (other in distance and distance[other] < ds) or (
                     d == 1 and other in cas and other not in sharp
                 ):
-                    down += g
-            if down > 0:
-                ratios.append(up / down)
+                    down_gbit += gbit
+            if down_gbit > 0:
+                ratios.append(up_gbit / down_gbit)
             if d == 1 and s in leaf_domain:
                 dom = leaf_domain[s]
-                leaf_up[dom] = leaf_up.get(dom, 0.0) + up
-                leaf_down[dom] = leaf_down.get(dom, 0.0) + down
+                leaf_up[dom] = leaf_up.get(dom, 0.0) + up_gbit
+                leaf_down[dom] = leaf_down.get(dom, 0.0) + down_gbit
         if ratios:
             usual = min(1.0, statistics.median(ratios))
             fabric.oversubscription[level_names[d]] = usual
             if d == 1:
-                for dom, up in sorted(leaf_up.items()):
-                    down = leaf_down.get(dom, 0.0)
-                    if down > 0 and up / down < usual * (1 - 1e-9):
+                for dom, dom_up in sorted(leaf_up.items()):
+                    dom_down = leaf_down.get(dom, 0.0)
+                    if dom_down > 0 and dom_up / dom_down < usual * (1 - 1e-9):
                         # Gbit/s of cables -> GB/s, each direction.
-                        fabric.uplink_gbps[f"{level_names[0]}:{dom}"] = round(up / 8, 3)
+                        fabric.uplink_gbps[f"{level_names[0]}:{dom}"] = round(dom_up / 8, 3)
                 if fabric.uplink_gbps:
                     warnings.append(
                         f"{len(fabric.uplink_gbps)} {level_names[0]} domain(s) have less "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from gpuplace.io._common import fail, guarded, read_source
+from gpuplace.io._common import Source, fail, guarded, read_source
 from gpuplace.model.mig import MigModel, MigProfile
 
 __all__ = ["read_nvidia_smi_mig", "read_nvidia_smi_mig_instances"]
@@ -32,7 +32,9 @@ _MAX_SLICES = 64
 
 
 @guarded
-def read_nvidia_smi_mig(source, placements=None, *, model: str | None = None) -> MigModel:  # type: ignore[no-untyped-def]
+def read_nvidia_smi_mig(
+    source: Source, placements: Source | None = None, *, model: str | None = None
+) -> MigModel:
     """MIG rules from ``nvidia-smi mig -lgip`` (``source``) and ``-lgipp`` (``placements``,
     or the same file). ``model`` names the GPU model (default: named after the full profile,
     e.g. ``MIG 7g.94gb GPU``). Raises InvalidTopology naming the file and line."""
@@ -125,7 +127,7 @@ _LGI_ROW = re.compile(
 
 
 @guarded
-def read_nvidia_smi_mig_instances(source) -> dict[int, list[tuple[str, int, int]]]:  # type: ignore[no-untyped-def]
+def read_nvidia_smi_mig_instances(source: Source) -> dict[int, list[tuple[str, int, int]]]:
     """The GPU instances ``nvidia-smi mig -lgi`` lists: GPU index -> [(profile, start,
     size)], in memory slices. Raises InvalidTopology naming the file and line."""
     name, text = read_source(source)

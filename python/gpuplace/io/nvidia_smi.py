@@ -6,6 +6,7 @@ import re
 
 from gpuplace.io._common import (
     MAX_DEVICES_PER_HOST,
+    Source,
     fail,
     guarded,
     parse_id_list,
@@ -52,7 +53,7 @@ def gpu_generation_of(model: str) -> str | None:
 
 @guarded
 def read_nvidia_smi_topo(
-    source,
+    source: Source,
     *,
     name: str | None = None,
     gpu_model: str | None = None,

@@ -135,7 +135,7 @@ def read_qaplib_solution(path: str | os.PathLike[str]) -> tuple[int, int, np.nda
     # of 0..n-1 is accepted as such.
     base = 0 if min(v for v, _ in raw) == 0 and max(v for v, _ in raw) == n - 1 else 1
     perm = np.empty(n, dtype=np.int64)
-    seen = {}
+    seen: dict[int, int] = {}
     for i, (v, ln) in enumerate(raw):
         if not base <= v <= n - 1 + base:
             raise InvalidJob(

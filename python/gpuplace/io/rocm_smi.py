@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gpuplace.io._common import MAX_DEVICES_PER_HOST, fail, guarded, read_source
+from gpuplace.io._common import MAX_DEVICES_PER_HOST, Source, fail, guarded, read_source
 from gpuplace.model.inventory import NodeType
 
 __all__ = ["read_rocm_smi_topo"]
@@ -26,7 +26,7 @@ _XGMI_HOP_WEIGHT = 15
 
 @guarded
 def read_rocm_smi_topo(
-    source,
+    source: Source,
     *,
     name: str | None = None,
     gpu_model: str | None = None,
@@ -85,8 +85,8 @@ def read_rocm_smi_topo(
     types = matrices.get("type")
     if types is not None:
         line0, rows = types
-        for r, row in enumerate(rows):
-            for c, cell in enumerate(row):
+        for r, cells in enumerate(rows):
+            for c, cell in enumerate(cells):
                 expect_diag = r == c
                 if expect_diag and cell not in ("0", "X"):
                     raise fail(fname, line0 + 1 + r, "expected 0 on the link-type diagonal")
@@ -112,7 +112,7 @@ def read_rocm_smi_topo(
 
     bw: list[list[float]] = []
     for r in range(ngpu):
-        row = []
+        row: list[float] = []
         for c in range(ngpu):
             if r == c:
                 row.append(0.0)
@@ -153,7 +153,7 @@ def _matrix(lines: list[str], i: int, fname: str) -> tuple[list[list[str]], int]
     return rows, i
 
 
-def _ints(entry, fname: str) -> list[list[int]] | None:
+def _ints(entry: tuple[int, list[list[str]]] | None, fname: str) -> list[list[int]] | None:
     if entry is None:
         return None
     line0, rows = entry

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Any
 
-from gpuplace.io._common import MAX_NAMES, expand_hostlist, fail, guarded, read_source
+from gpuplace.io._common import MAX_NAMES, Source, expand_hostlist, fail, guarded, read_source
 from gpuplace.model.inventory import Fabric, Host, Switch
 
 __all__ = ["read_slurm_topology"]
@@ -23,7 +24,7 @@ _KEY = re.compile(r"^([A-Za-z]+)=(.*)$")
 
 
 @guarded
-def read_slurm_topology(source, *, topology: str | None = None) -> Fabric:
+def read_slurm_topology(source: Source, *, topology: str | None = None) -> Fabric:
     """Read topology.conf or topology.yaml into a :class:`Fabric`.
 
     For topology.yaml, ``topology`` names the entry to read; by default the one with
@@ -113,7 +114,15 @@ def _sizes(items: list, fname: str, no: int | None) -> list[int]:
     return out
 
 
-def _add_switch(switches, fname, no, name, nodes, children, speed) -> None:
+def _add_switch(
+    switches: dict[str, dict[str, Any]],
+    fname: str,
+    no: int | None,
+    name: str,
+    nodes: str | None,
+    children: str | None,
+    speed: str | None,
+) -> None:
     if not name or any(c in name for c in "[],"):
         raise fail(fname, no, f"SwitchName: expected one switch name, got {name!r}")
     if name in switches:

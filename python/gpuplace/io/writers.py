@@ -80,11 +80,11 @@ def _view(topology: Topology | dict) -> tuple[list[str], str | None, list[tuple[
             for h, doms in zip(topology.hosts, topology.host_domains, strict=True)
         ]
         return above, names[topology.nvlink_level], hosts
-    names = [lv.get("name") for lv in topology.get("levels") or [] if isinstance(lv, dict)]
-    node_level = topology.get("node_level", names[0] if names else "node")
-    if node_level not in names:
+    declared = [lv.get("name") for lv in topology.get("levels") or [] if isinstance(lv, dict)]
+    node_level = topology.get("node_level", declared[0] if declared else "node")
+    if node_level not in declared:
         raise InvalidTopology(f"node_level {node_level!r} is not a level")
-    above = names[names.index(node_level) + 1 :]
+    above = [str(name) for name in declared[declared.index(node_level) + 1 :]]
     hosts = []
     for i, node in enumerate(topology.get("nodes") or []):
         if not isinstance(node, dict) or not isinstance(node.get("name"), str):
@@ -150,9 +150,9 @@ def _tree(above: list[str], hosts: list[tuple[str, dict]]) -> str:
     for host, d in hosts:
         chain: list[tuple[str, str]] = []
         for lv in levels:
-            sw = find((lv, str(d[lv])))
-            if not chain or chain[-1] != sw:
-                chain.append(sw)
+            switch_of_level = find((lv, str(d[lv])))
+            if not chain or chain[-1] != switch_of_level:
+                chain.append(switch_of_level)
         chains.append((host, chain))
     at_levels: dict[str, set[str]] = {}
     for _, chain in chains:

@@ -281,11 +281,13 @@ def to_topology_dict(
         raise InvalidTopology(f"{name}: node type {node_type.name!r} has no GPUs")
     if gpus_per_node is not None and not 1 <= gpus_per_node <= 64:
         raise InvalidTopology(f"{name}: gpus_per_node must be 1..64, got {gpus_per_node}")
-    fabric = fabric or Fabric(hosts={f"{node_type.name}-0": Host(f"{node_type.name}-0")})
+    if fabric is None:
+        assert node_type is not None  # one of the two is given (checked above)
+        fabric = Fabric(hosts={f"{node_type.name}-0": Host(f"{node_type.name}-0")})
     if not fabric.hosts:
         raise InvalidTopology(f"{name}: the fabric has no hosts")
-    for host in fabric.hosts:
-        _check_host_name(host, name)
+    for host_name in fabric.hosts:
+        _check_host_name(host_name, name)
     default_gpus = gpus_per_node or DEFAULT_GPUS_PER_NODE
     if node_type is None:
         unknown = [h.name for h in fabric.hosts.values() if not h.gpus]
@@ -332,8 +334,8 @@ def to_topology_dict(
             if node_type.gpu_nic and all(v is not None for v in node_type.gpu_nic):
                 entry["gpu_nic"] = list(node_type.gpu_nic)
         node_types[node_type.name] = entry
-        for host in fabric.hosts:
-            host_type[host] = node_type.name
+        for host_name in fabric.hosts:
+            host_type[host_name] = node_type.name
     else:
         for host in fabric.hosts.values():
             n = host.gpus or default_gpus
@@ -424,8 +426,7 @@ def to_topology_dict(
             groups: dict[int, list[int]] = {}
             for gpu, dom in enumerate(node_types[node_type.name]["sublevels"]["numa"]):
                 groups.setdefault(dom, []).append(gpu)
-            vals = [_offdiag_min(matrix, g) for g in groups.values()]
-            vals = [v for v in vals if v is not None]
+            vals = [v for v in (_offdiag_min(matrix, g) for g in groups.values()) if v is not None]
             bw["numa"] = min(vals) if vals else matrix_min
     if matrix_min is not None:
         bw["node"] = matrix_min
@@ -517,7 +518,7 @@ def _nvlink_level(
         return max(sizes.values())
 
     if fabric.nvlink_level in levels:
-        return fabric.nvlink_level  # type: ignore[return-value]
+        return fabric.nvlink_level
     # Slurm topology/block exists for NVLink racks: a block is the NVLink domain when it fits
     # (the blockN levels above it group whole racks and must not be taken for one).
     if "block" in levels and largest("block") <= want:

@@ -38,7 +38,7 @@ import numpy as np
 
 from gpuplace import _core
 from gpuplace._util.documents import Checker, read_document
-from gpuplace.errors import InvalidJob
+from gpuplace.errors import InvalidJob, InvalidTopology
 from gpuplace.model.policy import JobPolicy
 from gpuplace.model.power import JobPower, parse_job_power
 from gpuplace.model.step import StepOptions, step_args
@@ -477,7 +477,7 @@ class Job:
     def _level(self, topology: Topology, name: str, what: str) -> int:
         try:
             return topology.level_index(name)
-        except KeyError:
+        except InvalidTopology:
             raise InvalidJob(
                 f"{self.name}: {what}: {name!r} is not a level of {topology.name} "
                 f"(levels: {', '.join(topology.level_names)}, or nvlink_domain)"

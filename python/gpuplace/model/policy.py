@@ -82,10 +82,10 @@ class Comparison:
             if text.startswith(op):
                 value = text[len(op) :].strip()
                 if not value:
-                    raise ValueError(f"{text!r}: nothing after {op!r}")
+                    raise InvalidJob(f"{text!r}: nothing after {op!r}")
                 return cls("==" if op == "=" else op, value)
         if not text:
-            raise ValueError("an empty condition")
+            raise InvalidJob("an empty condition")
         return cls("glob", text)
 
     def holds(self, actual: str) -> bool:
@@ -198,7 +198,7 @@ def _rule_body(c: Checker, raw: Any, path: str) -> list[tuple[str, tuple[Compari
         text = _scalar(c, value, p)
         try:
             conds = tuple(Comparison.parse(part) for part in text.split(","))
-        except ValueError as exc:
+        except InvalidJob as exc:
             raise c.fail(p, f"expected conditions like '>=550' or '<96.00.99': {exc}") from None
         out.append((attr, conds))
     return out

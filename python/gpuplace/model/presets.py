@@ -20,7 +20,7 @@ switch hop adds a few hundred ns; the rest is NIC and software overhead).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from gpuplace.errors import InvalidTopology
 from gpuplace.model.inventory import NVLINK_GBPS_PER_LINK
 from gpuplace.model.parts import FORMAT
 
-__all__ = ["PRESETS", "build_preset"]
+__all__ = ["PRESETS", "build_preset", "hgx_node_type", "topology_document"]
 
 NDR_GBPS = 50.0
 HDR_GBPS = 25.0
@@ -41,8 +41,49 @@ class Preset:
     params: dict[str, int]
 
 
-def _levels(*rows: tuple[str, float, float]) -> list[dict[str, Any]]:
-    return [{"name": n, "bandwidth_gbps": b, "latency_us": lat} for n, b, lat in rows]
+def topology_document(
+    name: str,
+    levels: list[tuple[str, float, float]],
+    node_types: dict[str, dict[str, Any]],
+    nodes: list[dict[str, Any]],
+    *,
+    nvlink_domain: str = "node",
+    oversubscription: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """The native topology document (``docs/topology-format.md``) of a cluster built in code:
+    ``levels`` bottom-up as (name, GB/s per GPU each direction, latency µs), hosts being the
+    ``node`` level; ``oversubscription`` gives N for the levels whose uplinks are N:1."""
+    rows: list[dict[str, Any]] = []
+    for level, gbps, latency in levels:
+        rows.append({"name": level, "bandwidth_gbps": gbps, "latency_us": latency})
+        ratio = (oversubscription or {}).get(level, 1)
+        if ratio != 1:
+            rows[-1]["oversubscription"] = ratio
+    return {
+        "format": FORMAT,
+        "name": name,
+        "levels": rows,
+        "node_level": "node",
+        "nvlink_domain": nvlink_domain,
+        "node_types": node_types,
+        "nodes": nodes,
+    }
+
+
+def hgx_node_type(
+    gpu_model: str, *, gpus: int = 8, power_w: float | None = None, nvls_gbps: float | None = None
+) -> dict[str, Any]:
+    """A host type with one NIC per GPU (one rail each), NIC ``mlx5_i`` serving GPU i, as
+    ``nvidia-smi topo -m`` shows on HGX and GB200 trays; ``power_w`` is the GPU board power
+    (W) and ``nvls_gbps`` the measured NVLS all-reduce bus bandwidth inside the NVLink domain."""
+    host: dict[str, Any] = {"gpus": gpus, "gpu_model": gpu_model}
+    if power_w is not None:
+        host["power_w"] = power_w
+    host["nics"] = [f"mlx5_{i}" for i in range(gpus)]
+    host["gpu_nic"] = list(range(gpus))
+    if nvls_gbps is not None:
+        host["nvls_gbps"] = nvls_gbps
+    return host
 
 
 def _fabric_nodes(
@@ -78,19 +119,15 @@ def _fabric_nodes(
 
 
 def _dgx_h100_type() -> dict[str, Any]:
-    return {
-        "gpus": 8,
-        "gpu_model": "H100-SXM5-80GB",
-        "power_w": 700,  # H100 SXM board power (NVIDIA H100 datasheet)
-        # All GPU pairs are NV18 through the NVSwitch fabric; the NIC of GPU i is mlx5_i
-        # (one rail per GPU), as `nvidia-smi topo -m` on an HGX H100 shows.
-        "nics": [f"mlx5_{i}" for i in range(8)],
-        "gpu_nic": list(range(8)),
+    # All GPU pairs are NV18 through the NVSwitch fabric; the NIC of GPU i is mlx5_i.
+    return hgx_node_type(
+        "H100-SXM5-80GB",
+        power_w=700,  # H100 SXM board power (NVIDIA H100 datasheet)
         # NVLS all-reduce bus bandwidth inside the node: 470.73 GB/s measured by nccl-tests
         # all_reduce_perf at 2 GiB on 8 x H100 SXM with NCCL's default algorithm choice
         # (tests/data/nccl-tests/README.md; NVIDIA quotes ~480 GB/s for NVLS on HGX H100).
-        "nvls_gbps": 470.0,
-    }
+        nvls_gbps=470.0,
+    )
 
 
 def _check(name: str, value: Any, lo: int, hi: int) -> int:
@@ -104,15 +141,12 @@ def _check(name: str, value: Any, lo: int, hi: int) -> int:
 def dgx_h100() -> dict[str, Any]:
     """One DGX H100: 8 H100 SXM on NVSwitch (18 NVLink 4 links each), 8 NDR NICs."""
     nvlink = 18 * NVLINK_GBPS_PER_LINK["hopper"]
-    return {
-        "format": FORMAT,
-        "name": "dgx-h100",
-        "levels": _levels(("node", nvlink, 1.0)),
-        "node_level": "node",
-        "nvlink_domain": "node",
-        "node_types": {"dgx-h100": _dgx_h100_type()},
-        "nodes": [{"name": "dgx001", "type": "dgx-h100", "domains": {}}],
-    }
+    return topology_document(
+        "dgx-h100",
+        [("node", nvlink, 1.0)],
+        {"dgx-h100": _dgx_h100_type()},
+        [{"name": "dgx001", "type": "dgx-h100", "domains": {}}],
+    )
 
 
 def h100_superpod(nodes: int = 256, oversubscription: int = 1) -> dict[str, Any]:
@@ -127,18 +161,13 @@ def h100_superpod(nodes: int = 256, oversubscription: int = 1) -> dict[str, Any]
     hosts, fabric = _fabric_nodes(
         "dgx", nodes, "dgx-h100", per_leaf=32, leaves_per_spine=4, width=max(3, len(str(nodes)))
     )
-    levels = _levels(("node", nvlink, 1.0), *fabric)
-    if ratio != 1:
-        levels[1]["oversubscription"] = ratio
-    return {
-        "format": FORMAT,
-        "name": f"h100-superpod-{nodes}" + (f"-{ratio}to1" if ratio != 1 else ""),
-        "levels": levels,
-        "node_level": "node",
-        "nvlink_domain": "node",
-        "node_types": {"dgx-h100": _dgx_h100_type()},
-        "nodes": hosts,
-    }
+    return topology_document(
+        f"h100-superpod-{nodes}" + (f"-{ratio}to1" if ratio != 1 else ""),
+        [("node", nvlink, 1.0), *fabric],
+        {"dgx-h100": _dgx_h100_type()},
+        hosts,
+        oversubscription={"leaf": ratio},
+    )
 
 
 def gb200_nvl72(racks: int = 8) -> dict[str, Any]:
@@ -153,35 +182,30 @@ def gb200_nvl72(racks: int = 8) -> dict[str, Any]:
     groups = -(-racks // per_leaf)
     for r in range(racks):
         domains = {"nvlink-domain": f"rack{r + 1:03d}", "leaf": f"su{r // per_leaf + 1:03d}"}
+        if groups > 1:
+            domains["spine"] = "spine01"
         nodes.append(
             {"name": f"rack{r + 1:03d}-tray[01-18]", "type": "gb200-tray", "domains": domains}
         )
     levels = [("node", nvlink, 1.0), ("nvlink-domain", nvlink, 1.5), ("leaf", NDR_GBPS, 2.5)]
     if groups > 1:
         levels.append(("spine", NDR_GBPS, 3.0))
-        for n in nodes:
-            n["domains"]["spine"] = "spine01"
-    return {
-        "format": FORMAT,
-        "name": f"gb200-nvl72-{racks}",
-        "levels": _levels(*levels),
-        "node_level": "node",
-        "nvlink_domain": "nvlink-domain",
-        "node_types": {
-            "gb200-tray": {
-                "gpus": 4,
-                "gpu_model": "B200 (GB200 superchip)",
-                "power_w": 1200,  # GB200 NVL72: ~1.2 kW per Blackwell GPU (NVIDIA GB200 NVL72 spec)
-                "nics": [f"mlx5_{i}" for i in range(4)],
-                "gpu_nic": [0, 1, 2, 3],
-                # NVLS all-reduce bus bandwidth across one NVL72 rack: 834.57 GB/s measured by
-                # nccl-tests all_reduce_perf at 8 GiB on 72 GB200 GPUs (multi-node NVLink,
-                # CoreWeave nccl-tests README; tests/data/nccl-tests/README.md).
-                "nvls_gbps": 834.0,
-            }
-        },
-        "nodes": nodes,
-    }
+    tray = hgx_node_type(
+        "B200 (GB200 superchip)",
+        gpus=4,
+        power_w=1200,  # GB200 NVL72: ~1.2 kW per Blackwell GPU (NVIDIA GB200 NVL72 spec)
+        # NVLS all-reduce bus bandwidth across one NVL72 rack: 834.57 GB/s measured by
+        # nccl-tests all_reduce_perf at 8 GiB on 72 GB200 GPUs (multi-node NVLink,
+        # CoreWeave nccl-tests README; tests/data/nccl-tests/README.md).
+        nvls_gbps=834.0,
+    )
+    return topology_document(
+        f"gb200-nvl72-{racks}",
+        levels,
+        {"gb200-tray": tray},
+        nodes,
+        nvlink_domain="nvlink-domain",
+    )
 
 
 def a100_pod(nodes: int = 140, oversubscription: int = 1) -> dict[str, Any]:
@@ -195,26 +219,14 @@ def a100_pod(nodes: int = 140, oversubscription: int = 1) -> dict[str, Any]:
         "dgxa", nodes, "dgx-a100", per_leaf=20, leaves_per_spine=4, width=max(3, len(str(nodes)))
     )
     fabric = [(n, HDR_GBPS, lat) for n, _, lat in fabric]
-    levels = _levels(("node", nvlink, 1.0), *fabric)
-    if ratio != 1:
-        levels[1]["oversubscription"] = ratio
-    return {
-        "format": FORMAT,
-        "name": f"a100-pod-{nodes}" + (f"-{ratio}to1" if ratio != 1 else ""),
-        "levels": levels,
-        "node_level": "node",
-        "nvlink_domain": "node",
-        "node_types": {
-            "dgx-a100": {
-                "gpus": 8,
-                "gpu_model": "A100-SXM4-80GB",
-                "power_w": 400,  # A100 SXM board power (NVIDIA A100 datasheet)
-                "nics": [f"mlx5_{i}" for i in range(8)],
-                "gpu_nic": list(range(8)),
-            }
-        },
-        "nodes": hosts,
-    }
+    return topology_document(
+        f"a100-pod-{nodes}" + (f"-{ratio}to1" if ratio != 1 else ""),
+        [("node", nvlink, 1.0), *fabric],
+        # A100 SXM board power 400 W (NVIDIA A100 datasheet).
+        {"dgx-a100": hgx_node_type("A100-SXM4-80GB", power_w=400)},
+        hosts,
+        oversubscription={"leaf": ratio},
+    )
 
 
 def pcie_cluster(nodes: int = 32) -> dict[str, Any]:
@@ -227,18 +239,15 @@ def pcie_cluster(nodes: int = 32) -> dict[str, Any]:
         "gpu", nodes, "pcie-8gpu", per_leaf=32, leaves_per_spine=4, width=max(3, len(str(nodes)))
     )
     fabric = [(n, NDR_GBPS / 2, lat) for n, _, lat in fabric]
-    return {
-        "format": FORMAT,
-        "name": f"pcie-cluster-{nodes}",
-        "levels": _levels(
+    return topology_document(
+        f"pcie-cluster-{nodes}",
+        [
             ("pcie-switch", 64.0, 1.5),  # peer-to-peer through one Gen5 x16 switch
             ("numa", 32.0, 2.0),  # through the CPU root complex (assumed half of x16 Gen5)
             ("node", 16.0, 3.0),  # across sockets (SYS in nvidia-smi; assumed)
             *fabric,
-        ),
-        "node_level": "node",
-        "nvlink_domain": "node",
-        "node_types": {
+        ],
+        {
             "pcie-8gpu": {
                 "gpus": 8,
                 "gpu_model": "H100-PCIe-80GB",
@@ -251,8 +260,8 @@ def pcie_cluster(nodes: int = 32) -> dict[str, Any]:
                 "gpu_nic": [0, 0, 1, 1, 2, 2, 3, 3],
             }
         },
-        "nodes": hosts,
-    }
+        hosts,
+    )
 
 
 PRESETS: dict[str, Preset] = {

@@ -22,6 +22,7 @@ from gpuplace._util.documents import dump_document, read_document, write_atomica
 from gpuplace._util.hostlist import compress, expand
 from gpuplace.errors import InvalidState, InvalidTopology
 from gpuplace.model import graph as tree_graph
+from gpuplace.model import options as cluster_options
 from gpuplace.model import presets, schema
 from gpuplace.model.inventory import to_topology_dict
 from gpuplace.model.parts import FORMAT, Level, NodeType
@@ -217,15 +218,27 @@ class Topology:
             return self.nvlink_level
         if name in ("node", "host"):
             return self.node_level
-        raise KeyError(name)
+        raise InvalidTopology(
+            f"{self.name}: no level named {name!r} (levels: {', '.join(self.level_names)}; "
+            "nvlink_domain and node name the NVLink-domain and host levels)"
+        )
+
+    def _gpu_id(self, gpu: int) -> int:
+        """``gpu`` as an int, checked to exist (a negative id would index from the end)."""
+        g = int(gpu)
+        if not 0 <= g < self.num_gpus:
+            raise InvalidTopology(
+                f"{self.name}: GPU {gpu} does not exist (GPU ids are 0..{self.num_gpus - 1})"
+            )
+        return g
 
     def host_of(self, gpu: int) -> str:
         """Host name of a GPU."""
-        return self.hosts[int(self._host_of_gpu[gpu])]
+        return self.hosts[int(self._host_of_gpu[self._gpu_id(gpu)])]
 
     def local_index(self, gpu: int) -> int:
         """Index of a GPU inside its host (its CUDA device ordinal)."""
-        return int(self._gpu_local[gpu])
+        return int(self._gpu_local[self._gpu_id(gpu)])
 
     def host_gpus(self, host: str) -> np.ndarray:
         """GPU ids of a host, by local index."""
@@ -255,7 +268,7 @@ class Topology:
 
     def domain_of(self, gpu: int, level: int | str) -> str:
         lvl = level if isinstance(level, int) else self.level_index(level)
-        return self.domain_names[lvl][int(self._core.path()[gpu, lvl])]
+        return self.domain_names[lvl][int(self.path[self._gpu_id(gpu), lvl])]
 
     def bandwidth_matrix(self, gpus: Any = None) -> np.ndarray:
         """Bandwidth (GB/s) between every pair of ``gpus`` (default: all) as the cost model
@@ -492,6 +505,71 @@ class Topology:
         given = {k: v for k, v in params.items() if v is not None}
         topology.origin = {"preset": name, "params": given}
         return topology
+
+    @classmethod
+    def from_spec(cls, cluster: str, options: Mapping[str, Any] | None = None) -> Topology:
+        """A preset (by name) or a topology file (by path), with ``options``: the preset's
+        parameters and the topology options of :mod:`gpuplace.model.options` (what the
+        command line's ``-p KEY=VALUE`` gives), e.g. ``Topology.from_spec("h100-superpod",
+        {"nodes": 64, "power.leaf.budget_w": 4e5})``. Its :attr:`origin` records all of
+        them, so a state file rebuilds the same cluster (:meth:`from_origin`)."""
+        given = {k: v for k, v in (options or {}).items() if v is not None}
+        settings = {k: v for k, v in given.items() if cluster_options.is_option(k)}
+        params = {k: v for k, v in given.items() if k not in settings}
+        origin: dict[str, Any]
+        if cluster in presets.PRESETS:
+            takes = presets.PRESETS[cluster].params
+            unknown = sorted(set(params) - set(takes))
+            if unknown:
+                raise InvalidTopology(
+                    f"preset {cluster!r} does not take {unknown[0]!r} (its parameters: "
+                    f"{', '.join(takes) or 'none'}; topology options: "
+                    f"{', '.join(cluster_options.OPTION_KEYS)})"
+                )
+            document = presets.build_preset(cluster, **params)
+            origin = {"preset": cluster, "params": params}
+            source = f"preset {cluster}"
+        else:
+            path = Path(cluster)
+            if not path.exists():
+                raise InvalidTopology(
+                    f"unknown cluster {cluster!r}: neither a preset "
+                    f"({', '.join(presets.PRESETS)}) nor an existing file"
+                )
+            if params:
+                raise InvalidTopology(
+                    f"{cluster}: {sorted(params)[0]!r} is a preset parameter, not an option of "
+                    f"a topology file (options: {', '.join(cluster_options.OPTION_KEYS)})"
+                )
+            document = read_document(path, InvalidTopology)
+            origin = {"file": str(path)}
+            source = str(path)
+        if settings:
+            if not isinstance(document, dict):
+                raise InvalidTopology(f"{source}: expected a mapping at the top level")
+            document = cluster_options.apply_options(document, settings)
+            origin["options"] = settings
+            source += " with " + " ".join(f"{k}={v}" for k, v in settings.items())
+        topology = cls.from_dict(document, source=source)
+        topology.origin = origin
+        return topology
+
+    @classmethod
+    def from_origin(cls, origin: Mapping[str, Any]) -> Topology:
+        """The topology an :attr:`origin` describes (as a state file records it): a preset
+        with its parameters, or a file, each with its options. InvalidTopology when it
+        names neither or its fields are malformed."""
+        options = origin.get("options") or {}
+        params = origin.get("params") or {}
+        if not isinstance(options, Mapping) or not isinstance(params, Mapping):
+            raise InvalidTopology("cluster.params and cluster.options: expected mappings")
+        if isinstance(origin.get("preset"), str):
+            if origin["preset"] not in presets.PRESETS:
+                raise InvalidTopology(f"unknown cluster preset {origin['preset']!r}")
+            return cls.from_spec(origin["preset"], {**params, **options})
+        if isinstance(origin.get("file"), str):
+            return cls.from_spec(origin["file"], options)
+        raise InvalidTopology("cluster: expected a preset or a file")
 
     # ----------------------------------------------------------------- networkx
     def to_networkx(self) -> Any:

@@ -58,7 +58,8 @@ def _concrete(job: Job, dim: str | None, size: int, name: str) -> Job:
     job was given, e.g. by ``place --name``)."""
     if dim is None:
         return dataclasses.replace(job, name=name, elastic=None)
-    return dataclasses.replace(job, name=name, elastic=None, **{dim: size})
+    sized: dict[str, Any] = {dim: size}
+    return dataclasses.replace(job, name=name, elastic=None, **sized)
 
 
 def _fits(state: ClusterState, job: Job) -> str | None:

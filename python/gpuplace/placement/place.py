@@ -202,7 +202,15 @@ def _solve(
             return found
 
         if state.topology.power_domains:
-            result, slot = place_within_power(state, job, solve)
+            # Every phase slot is tried and the cheapest placement kept: a later slot inside
+            # one rack beats slot 0 split across racks.
+            result, slot = place_within_power(
+                state,
+                job,
+                solve,
+                cost=lambda found: _total_seconds(state, job, found.gpus),
+                enough=lambda found: _tightest(state.topology, job, found.gpus),
+            )
             phases = state.topology.power_phases
             extra = {"phase_slot": slot, "phase_offset": slot / phases} if phases > 1 else {}
             result = SolveResult(
@@ -245,13 +253,31 @@ def _gpu_ids(solver: str, gpus: Any) -> np.ndarray:
     return array.astype(np.int64)
 
 
+def _tightest(topology: Topology, job: Job, gpus: Any) -> bool:
+    """Whether ``gpus`` stay inside one domain of the lowest level (from the NVLink domain
+    up) whose largest domain could hold the whole job: no other placement spans less."""
+    path = topology.path[np.asarray(gpus, dtype=np.int64)]
+    for level in range(topology.nvlink_level, len(topology.levels)):
+        if int(topology.domain_sizes(level).max()) >= job.gpus:
+            return bool((path[:, level] == path[0, level]).all())
+    return True
+
+
+def _total_seconds(state: ClusterState, job: Job, gpus: Any) -> float:
+    """Communication (among the running jobs) plus storage I/O seconds per step of ``job`` on
+    ``gpus`` in ``state``: what placements of one job are compared by."""
+    seconds = evaluate(state.topology, job, _gpu_ids("place", gpus), state=state).comm_seconds
+    if getattr(job, "data", None) is not None and state.topology.stores:
+        seconds += io_seconds(state, job, gpus)
+    return seconds
+
+
 def place_near_data(state: ClusterState, job: Job, solve: Any, first: Any) -> Any:
     """The cheaper, by ``comm_seconds + io_seconds`` in ``state``, of ``first`` and the
     placements ``solve`` finds on the near-data views."""
 
     def total(result: Any) -> float:
-        cost = evaluate(state.topology, job, result.gpus, state=state)
-        return cost.comm_seconds + io_seconds(state, job, result.gpus)
+        return _total_seconds(state, job, result.gpus)
 
     best, best_cost = first, total(first)
     for view in near_data_views(state, job):

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpuplace import _core
 from gpuplace.cluster.power import power_report
+from gpuplace.enums import Health, MoveReason, SparePolicy
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
 from gpuplace.model.job import Job
 from gpuplace.placement.place import shared_costs
@@ -30,15 +30,27 @@ from gpuplace.policy.fence import allowed_gpus, can_borrow, has_rules
 if TYPE_CHECKING:
     from gpuplace.cluster.state import ClusterState
 
-__all__ = ["MovedRank", "Repair", "repair"]
+__all__ = ["MovedRank", "Repair", "repair", "spare_policy"]
 
-_HEALTH = _core.Health.members()
-_POLICY = {
-    None: _core.SparePolicy.Allow,
-    True: _core.SparePolicy.Allow,
-    False: _core.SparePolicy.Forbid,
-    "only": _core.SparePolicy.Only,
-}
+_HEALTH = Health.members()
+
+
+def spare_policy(spares: object) -> SparePolicy:
+    """The :class:`gpuplace.SparePolicy` that ``spares`` names: a member, its label
+    (``allow``, ``forbid``, ``only``), or None/True (allow) and False (forbid); anything else
+    is an InvalidJob naming what is accepted."""
+    if isinstance(spares, SparePolicy):
+        return spares
+    if spares is None or spares is True:
+        return SparePolicy.Allow
+    if spares is False:
+        return SparePolicy.Forbid
+    if isinstance(spares, str):
+        return SparePolicy.from_label(spares)  # InvalidJob naming the labels
+    labels = ", ".join(p.label for p in SparePolicy.members())
+    raise InvalidJob(
+        f"spares: expected None, True, False, a SparePolicy or one of {labels}, got {spares!r}"
+    )
 
 
 @dataclass(frozen=True)
@@ -90,7 +102,7 @@ def repair(
     job_name: str | Job,
     *,
     max_moves: int = 0,
-    spares: bool | str | None = None,
+    spares: bool | str | SparePolicy | None = None,
     solver: str = "auto",
     time_limit: float | None = None,
 ) -> Repair:
@@ -102,8 +114,9 @@ def repair(
     lowers the cost, a confined group (a tp group) moving whole and counting as its size; it
     also works when nothing failed: groups on a degraded NIC, host or switch are evacuated to
     healthy hardware when that lowers the cost, and each such move names the component.
-    ``spares``: None or True lets the repair take reserved spares as well as
-    free GPUs (whichever costs less), False forbids them, ``"only"`` takes spares only.
+    ``spares`` (a :class:`gpuplace.SparePolicy` or its label): ``allow`` (also None or True)
+    lets the repair take reserved spares as well as free GPUs (whichever costs less),
+    ``forbid`` (also False) forbids them, ``only`` takes spares only.
     ``solver``: ``auto`` and ``heuristic`` run the Rust repair heuristic. ``time_limit``
     bounds its improvement steps (s).
     """
@@ -113,9 +126,7 @@ def repair(
         raise InvalidJob(f"max_moves must be an integer >= 0, got {max_moves!r}")
     if time_limit is not None and not time_limit > 0:
         raise InvalidJob(f"time_limit must be > 0 seconds, got {time_limit!r}")
-    policy = _POLICY.get(spares)  # type: ignore[arg-type]
-    if policy is None:
-        raise InvalidJob(f"spares must be None, True, False or 'only', got {spares!r}")
+    policy = spare_policy(spares)
     job: Job | None
     if isinstance(job_name, Job):
         job, name = job_name, job_name.name
@@ -174,16 +185,16 @@ def repair(
     moved = []
     for m in plan.moves:
         where = f"{topology.host_of(m.old_gpu)}:{topology.local_index(m.old_gpu)}"
-        if m.reason == _core.MoveReason.Lost:
+        if m.reason == MoveReason.Lost:
             reason = f"its GPU {where} is {_HEALTH[int(health[m.old_gpu])].label}"
-        elif m.reason == _core.MoveReason.GroupMoved:
+        elif m.reason == MoveReason.GroupMoved:
             assert m.level is not None
             dims = [d for d, lv in confined.items() if lv <= m.level] or ["confined"]
             reason = (
                 f"its {'/'.join(dims)} group could not stay inside one "
                 f"{topology.levels[m.level].name} next to its lost ranks, so the whole group moved"
             )
-        elif m.reason == _core.MoveReason.Evacuated:
+        elif m.reason == MoveReason.Evacuated:
             assert m.component is not None
             kind, what = m.component[0].label, state.component_name(*m.component)
             why = unhealthy.get((kind, what), {}).get("reason", "degraded")

@@ -25,7 +25,7 @@ import numpy as np
 from gpuplace.enums import Health
 from gpuplace.errors import GpuplaceError, Infeasible, InvalidJob, InvalidState
 from gpuplace.model.policy import DEFAULT_CLASS, PriorityClass
-from gpuplace.placement.explain import explain
+from gpuplace.placement.constraints import account
 from gpuplace.policy.fence import allowed_gpus, can_borrow, has_rules, job_class, pool_masks
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ def _preemption(state: ClusterState, job: Job, solve: Solve, borrow: bool) -> Pl
     for name, _, _ in chosen:
         final.release(name)
     placement = solve(final.fenced_view(allowed))
-    victims = [
+    victims: list[dict[str, Any]] = [
         {
             "job": name,
             "priority_class": klass.name,
@@ -220,12 +220,18 @@ def _explained(
     account attached as ``explanation``."""
 
     try:
-        explanation = explain(state, job, solver_message=str(exc))
+        explanation = account(state, job, solver_message=str(exc), placeable=False)
     except GpuplaceError:
         return exc
     message = str(exc)
     rules = [c for c in explanation.binding if c.kind in ("pool", "exclusion")]
-    if rules:
+    power = [c for c in explanation.binding if c.kind == "power"]
+    if power and not rules:
+        message = (
+            f"job {job.name!r} needs {job.gpus} GPUs and does not fit within the power "
+            "budgets; binding: " + "; ".join(c.detail for c in power)
+        )
+    elif rules:
         message = (
             f"job {job.name!r} needs {job.gpus} GPUs and does not fit within its policy; "
             "blocked by " + "; ".join(c.detail for c in rules)

@@ -25,11 +25,20 @@ from typing import Any
 
 from gpuplace.errors import InvalidTopology
 from gpuplace.model.inventory import NVLINK_GBPS_PER_LINK
-from gpuplace.model.presets import NDR_GBPS
-from gpuplace.model.topology import FORMAT, Topology
+from gpuplace.model.presets import NDR_GBPS, hgx_node_type, topology_document
+from gpuplace.model.topology import Topology
 from gpuplace.sim.traces import _open_text
 
 __all__ = ["CLUSTERS", "cluster", "lingjun", "pai"]
+
+
+def _three_tiers(
+    host: tuple[float, float], per_gpu_gbps: float, latency_us: tuple[float, float, float]
+) -> list[tuple[str, float, float]]:
+    """The levels of a 3-tier Clos: the host's (GB/s, µs), then leaf, spine and core at the
+    same per-GPU bandwidth (GB/s) and their latencies (µs)."""
+    tiers = zip(("leaf", "spine", "core"), latency_us, strict=True)
+    return [("node", *host), *((name, per_gpu_gbps, latency) for name, latency in tiers)]
 
 
 def lingjun(path: str | Path | None = None) -> Topology:
@@ -46,27 +55,12 @@ def lingjun(path: str | Path | None = None) -> Topology:
         nodes.append({"name": f"h{row['ip'][:12]}", "type": "hgx-h800", "domains": domains})
     nodes.sort(key=lambda n: (n["domains"]["spine"], n["domains"]["leaf"], n["name"]))
     nvlink = 18 * NVLINK_GBPS_PER_LINK["hopper"]
-    document = {
-        "format": FORMAT,
-        "name": "lingjun",
-        "levels": [
-            {"name": "node", "bandwidth_gbps": nvlink, "latency_us": 1.0},
-            {"name": "leaf", "bandwidth_gbps": NDR_GBPS, "latency_us": 2.5},
-            {"name": "spine", "bandwidth_gbps": NDR_GBPS, "latency_us": 3.0},
-            {"name": "core", "bandwidth_gbps": NDR_GBPS, "latency_us": 3.5},
-        ],
-        "node_level": "node",
-        "nvlink_domain": "node",
-        "node_types": {
-            "hgx-h800": {
-                "gpus": 8,
-                "gpu_model": "H800 (assumed)",
-                "nics": [f"mlx5_{i}" for i in range(8)],
-                "gpu_nic": list(range(8)),
-            }
-        },
-        "nodes": nodes,
-    }
+    document = topology_document(
+        "lingjun",
+        _three_tiers((nvlink, 1.0), NDR_GBPS, (2.5, 3.0, 3.5)),
+        {"hgx-h800": hgx_node_type("H800 (assumed)")},
+        nodes,
+    )
     return Topology.from_dict(document, source=source)
 
 
@@ -121,20 +115,9 @@ def pai(
         )
     if not nodes:
         raise InvalidTopology(f"{source}: no GPU machines")
-    document = {
-        "format": FORMAT,
-        "name": "pai",
-        "levels": [
-            {"name": "node", "bandwidth_gbps": _PCIE3_GBPS, "latency_us": 3.0},
-            {"name": "leaf", "bandwidth_gbps": _PAI_NIC_GBPS, "latency_us": 5.0},
-            {"name": "spine", "bandwidth_gbps": _PAI_NIC_GBPS, "latency_us": 6.0},
-            {"name": "core", "bandwidth_gbps": _PAI_NIC_GBPS, "latency_us": 7.0},
-        ],
-        "node_level": "node",
-        "nvlink_domain": "node",
-        "node_types": node_types,
-        "nodes": nodes,
-    }
+    document = topology_document(
+        "pai", _three_tiers((_PCIE3_GBPS, 3.0), _PAI_NIC_GBPS, (5.0, 6.0, 7.0)), node_types, nodes
+    )
     return Topology.from_dict(document, source=source)
 
 
@@ -143,4 +126,8 @@ CLUSTERS = {"lingjun": lingjun, "pai": pai}
 
 
 def cluster(name: str) -> Topology:
-    return CLUSTERS[name]()
+    """One of :data:`CLUSTERS` by name, read from the file shipped with gpuplace."""
+    build = CLUSTERS.get(name)
+    if build is None:
+        raise InvalidTopology(f"unknown cluster {name!r}; expected one of {', '.join(CLUSTERS)}")
+    return build()

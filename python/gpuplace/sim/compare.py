@@ -235,8 +235,8 @@ def _valid(state: ClusterState, placement: Placement) -> bool:
     )
 
 
-def _geomean(values: Iterable[float]) -> float | None:
-    logs = [math.log(v) for v in values if v > 0 and math.isfinite(v)]
+def _geomean(values: Iterable[float | None]) -> float | None:
+    logs = [math.log(v) for v in values if v is not None and v > 0 and math.isfinite(v)]
     return math.exp(sum(logs) / len(logs)) if logs else None
 
 
@@ -275,7 +275,7 @@ def run_suite(
                     f"({time.perf_counter() - start:.1f} s)"
                 )
         job = instance.job.build(seed)
-        base = dict(
+        base: dict[str, Any] = dict(
             cluster=spec.label,
             cluster_gpus=topology.num_gpus,
             occupancy=instance.occupancy,
@@ -353,8 +353,8 @@ def _summaries(
         ok = [r for r in rows if r.status == "ok" and r.ratio_to_best is not None]
         fragmented = [r for r in ok if r.occupancy > 0]
         summary[name] = {
-            "geomean_ratio_to_best": _geomean(r.ratio_to_best for r in ok),  # type: ignore[misc]
-            "geomean_ratio_fragmented": _geomean(r.ratio_to_best for r in fragmented),  # type: ignore[misc]
+            "geomean_ratio_to_best": _geomean(r.ratio_to_best for r in ok),
+            "geomean_ratio_fragmented": _geomean(r.ratio_to_best for r in fragmented),
             "placed": len(ok),
             "infeasible": sum(r.status == "infeasible" for r in rows),
             "skipped": sum(r.status == "skipped" for r in rows),

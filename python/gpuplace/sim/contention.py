@@ -231,19 +231,30 @@ class ContentionSuite:
             }
         return out
 
+    def to_json(self) -> dict[str, Any]:
+        """Every result (with its slowdown and total seconds) and the summary per solver."""
+        return {
+            "solvers": self.solvers,
+            "results": [
+                asdict(r) | {"slowdown": r.slowdown, "total_seconds": r.total_seconds}
+                for r in self.results
+            ],
+            "summary": self.summary(),
+        }
+
     def write(self, out: Path) -> list[Path]:
         out.mkdir(parents=True, exist_ok=True)
-        rows = [
-            asdict(r) | {"slowdown": r.slowdown, "total_seconds": r.total_seconds}
-            for r in self.results
-        ]
+        document = self.to_json()
+        rows = document["results"]
         csv_path = out / "contention.csv"
         with csv_path.open("w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
         json_path = out / "contention.json"
-        json_path.write_text(json.dumps({"results": rows, "summary": self.summary()}, indent=1))
+        json_path.write_text(
+            json.dumps({"results": rows, "summary": document["summary"]}, indent=1)
+        )
         return [csv_path, json_path]
 
 
@@ -280,7 +291,7 @@ def run_contention_suite(
                 f"{len(state.jobs)} running jobs"
             )
         for solver in solver_names:
-            base = {
+            base: dict[str, Any] = {
                 "cluster": inst.cluster,
                 "occupancy": inst.occupancy,
                 "job": inst.job,

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from gpuplace.cluster.state import ClusterState, nics_of
+from gpuplace.enums import Health
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
 from gpuplace.model.job import Job
 from gpuplace.model.topology import Topology
@@ -544,7 +545,7 @@ class _Simulator:
             gpus = np.flatnonzero(nics.gpu_nic == nics.index[nic])
             if self.config.evacuate:
                 affected = state.drain(nic=nic, reason=cause.name)
-                self.unusable = int(np.count_nonzero(state.health() != 0))
+                self.unusable = int(np.count_nonzero(state.health() != int(Health.Ok)))
                 self._push(now + cause.repair_s, _RECOVER, ("nic", nic))
                 for owner in affected:
                     run = self.running.get(owner)
@@ -557,7 +558,7 @@ class _Simulator:
             return
         if cause.component == "gpu":
             target: dict[str, Any] = {"gpu": int(index)}
-            if state.health()[index] != 0:
+            if state.health()[index] != int(Health.Ok):
                 return
         else:
             host = topology.hosts[index % len(topology.hosts)]
@@ -569,7 +570,7 @@ class _Simulator:
                 target = {"host": host}
         affected = state.fail(**target, reason=cause.name)
         self._push(now + cause.repair_s, _RECOVER, next(iter(target.items())))
-        self.unusable = int(np.count_nonzero(state.health() != 0))
+        self.unusable = int(np.count_nonzero(state.health() != int(Health.Ok)))
         for owner in affected:
             run = self.running.get(owner)
             if run is not None:
@@ -648,7 +649,7 @@ class _Simulator:
                 gpus = np.flatnonzero(nics.gpu_nic == nics.index[n])
                 affected_before |= {self.state.owner_of(int(g)) for g in gpus}
         self.state.recover(**{kind: name})
-        self.unusable = int(np.count_nonzero(self.state.health() != 0))
+        self.unusable = int(np.count_nonzero(self.state.health() != int(Health.Ok)))
         self.release_epoch += 1
         self._reprice(affected_before, now)
 
@@ -661,7 +662,9 @@ class _Simulator:
             seen[run.gpus] += 1
             held = self.state.job_gpus(run.name)
             assert held is not None and np.array_equal(np.sort(held), np.sort(run.gpus)), run.name
-            assert not np.any(health[run.gpus] == 1), f"{run.name} runs on failed hardware"
+            assert not np.any(health[run.gpus] == int(Health.Failed)), (
+                f"{run.name} runs on failed hardware"
+            )
         assert seen.max(initial=0) <= 1, "a GPU is held by two jobs"
         assert int(seen.sum()) == self.allocated
 

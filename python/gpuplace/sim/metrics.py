@@ -43,7 +43,9 @@ def _integral(times: np.ndarray, values: np.ndarray, end: float) -> float:
     return float(np.sum(values * widths))
 
 
-def _stats(values: list[float]) -> dict[str, float | None]:
+def _stats(seconds: list[float | None]) -> dict[str, float | None]:
+    """Mean, median and 99th percentile of the known values (None where none is known)."""
+    values = [v for v in seconds if v is not None]
     if not values:
         return {"mean": None, "p50": None, "p99": None}
     arr = np.asarray(values)
@@ -77,10 +79,10 @@ def summary(result: SimResult) -> dict[str, Any]:
         if members:
             by_class[label] = {
                 "jobs_finished": len(members),
-                "jct_s": _stats([r.jct_s for r in members]),  # type: ignore[misc]
-                "queue_s": _stats([r.queue_s for r in members]),  # type: ignore[misc]
+                "jct_s": _stats([r.jct_s for r in members]),
+                "queue_s": _stats([r.queue_s for r in members]),
             }
-    jct_stats = _stats(jct)  # type: ignore[arg-type]
+    jct_stats = _stats(jct)
     cfg = result.config
     return {
         "jobs": len(records),

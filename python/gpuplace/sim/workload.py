@@ -14,7 +14,7 @@ from importlib import resources
 import numpy as np
 
 from gpuplace.cluster.state import ClusterState
-from gpuplace.errors import Infeasible
+from gpuplace.errors import Infeasible, InvalidState
 from gpuplace.model.job import Job, TransformerModel
 from gpuplace.placement.place import place
 
@@ -101,7 +101,7 @@ def fragment(
     jobs allocated. ``high_water`` is the fill level before each release (default: 60 % of the
     way from ``occupancy`` to full). Deterministic for a seed."""
     if not 0.0 <= occupancy < 1.0:
-        raise ValueError(f"occupancy must be in [0, 1), got {occupancy}")
+        raise InvalidState(f"occupancy: expected a fraction in [0, 1), got {occupancy!r}")
     mix = mix or philly_running_mix()
     rng = np.random.default_rng(seed)
     total = state.topology.num_gpus
@@ -109,7 +109,9 @@ def fragment(
     if high_water is None:
         high_water = occupancy + 0.6 * (1.0 - occupancy)
     if not occupancy <= high_water < 1.0:
-        raise ValueError(f"high_water must be in [occupancy, 1), got {high_water}")
+        raise InvalidState(
+            f"high_water: expected a fraction in [occupancy {occupancy!r}, 1), got {high_water!r}"
+        )
     high_water_gpus = int(high_water * total)
     counter = 0
     sizes: dict[str, int] = {name: len(g) for name, g in state.jobs.items()}

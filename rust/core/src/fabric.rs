@@ -525,6 +525,64 @@ pub fn hottest_uplinks(state: &ClusterState, count: usize) -> Vec<(usize, f64, f
     out
 }
 
+/// The load of one level's uplinks (a host's NICs, a leaf's links to the spine, ...).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LevelLoad {
+    /// The level whose domains own these uplinks.
+    pub level: usize,
+    /// Uplink directions of the level (two per uplink).
+    pub directions: usize,
+    /// Directions carrying some load, and those loaded beyond their capacity.
+    pub loaded: usize,
+    pub over_capacity: usize,
+    /// The `count` hottest directions: (slot, load GB/s, capacity GB/s), by load over
+    /// capacity, highest first.
+    pub hottest: Vec<(usize, f64, f64)>,
+}
+
+/// Per uplink level, bottom-up, its load: so that a level whose every uplink is saturated
+/// (host NICs at 100 % under a fabric job) does not hide the hot spots of the levels above,
+/// which decide contention between jobs. Empty while no running job loads the fabric.
+pub fn uplinks_by_level(state: &ClusterState, count: usize) -> Vec<LevelLoad> {
+    let Some(total) = state.fabric_load() else {
+        return Vec::new();
+    };
+    let topo = state.topology();
+    let capacity = topo.uplink_gbps();
+    let mut levels: Vec<LevelLoad> = Vec::new();
+    for (u, &cap) in capacity.iter().enumerate() {
+        let (level, _) = topo.uplink_owner(u);
+        if levels.last().is_none_or(|l| l.level != level) {
+            levels.push(LevelLoad {
+                level,
+                directions: 0,
+                loaded: 0,
+                over_capacity: 0,
+                hottest: Vec::new(),
+            });
+        }
+        let entry = levels.last_mut().expect("pushed above");
+        for slot in [2 * u + UP, 2 * u + DOWN] {
+            entry.directions += 1;
+            let load = total[slot];
+            if load > 0.0 {
+                entry.loaded += 1;
+                if load > cap * (1.0 + 1e-9) {
+                    entry.over_capacity += 1;
+                }
+                entry.hottest.push((slot, load, cap));
+            }
+        }
+    }
+    for entry in &mut levels {
+        entry
+            .hottest
+            .sort_by(|a, b| (b.1 / b.2).total_cmp(&(a.1 / a.2)).then(a.0.cmp(&b.0)));
+        entry.hottest.truncate(count);
+    }
+    levels
+}
+
 /// Running jobs (with a known spec) by slowdown from contention, most hurt first:
 /// (name, alone seconds, contended seconds).
 pub fn jobs_hurt(state: &ClusterState) -> Result<Vec<(String, f64, f64)>> {
@@ -596,6 +654,36 @@ mod tests {
         assert_eq!(topo.uplink_gbps()[0], 8.0 * 50.0);
         assert_eq!(topo.uplink_gbps()[4], 16.0 * 25.0);
         assert_eq!(topo.uplink_owner(5), (1, 1));
+    }
+
+    #[test]
+    fn uplinks_by_level_ranks_each_level_on_its_own() {
+        let topo = fabric(4.0);
+        let job = Arc::new(tp_dp_job(&topo, 8, 2));
+        let mut s = ClusterState::new(topo.clone());
+        assert!(uplinks_by_level(&s, 3).is_empty());
+        // One host in leaf 0, one in leaf 1: both hosts' NICs and both leaf uplinks load.
+        let a: Vec<u32> = (0..8).chain(16..24).collect();
+        s.allocate_job("a", &a, Some(job)).unwrap();
+        let levels = uplinks_by_level(&s, 3);
+        assert_eq!(
+            levels.iter().map(|l| l.level).collect::<Vec<_>>(),
+            vec![0, 1]
+        );
+        // Hosts: 8 uplinks, two of them loaded both ways; leaves: 4 uplinks, two loaded.
+        assert_eq!((levels[0].directions, levels[0].loaded), (16, 4));
+        assert_eq!((levels[1].directions, levels[1].loaded), (8, 4));
+        assert_eq!(levels[0].hottest.len(), 3);
+        for level in &levels {
+            for pair in level.hottest.windows(2) {
+                assert!(pair[0].1 / pair[0].2 >= pair[1].1 / pair[1].2);
+            }
+            for &(slot, _, _) in &level.hottest {
+                assert_eq!(topo.uplink_owner(slot / 2).0, level.level);
+            }
+        }
+        let total: usize = levels.iter().map(|l| l.loaded).sum();
+        assert_eq!(total, hottest_uplinks(&s, usize::MAX).len());
     }
 
     #[test]

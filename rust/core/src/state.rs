@@ -88,6 +88,17 @@ impl Condition {
             _ => None,
         }
     }
+
+    /// How far the condition takes a component out of service, above ok (0): degraded (still
+    /// used, slower), drained, failed. A GPU under several components takes the most severe
+    /// (`derive`), and evidence of a milder condition never replaces a more severe one.
+    pub fn severity(self) -> u8 {
+        match self {
+            Condition::Degraded => 1,
+            Condition::Drained => 2,
+            Condition::Failed => 3,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -1096,6 +1107,39 @@ mod tests {
         s.release("a").unwrap();
         assert_eq!(s.recount(), s.free);
         assert_eq!(s.total_free(), 32);
+    }
+
+    #[test]
+    fn the_most_severe_condition_over_a_gpu_decides_its_status() {
+        let topo = Arc::new(tree(2, 4, 1));
+        let mut s = ClusterState::new(topo);
+        let set = |s: &mut ClusterState, c: Component, condition: Condition| {
+            let health = ComponentHealth {
+                condition,
+                factor: if condition == Condition::Degraded {
+                    0.5
+                } else {
+                    1.0
+                },
+                reason: String::new(),
+            };
+            s.set_condition(&[c], Some(health)).unwrap();
+        };
+        let mut conditions = [Condition::Failed, Condition::Degraded, Condition::Drained];
+        conditions.sort_by_key(|c| c.severity());
+        assert_eq!(
+            conditions,
+            [Condition::Degraded, Condition::Drained, Condition::Failed]
+        );
+        // A drained host under a failed GPU: the GPU is failed; its neighbours drained.
+        set(&mut s, Component::Node(0), Condition::Drained);
+        set(&mut s, Component::Gpu(1), Condition::Failed);
+        assert_eq!(s.health()[1], GpuStatus::Failed);
+        assert_eq!(s.health()[0], GpuStatus::Drained);
+        // A degraded GPU on a drained host stays drained (degraded takes nothing out).
+        set(&mut s, Component::Gpu(2), Condition::Degraded);
+        assert_eq!(s.health()[2], GpuStatus::Drained);
+        s.check().unwrap();
     }
 
     #[test]

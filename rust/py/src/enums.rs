@@ -12,11 +12,13 @@ use pyo3::types::PyType;
 use crate::errors::{invalid_job, invalid_state};
 
 /// A Python enum over a core enum: members with a label each, `members()` and
-/// `from_label()`, and conversions to and from the core type.
+/// `from_label()`, conversions to and from the core type, and the Python methods given in an
+/// optional `methods { ... }` block.
 macro_rules! labelled_enum {
     (
         $(#[$doc:meta])* $name:ident as $py:literal, $err:ident, $what:literal,
         core $core:ty { $($member:ident = $code:literal => $label:expr, $core_v:expr);+ $(;)? }
+        $(methods { $($method:item)* })?
     ) => {
         $(#[$doc])*
         #[pyclass(eq, eq_int, frozen, hash, from_py_object, module = "gpuplace._core", name = $py)]
@@ -81,6 +83,8 @@ macro_rules! labelled_enum {
                         ))
                     })
             }
+
+            $($($method)*)?
         }
     };
 }
@@ -115,6 +119,14 @@ labelled_enum! {
         Degraded = 1 => "degraded", Some(CoreCondition::Degraded);
         Failed = 2 => "failed", Some(CoreCondition::Failed);
         Drained = 3 => "drained", Some(CoreCondition::Drained);
+    }
+    methods {
+        /// How far the condition takes hardware out of service: 0 ok, then degraded,
+        /// drained, failed (the core's order; a milder condition never replaces a worse one).
+        #[getter]
+        fn severity(&self) -> u8 {
+            self.to_core().map_or(0, CoreCondition::severity)
+        }
     }
 }
 

@@ -50,7 +50,8 @@ fn with_uplink_gbps(
     })
 }
 
-/// The running jobs' load per uplink direction (GB/s; index 2 * uplink + 0 up, + 1 down).
+/// The running jobs' load per uplink direction (GB/s; index 2 * uplink + 0 up, + 1 down). Used
+/// only by tests (tests/bindings/).
 #[pyfunction]
 fn fabric_load<'py>(
     py: Python<'py>,
@@ -65,7 +66,7 @@ fn fabric_load<'py>(
         .into_pyarray(py)
 }
 
-/// A job's load per uplink direction: (slots, GB/s).
+/// A job's load per uplink direction: (slots, GB/s). Used only by tests (tests/bindings/).
 #[pyfunction]
 fn job_load<'py>(
     py: Python<'py>,
@@ -169,6 +170,18 @@ fn hottest_uplinks(state: PyRef<'_, PyClusterState>, count: usize) -> Vec<(usize
     fabric::hottest_uplinks(&state.inner, count)
 }
 
+/// Per uplink level, bottom-up: (level, directions, loaded, over capacity, the `count`
+/// hottest [(slot, load GB/s, capacity GB/s)]).
+#[pyfunction]
+fn uplinks_by_level(state: PyRef<'_, PyClusterState>, count: usize) -> Vec<LevelLoadTuple> {
+    fabric::uplinks_by_level(&state.inner, count)
+        .into_iter()
+        .map(|l| (l.level, l.directions, l.loaded, l.over_capacity, l.hottest))
+        .collect()
+}
+
+type LevelLoadTuple = (usize, usize, usize, usize, Vec<(usize, f64, f64)>);
+
 /// Running jobs by slowdown from contention: [(name, alone s, contended s)].
 #[pyfunction]
 fn jobs_hurt(
@@ -248,6 +261,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(contention, m)?)?;
     m.add_function(wrap_pyfunction!(added_to_neighbours, m)?)?;
     m.add_function(wrap_pyfunction!(hottest_uplinks, m)?)?;
+    m.add_function(wrap_pyfunction!(uplinks_by_level, m)?)?;
     m.add_function(wrap_pyfunction!(jobs_hurt, m)?)?;
     m.add_function(wrap_pyfunction!(io_seconds, m)?)?;
     Ok(())

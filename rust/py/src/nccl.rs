@@ -48,7 +48,8 @@ fn topology_with_fabric(
 type HopRow = (u32, u32, u32, u32, usize, f64);
 
 /// The hops of NCCL's ring over `gpus` (GPU ids in rank order) that leave an NVLink domain,
-/// in ring order: (from GPU, to GPU, from host, to host, level, NIC shares driven).
+/// in ring order: (from GPU, to GPU, from host, to host, level, NIC shares driven). Used only
+/// by tests (tests/bindings/).
 #[pyfunction]
 fn ring_hops(topology: &PyTopology, gpus: PyReadonlyArray1<'_, i64>) -> PyResult<Vec<HopRow>> {
     let gpus = gpus_from(&gpus)?;

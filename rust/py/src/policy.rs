@@ -22,7 +22,8 @@ fn set_fence(
     enter(py, Stop::Never, || inner.set_fence(&gpus, fenced))
 }
 
-/// The fence mask: GPUs no solver may give the job being placed.
+/// The fence mask: GPUs no solver may give the job being placed. Used only by tests
+/// (tests/bindings/).
 #[pyfunction]
 fn fence_mask<'py>(py: Python<'py>, state: &PyClusterState) -> Bound<'py, PyArray1<bool>> {
     state.inner.fenced().to_vec().into_pyarray(py)

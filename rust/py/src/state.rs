@@ -366,20 +366,6 @@ impl PyClusterState {
         self.per_domain(py, level, ClusterState::free_count)
     }
 
-    /// Free counters recounted from scratch, per level (for consistency checks).
-    fn recount<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, PyArray1<i64>>> {
-        self.inner
-            .recount()
-            .into_iter()
-            .map(|v| {
-                v.into_iter()
-                    .map(|c| c as i64)
-                    .collect::<Vec<_>>()
-                    .into_pyarray(py)
-            })
-            .collect()
-    }
-
     #[getter]
     fn total_free(&self) -> u32 {
         self.inner.total_free()

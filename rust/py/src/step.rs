@@ -12,17 +12,7 @@ fn gpu_peak_tflops(model: &str) -> Option<f64> {
     gpu::peak_tflops(model)
 }
 
-/// The peak table: (tokens the name must contain, TFLOPS, source) per row.
-#[pyfunction]
-fn gpu_peaks() -> Vec<(Vec<&'static str>, f64, &'static str)> {
-    gpu::PEAKS
-        .iter()
-        .map(|p| (p.tokens.to_vec(), p.tflops, p.source))
-        .collect()
-}
-
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gpu_peak_tflops, m)?)?;
-    m.add_function(wrap_pyfunction!(gpu_peaks, m)?)?;
     Ok(())
 }

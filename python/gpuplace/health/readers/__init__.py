@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuplace.errors import InvalidState
-from gpuplace.health.readers._base import Evidence, ReadResult, display_name, normalize_pci
+from gpuplace.health.readers._base import Evidence, ReadResult, normalize_pci
 from gpuplace.health.readers.dcgm import DcgmiHealthStream, read_dcgmi_diag, read_dcgmi_health
 from gpuplace.health.readers.infiniband import (
     read_ibdiagnet_pm,
@@ -43,6 +43,7 @@ from gpuplace.health.readers.nvidia_smi import (
     read_nvidia_smi_nvlink,
     read_nvidia_smi_q,
 )
+from gpuplace.io._common import display_name
 
 __all__ = [
     "FORMATS",

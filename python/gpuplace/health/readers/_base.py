@@ -11,19 +11,15 @@ mode, and is counted as malformed otherwise. Readers raise only
 
 from __future__ import annotations
 
-import functools
-import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from gpuplace.errors import InvalidState, InvalidTopology
-from gpuplace.io._common import read_source
+from gpuplace.io._common import Source, guard, read_source
 
 __all__ = ["Evidence", "ReadResult", "normalize_pci"]
-
-T = TypeVar("T")
 
 #: Malformed lines remembered per source (all are counted): a corrupted multi-GB log must not
 #: fill memory with complaints.
@@ -104,7 +100,7 @@ def normalize_pci(text: str) -> str | None:
     return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
 
 
-def read_text(source: object) -> tuple[str, str]:
+def read_text(source: Source) -> tuple[str, str]:
     """``(display name, text)`` of a small source (every format but the kernel log, which is
     streamed), with the readers' size limit; errors as InvalidState."""
     try:
@@ -113,34 +109,9 @@ def read_text(source: object) -> tuple[str, str]:
         raise InvalidState(str(exc)) from None
 
 
-def display_name(source: object) -> str:
-    if isinstance(source, (str, os.PathLike)):
-        return os.path.basename(os.fspath(source)) or os.fspath(source)
-    return os.path.basename(str(getattr(source, "name", "") or "")) or "<stream>"
-
-
-def guarded(reader: Callable[..., T]) -> Callable[..., T]:
-    """Make sure a reader raises nothing but InvalidState: the parsers check as they go, this
-    is the net for what fuzzing finds that they did not foresee."""
-
-    @functools.wraps(reader)
-    def wrapper(source: object, *args: object, **kwargs: object) -> T:
-        try:
-            return reader(source, *args, **kwargs)
-        except InvalidState:
-            raise
-        except (RecursionError, MemoryError) as exc:
-            raise InvalidState(
-                f"{display_name(source)}: input too deeply nested or too large "
-                f"({type(exc).__name__})"
-            ) from None
-        except Exception as exc:
-            raise InvalidState(
-                f"{display_name(source)}: unexpected parse failure ({type(exc).__name__}: "
-                f"{exc}); the input is not in the expected format"
-            ) from exc
-
-    return wrapper
+#: The evidence readers' guard (:func:`gpuplace.io._common.guard`): nothing but InvalidState
+#: leaves them.
+guarded = guard(InvalidState)
 
 
 def count_lines(text: str) -> int:

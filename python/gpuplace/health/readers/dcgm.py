@@ -74,8 +74,9 @@ def read_dcgmi_health(source: Any, *, strict: bool = False) -> ReadResult:
         if m_new and group != "GPU":
             gpu, current = None, None  # an NvSwitch or ConnectX entity: not a GPU of the state
             continue
-        if m_new or m_old:
-            gpu = int((m_new or m_old).group(1))  # type: ignore[union-attr]
+        entity = m_new or m_old
+        if entity:
+            gpu = int(entity.group(1))
             current = None
             status = _STATUSES.get(right.lower())
             if status is None and right:

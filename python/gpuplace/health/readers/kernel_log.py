@@ -26,7 +26,8 @@ import re
 from typing import IO, Any
 
 from gpuplace.errors import InvalidState
-from gpuplace.health.readers._base import Evidence, ReadResult, display_name, guarded, normalize_pci
+from gpuplace.health.readers._base import Evidence, ReadResult, guarded, normalize_pci
+from gpuplace.io._common import display_name
 
 __all__ = ["KernelLogScanner", "read_kernel_log"]
 

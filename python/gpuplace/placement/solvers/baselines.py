@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import re
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
@@ -469,14 +470,16 @@ def _pair_scores(topology: Topology, node_type: str) -> np.ndarray:
     return scores
 
 
-def _partitions(items: tuple[int, ...], size: int):
+def _partitions(items: tuple[int, ...], size: int) -> Iterator[list[tuple[int, ...]]]:
     """go-gpuallocator ``iterateGPUPartitions``: every split of ``items`` (padded with -1 to a
     multiple of ``size``) into sets of ``size``, the first item of each set increasing; a set
     holds either no padding or all of it."""
     padded = items + (-1,) * (-len(items) % size)
     padding = len(padded) - len(items)
 
-    def walk(rest: tuple[int, ...], accum: list[tuple[int, ...]]):
+    def walk(
+        rest: tuple[int, ...], accum: list[tuple[int, ...]]
+    ) -> Iterator[list[tuple[int, ...]]]:
         if len(rest) == size:
             yield [*accum, rest]
             return

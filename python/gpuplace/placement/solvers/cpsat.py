@@ -184,7 +184,7 @@ _CUT_FAMILIES = 6
 def _physical_cores() -> int:
     """Physical cores (not hyper-threads) of this machine, best effort."""
     try:
-        import psutil  # type: ignore[import-untyped]
+        import psutil
 
         n = psutil.cpu_count(logical=False)
         if n:
@@ -321,7 +321,9 @@ def _matrix_hosts(topology: Topology) -> np.ndarray:
     return np.array([flags[t] for t in topology.host_types], dtype=bool)
 
 
-def _block_coordinates(outer: list[str], coords: dict[str, np.ndarray], rank_block) -> np.ndarray:
+def _block_coordinates(
+    outer: list[str], coords: dict[str, np.ndarray], rank_block: np.ndarray
+) -> np.ndarray:
     """Coordinates of every block along the outer dimensions (``num_blocks x len(outer)``)."""
     out = np.zeros((int(rank_block.max()) + 1, len(outer)), dtype=np.int64)
     for j, d in enumerate(outer):
