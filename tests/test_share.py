@@ -9,18 +9,29 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gpuplace
 import numpy as np
 import pytest
 from gpuplace._util.documents import Checker
+from gpuplace.cli.schemas import SCHEMAS
+from gpuplace.cluster import share
 from gpuplace.cluster.share import SharedCluster
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState, InvalidTopology
 from gpuplace.io.openb import read_openb_nodes, read_openb_pods
 from gpuplace.model.mig import MODELS
 from gpuplace.model.share import MILLI, SharedNode, SharedRequest, typical_mix
-from gpuplace.placement.share import POLICIES, ShareScheduler, node_prices, pod_mix, replay
+from gpuplace.placement.share import (
+    POLICIES,
+    ShareScheduler,
+    fragmentation,
+    node_prices,
+    pod_mix,
+    replay,
+)
 from gpuplace.sim import fgd
 from hypothesis import given
 from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 
 
 @pytest.fixture(scope="module")
@@ -316,8 +327,13 @@ def test_pod_mix_skips_requests_for_models_the_cluster_lacks():
         ],
     )
     assert mix.fragmentation(c._core).shape == (4,)
+    assert fragmentation(c, [SharedRequest("b", 0, 0, 1, 300)]).tolist() == [0.0] * 4
     with pytest.raises(InvalidJob, match="no request that can run"):
         pod_mix(c, [(SharedRequest("a", 0, 0, 1, 300, ("A100",)), 1.0)])
+
+
+def validate(document: object, schema: str) -> None:
+    Draft202012Validator(SCHEMAS[schema]).validate(document)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -346,7 +362,9 @@ def test_cli_fgd_reports_against_the_paper(tmp_path):
         str(png),
     )
     assert r.returncode == 0, r.stderr
-    (doc,) = json.loads(r.stdout)
+    out = json.loads(r.stdout)
+    validate(out, "fgd")
+    (doc,) = out["figures"]
     assert doc["workload"] == "default" and doc["gpus"] == 6212
     assert doc["unallocated_percent"]["fgd"]["paper"] == pytest.approx(4.77, abs=0.01)
     assert (
@@ -458,11 +476,15 @@ def test_cli_share_keeps_requests_apart_from_training_gangs(tmp_path):
         "128",
         "--memory-gib",
         "1024",
+        "--format",
+        "json",
     )
     assert r.returncode == 0, r.stderr
+    validate(json.loads(r.stdout), "share-enable")
     r = run_cli("share", "place", "--state", state, "--requests", str(stream), "--format", "json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
+    validate(doc, "share-place")
     rows = {row["request"]: row for row in doc["placements"]}
     assert all(rows[f"chat-{k}"]["placed"] for k in range(3)) and rows["big"]["placed"]
     # Each refusal is alone, with its reason; the stream went on.
@@ -488,6 +510,7 @@ def test_cli_share_keeps_requests_apart_from_training_gangs(tmp_path):
     assert row["placed"] and row["reconfigured"] == 1
     r = run_cli("share", "status", "--state", state, "--format", "json")
     status = json.loads(r.stdout)
+    validate(status, "share-status")
     assert status["reconfigurations"] == 1 and status["requests"] == 5
     node = next(n for n in status["nodes"] if "iso" in n["requests"])
     assert "mig" in node["modes"]
@@ -503,8 +526,9 @@ def test_cli_share_keeps_requests_apart_from_training_gangs(tmp_path):
         "place", "-c", "a100-pod", "--nodes", "4", "-j", str(job), "--state", state, "--name", "t2"
     )
     assert r.returncode == 2 and "t2" not in run_cli("status", "--state", state).stdout
-    r = run_cli("share", "release", "--state", state, "chat-0", "iso")
+    r = run_cli("share", "release", "--state", state, "chat-0", "iso", "--format", "json")
     assert r.returncode == 0, r.stderr
+    validate(json.loads(r.stdout), "share-release")
     r = run_cli("share", "release", "--state", state, "chat-0")
     assert r.returncode == 2 and "no request named 'chat-0'" in r.stderr
     r = run_cli(
@@ -514,9 +538,6 @@ def test_cli_share_keeps_requests_apart_from_training_gangs(tmp_path):
 
 
 def test_a_state_file_that_lies_about_its_shared_hosts_is_refused(tmp_path):
-    import gpuplace
-    from gpuplace.cluster import share
-
     topo = gpuplace.Topology.preset("a100-pod", nodes=4)
     state = gpuplace.ClusterState(topo)
     share.enable(state, ["dgxa001"], cpu_milli=64_000, memory_mib=2**20, mode="mig")

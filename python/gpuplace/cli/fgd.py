@@ -3,12 +3,10 @@ openb cluster, with gpuplace's policy beside the paper's (``gpuplace.sim.fgd``).
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.table import Table
 
-from gpuplace.cli.common import out
+from gpuplace.cli.common import emit, format_option, out
 from gpuplace.placement.share import POLICIES
 from gpuplace.sim import fgd
 
@@ -60,9 +58,7 @@ __all__ = ["fgd_cmd"]
     default=None,
     help="Write the figure (PNG, PDF or SVG by suffix; needs matplotlib).",
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@format_option
 def fgd_cmd(
     workloads: tuple[str, ...],
     policies: tuple[str, ...],
@@ -76,7 +72,7 @@ def fgd_cmd(
 ) -> None:
     """Reproduce Figure 9a of the FGD paper (Weng et al., ATC'23): unallocated GPUs against
     the arrived workload on Alibaba's openb cluster, the paper's policies and gpuplace's, with
-    the medians over seeds beside the paper's published ones."""
+    the medians over seeds beside the paper's published ones. Uses no state file."""
     names = list(workloads) or ["default"]
     if "all" in names:
         names = [*fgd.WORKLOADS, *(n for n in names if n not in (*fgd.WORKLOADS, "all"))]
@@ -99,7 +95,12 @@ def fgd_cmd(
     if plot_path is not None:
         fgd.plot(figures, plot_path, paper=nodes is None and inflation == fgd.INFLATION)
     if fmt == "json":
-        click.echo(json.dumps([f.to_dict(at) for f in figures]))
+        emit(
+            {
+                "figures": [f.to_dict(at) for f in figures],
+                **({"plot": plot_path} if plot_path else {}),
+            }
+        )
         return
     for figure in figures:
         _print(figure, at, comparable=nodes is None and inflation == fgd.INFLATION)

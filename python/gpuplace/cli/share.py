@@ -5,20 +5,26 @@ shares of a GPU, whole GPUs, CPU and memory onto them (``gpuplace.cluster.share`
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 from rich.table import Table
 
 from gpuplace._util.documents import Checker, exclusive_lock, read_document
-from gpuplace.cli.common import open_state, out, state_options
+from gpuplace.cli.common import (
+    emit,
+    format_option,
+    open_state,
+    out,
+    read_state_options,
+    state_options,
+)
 from gpuplace.cluster import share
 from gpuplace.cluster.state import ClusterState
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
 from gpuplace.io.mig import read_nvidia_smi_mig
 from gpuplace.model.share import SharedRequest
-from gpuplace.placement.share import POLICIES, ShareScheduler
+from gpuplace.placement.share import POLICIES, ShareScheduler, fragmentation
 from gpuplace.policy.fence import pool_masks
 
 __all__ = ["read_shared_requests", "share_group"]
@@ -67,6 +73,7 @@ def _shared_of(state: ClusterState, path: str) -> share.SharedCluster:
     help="`nvidia-smi mig -lgip` and `-lgipp` output giving the MIG rules (default: the built-in "
     "rules of the GPUs' model).",
 )
+@format_option
 def enable_cmd(
     state_path: str,
     cluster: str | None,
@@ -78,6 +85,7 @@ def enable_cmd(
     memory_gib: float,
     mode: str,
     listing: str | None,
+    fmt: str,
 ) -> None:
     """Share idle hosts: their GPUs leave whole-GPU placement for shared requests."""
     rules = read_nvidia_smi_mig(listing) if listing else None
@@ -106,6 +114,17 @@ def enable_cmd(
             mig_rules=rules,
         )
         state.save(state_path)
+    if fmt == "json":
+        emit(
+            {
+                "state": state_path,
+                "hosts": [n.name for n in shared.nodes],
+                "gpus": shared.num_gpus,
+                "mode": mode,
+                "free_gpus": state.free_gpus,
+            }
+        )
+        return
     out.print(
         f"{len(shared)} hosts ({shared.num_gpus} GPUs) shared in {state_path}; "
         f"{state.free_gpus} GPUs left for whole-GPU placement"
@@ -166,9 +185,7 @@ def _gpus_text(shared: share.SharedCluster, placed: share.Placed) -> str:
     "mode and fit nowhere as the GPUs are (each switch resets a GPU).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Breaks ties between nodes.")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@format_option
 def place_cmd(
     state_path: str,
     cluster: str | None,
@@ -220,7 +237,7 @@ def place_cmd(
         "reconfigurations": shared.reconfigurations,
     }
     if fmt == "json":
-        click.echo(json.dumps({"placements": rows, **summary}))
+        emit({"placements": rows, **summary, "state": state_path})
         return
     table = Table("request", "node", "GPUs", "note", title=f"shared placement ({policy})")
     for row in rows:
@@ -240,12 +257,14 @@ def place_cmd(
 @share_group.command("release")
 @state_options
 @click.argument("names", nargs=-1, required=True)
+@format_option
 def release_cmd(
     state_path: str,
     cluster: str | None,
     nodes: int | None,
     racks: int | None,
     names: tuple[str, ...],
+    fmt: str,
 ) -> None:
     """Release placed requests (their GPUs keep their mode)."""
     with exclusive_lock(state_path):
@@ -257,48 +276,60 @@ def release_cmd(
         for n in names:
             shared.release(n)
         state.save(state_path)
+    if fmt == "json":
+        emit({"state": state_path, "released": list(names)})
+        return
     out.print(f"released {len(names)} requests; saved {state_path}")
 
 
 @share_group.command("status")
-@state_options
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@read_state_options
+@format_option
 def status_cmd(
     state_path: str, cluster: str | None, nodes: int | None, racks: int | None, fmt: str
 ) -> None:
-    """The shared hosts: each GPU's mode and free milli-GPUs, CPU and memory left, requests."""
+    """The shared hosts: each GPU's mode and free milli-GPUs, the milli-GPUs fragmented for the
+    requests that run (FGD's measure), CPU and memory left, requests (reads the state; changes
+    nothing)."""
     state = open_state(state_path, cluster, nodes, racks)
     shared = _shared_of(state, state_path)
     cpu, memory = shared.cpu_left(), shared.memory_left()
     per_node: dict[str, list[str]] = {n.name: [] for n in shared.nodes}
     for p in shared:
         per_node[p.node].append(p.request.name)
+    running = [p.request for p in shared]
+    # FGD's fragmentation under the mix of what runs: free capacity those requests could not use.
+    frag = fragmentation(shared, running).tolist() if running else [0.0] * len(shared)
     if fmt == "json":
-        click.echo(
-            json.dumps(
-                {
-                    **shared.summary(),
-                    "reconfigurations": shared.reconfigurations,
-                    "nodes": [
-                        {
-                            "name": n.name,
-                            "model": n.model,
-                            "modes": shared.gpu_modes(i),
-                            "gpu_left_milli": shared.gpu_left(i).tolist(),
-                            "cpu_left_milli": int(cpu[i]),
-                            "memory_left_mib": int(memory[i]),
-                            "requests": per_node[n.name],
-                        }
-                        for i, n in enumerate(shared.nodes)
-                    ],
-                }
-            )
+        emit(
+            {
+                **shared.summary(),
+                "reconfigurations": shared.reconfigurations,
+                "unallocated_gpu_share": round(shared.unallocated, 4),
+                "nodes": [
+                    {
+                        "name": n.name,
+                        "model": n.model,
+                        "modes": shared.gpu_modes(i),
+                        "gpu_left_milli": shared.gpu_left(i).tolist(),
+                        "cpu_left_milli": int(cpu[i]),
+                        "memory_left_mib": int(memory[i]),
+                        "fragmentation_milli": round(frag[i], 1),
+                        "requests": per_node[n.name],
+                    }
+                    for i, n in enumerate(shared.nodes)
+                ],
+            }
         )
         return
     table = Table(
-        "host", "model", "GPUs: free milli-GPUs (m: MIG)", "CPU left", "memory left", "requests"
+        "host",
+        "model",
+        "GPUs: free milli-GPUs (m: MIG)",
+        "fragmented",
+        "CPU left",
+        "memory left",
+        "requests",
     )
     for i, n in enumerate(shared.nodes):
         modes = shared.gpu_modes(i)
@@ -310,6 +341,7 @@ def status_cmd(
             n.name,
             n.model or "-",
             gpus,
+            f"{frag[i]:.0f}",
             f"{cpu[i] / 1000:g}/{n.cpu_milli / 1000:g}",
             f"{memory[i] / 1024:.0f}/{n.memory_mib / 1024:.0f} GiB",
             ", ".join(per_node[n.name]) or "-",

@@ -33,6 +33,7 @@ __all__ = [
     "POLICIES",
     "ShareScheduler",
     "Slot",
+    "fragmentation",
     "node_prices",
     "pod_mix",
     "replay",
@@ -78,6 +79,12 @@ def pod_mix(
         np.array(weights, dtype=np.float64),
         len(cluster.models),
     )
+
+
+def fragmentation(cluster: SharedCluster, requests: Sequence[SharedRequest]) -> np.ndarray:
+    """FGD's expected fragmentation (milli-GPUs) of every node as it is, under the typical mix
+    of ``requests``."""
+    return pod_mix(cluster, typical_mix(requests)).fragmentation(cluster._core)
 
 
 def node_prices(cluster: SharedCluster, requests: Iterable[SharedRequest]) -> np.ndarray | None:

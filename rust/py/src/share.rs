@@ -209,11 +209,6 @@ impl PySharedCluster {
     }
 
     #[getter]
-    fn num_nodes(&self) -> usize {
-        self.inner.num_nodes()
-    }
-
-    #[getter]
     fn num_gpus(&self) -> usize {
         self.inner.num_gpus()
     }
