@@ -550,3 +550,23 @@ def test_a_state_file_that_lies_about_its_shared_hosts_is_refused(tmp_path):
     doc["shared"]["mig"] = {"dgxa002": doc["shared"]["mig"].pop("dgxa001")}
     with pytest.raises(InvalidState, match=r"shared\.nodes: must be exactly the hosts"):
         gpuplace.ClusterState.restore(topo, doc)
+
+
+@given(st.text(max_size=400), st.sampled_from(["nodes", "pods"]))
+def test_openb_readers_raise_only_their_error(text, which):
+    header = (
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        if which == "nodes"
+        else "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+    )
+    for body in (text, header + text):
+        if which == "nodes":
+            try:
+                read_openb_nodes(io.StringIO(body))
+            except InvalidTopology:
+                pass
+        else:
+            try:
+                read_openb_pods(io.StringIO(body))
+            except InvalidJob:
+                pass
