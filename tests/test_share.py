@@ -570,3 +570,36 @@ def test_openb_readers_raise_only_their_error(text, which):
                 read_openb_pods(io.StringIO(body))
             except InvalidJob:
                 pass
+
+
+def test_a_pool_is_shared_and_its_gpus_are_never_lent_to_training(tmp_path):
+    state = str(tmp_path / "s.json")
+    policy = Path(__file__).resolve().parents[1] / "examples/policy/cluster-policy.yaml"
+    r = run_cli(
+        "policy", "set", "--state", state, "-c", "h100-superpod", "--nodes", "64", "-f", str(policy)
+    )
+    assert r.returncode == 0, r.stderr
+    r = run_cli(
+        "share", "enable", "--state", state, "--pool", "inference", "--cpu", "96",
+        "--memory-gib", "1024", "--format", "json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    enabled = json.loads(r.stdout)
+    assert len(enabled["hosts"]) == 32 and enabled["free_gpus"] == 256
+    # A preemptible training job may borrow the inference pool's free GPUs: shared ones are
+    # never free, so it stays off them even when its own pool is full.
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: batch\nparallelism: {tp: 8, dp: 40}\npolicy: {pool: training, priority_class: batch}\n"
+    )
+    r = run_cli("place", "-j", str(job), "--state", state)
+    assert r.returncode == 2 and "batch" not in run_cli("status", "--state", state).stdout
+    shared_hosts = set(enabled["hosts"])
+    job.write_text(
+        "name: batch\nparallelism: {tp: 8, dp: 4}\npolicy: {pool: training, priority_class: batch}\n"
+    )
+    r = run_cli("place", "-j", str(job), "--state", state)
+    assert r.returncode == 0, r.stderr
+    topo = gpuplace.Topology.preset("h100-superpod", nodes=64)
+    jobs = {j["name"]: j for j in json.loads(Path(state).read_text())["state"]["jobs"]}
+    assert not {topo.host_of(g) for g in jobs["batch"]["gpus"]} & shared_hosts

@@ -474,7 +474,12 @@ impl SharedCluster {
         let slot = self.rules.get_mut(model as usize).ok_or_else(|| {
             CoreError::InvalidTopology(format!("GPU model id {model} does not exist"))
         })?;
-        if self.gpu_mode.contains(&GpuMode::Mig) && slot.is_some() {
+        let in_use = self
+            .nodes
+            .iter()
+            .enumerate()
+            .any(|(n, spec)| spec.model == Some(model) && self.mig_gpus[n] > 0);
+        if in_use && slot.is_some() {
             return Err(CoreError::InvalidState(format!(
                 "GPU model {} has GPUs in MIG mode; its rules cannot change now",
                 self.models[model as usize]
