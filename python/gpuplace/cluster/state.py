@@ -74,6 +74,8 @@ class ClusterState:
         self.policy = ClusterPolicy()
         #: MIG-mode GPUs and their instances (``gpuplace.cluster.mig``), if any.
         self.mig: Any = None
+        #: Shared hosts and the requests on them (``gpuplace.cluster.share``), if any.
+        self.shared: Any = None
         #: Jobs waiting to be placed (requeued ones), by name, in queue order.
         self.queue: dict[str, QueuedJob] = {}
 
@@ -85,6 +87,7 @@ class ClusterState:
         out.phase_slots = dict(self.phase_slots)
         out.policy = self.policy
         out.mig = None if self.mig is None else copy.deepcopy(self.mig)
+        out.shared = None if self.shared is None else self.shared.copy()
         out.queue = dict(self.queue)
         return out
 
