@@ -28,7 +28,15 @@ DATA = Path(__file__).parent / "data"
 #: Commands whose --format is the Slurm integration's to add (issue 24 owns cli/slurm.py).
 NOT_YET = {"slurm sync", "slurm submit", "slurm pick", "serve"}
 #: Commands that only read the state file.
-READ_ONLY = {"status", "fabric", "explain", "policy show", "mig status", "k8s export"}
+READ_ONLY = {
+    "status",
+    "fabric",
+    "explain",
+    "policy show",
+    "mig status",
+    "share status",
+    "k8s export",
+}
 
 
 def validate(document: Any, schema: str) -> None:

@@ -30,12 +30,14 @@ WRAPPERS = {
     "gpuplace.cluster.fabric",
     "gpuplace.cluster.pricing",
     "gpuplace.cluster.storage",
+    "gpuplace.cluster.share",
     "gpuplace.placement.place",
     "gpuplace.placement.registry",
     "gpuplace.placement.result",
     "gpuplace.placement.repair",
     "gpuplace.placement.mapping",
     "gpuplace.placement.probe",
+    "gpuplace.placement.share",
     "gpuplace.placement.solvers.cpsat",
 }
 

@@ -383,3 +383,66 @@ def test_cli_enable_records_the_instances_a_host_has(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(Path(state).read_text())["state"]["mig"]["gpus"]
     assert len(doc) == 8 and [len(v) for v in doc.values()].count(7) == 1
+
+
+@pytest.mark.parametrize(
+    ("listing", "model", "slices"),
+    [("h100-80gb-hbm3.txt", "MIG 7g.80gb GPU", 8), ("a30-24gb-r450.txt", "MIG 4g.24gb GPU", 4)],
+)
+def test_rules_read_from_a_listing_live_in_the_state(listing, model, slices, tmp_path):
+    state = str(tmp_path / "s.json")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gpuplace.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    r = run(
+        "mig",
+        "enable",
+        "--state",
+        state,
+        "-c",
+        "a100-pod",
+        "--nodes",
+        "4",
+        "--gpu",
+        "0",
+        "--listing",
+        str(DATA / listing),
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(Path(state).read_text())["state"]
+    assert doc["mig"]["model"] == model
+    assert doc["mig"]["rules"]["memory_slices"] == slices
+    # Every later command reads the rules from the state, whole-GPU placement included.
+    job = tmp_path / "job.yaml"
+    job.write_text("name: train\nparallelism: {tp: 8}\n")
+    place = ("place", "-c", "a100-pod", "--nodes", "4", "-j", str(job))
+    for args in (("mig", "status"), ("status",), place):
+        r = run(*args, "--state", state)
+        assert r.returncode == 0, (args, r.stderr)
+    assert "." * slices in run("mig", "status", "--state", state).stdout
+    stream = tmp_path / "stream.yaml"
+    stream.write_text(
+        "requests:\n"
+        "  - {name: huge, memory_gb: 500}\n"
+        "  - {name: typo, profile: 9g.99gb}\n"
+        "  - {name: small, compute: 1}\n"
+    )
+    r = run("mig", "place", "--state", state, "--requests", str(stream), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    rows = {row["request"]: row for row in json.loads(r.stdout)["placements"]}
+    assert not rows["huge"]["placed"] and ">= 500 GB" in rows["huge"]["reason"]
+    assert not rows["typo"]["placed"] and "no MIG profile '9g.99gb'" in rows["typo"]["reason"]
+    assert rows["small"]["placed"]
+    # Rules that break their own geometry are refused naming the field.
+    doc = json.loads(Path(state).read_text())["state"]
+    doc["mig"]["rules"]["profiles"][0]["starts"] = [slices]
+    topo = gpuplace.Topology.preset("a100-pod", nodes=4)
+    with pytest.raises(InvalidState, match=r"mig\.rules: .* exceeds the"):
+        gpuplace.ClusterState.restore(topo, doc)

@@ -10,18 +10,25 @@ from typing_extensions import Self
 
 __all__ = [
     "MIN_FACTOR",
+    "ArrivalRecord",
     "ClusterState",
     "CollectiveKind",
     "ComponentKind",
     "Condition",
     "ContentionReport",
     "CostReport",
+    "GpuMode",
     "Health",
     "HotUplink",
+    "Isolation",
     "JobSpec",
     "MoveReason",
     "RankMove",
     "RepairPlan",
+    "ShareDistribution",
+    "ShareScheduler",
+    "ShareSlot",
+    "SharedCluster",
     "SparePolicy",
     "Topology",
     "__version__",
@@ -45,9 +52,11 @@ __all__ = [
     "pricing_view",
     "rank_groups",
     "refine",
+    "replay_arrivals",
     "ring_hops",
     "rust_solvers",
     "set_fence",
+    "share_policies",
     "topology_with_fabric",
     "uplinks",
     "uplinks_by_level",
@@ -428,3 +437,138 @@ def topology_with_fabric(
 def ring_hops(
     topology: Topology, gpus: npt.NDArray[np.int64]
 ) -> list[tuple[int, int, int, int, int, float]]: ...
+
+# Shared GPUs: milli-GPU requests and MIG instances, the FGD paper's policies and gpuplace's,
+# the arrival-only replay (rust/py/src/share.rs). A pod crosses as a row (cpu_milli,
+# memory_mib, gpus, gpu_milli, gpu_memory_mib, isolation code) and a model set.
+
+@final
+class Isolation(_Labelled):
+    Any: ClassVar[Isolation]
+    Mig: ClassVar[Isolation]
+    Fractional: ClassVar[Isolation]
+
+@final
+class GpuMode(_Labelled):
+    Fractional: ClassVar[GpuMode]
+    Mig: ClassVar[GpuMode]
+
+@final
+class SharedCluster:
+    def __new__(
+        cls,
+        names: list[str],
+        cpu_milli: npt.NDArray[np.int64],
+        memory_mib: npt.NDArray[np.int64],
+        gpus: npt.NDArray[np.int64],
+        model: npt.NDArray[np.int64],
+        models: list[str],
+    ) -> Self: ...
+    def copy(self) -> SharedCluster: ...
+    def set_mig_rules(
+        self,
+        model: int,
+        name: str,
+        memory_slices: int,
+        compute_slices: int,
+        profiles: list[tuple[str, int, int, list[int], int, int]],
+    ) -> None: ...
+    def set_mode(self, node: int, gpu: int, mode: GpuMode) -> None: ...
+    def gpu_modes(self, node: int) -> list[GpuMode]: ...
+    @property
+    def num_gpus(self) -> int: ...
+    @property
+    def models(self) -> list[str]: ...
+    @property
+    def used_gpu_milli(self) -> int: ...
+    @property
+    def total_gpu_milli(self) -> int: ...
+    @property
+    def reconfigurations(self) -> int: ...
+    def cpu_left(self) -> npt.NDArray[np.int64]: ...
+    def memory_left(self) -> npt.NDArray[np.int64]: ...
+    def gpu_left(self, node: int) -> npt.NDArray[np.int64]: ...
+    def fits(
+        self, node: int, pod_row: tuple[int, int, int, int, int, int], models: int
+    ) -> bool: ...
+    def allocate(
+        self,
+        pod_row: tuple[int, int, int, int, int, int],
+        models: int,
+        node: int,
+        gpus: list[int],
+        starts: list[int],
+        reconfigure: list[int] = ...,
+    ) -> None: ...
+    def release(
+        self,
+        pod_row: tuple[int, int, int, int, int, int],
+        models: int,
+        node: int,
+        gpus: list[int],
+        starts: list[int],
+    ) -> None: ...
+
+@final
+class ShareDistribution:
+    def __new__(
+        cls,
+        pods_rows: npt.NDArray[np.int64],
+        models: npt.NDArray[np.uint64],
+        weights: npt.NDArray[np.float64],
+        num_models: int,
+    ) -> Self: ...
+    def fragmentation(self, cluster: SharedCluster) -> npt.NDArray[np.float64]: ...
+
+@final
+class ShareSlot:
+    @property
+    def node(self) -> int: ...
+    @property
+    def gpus(self) -> list[int]: ...
+    @property
+    def starts(self) -> list[int]: ...
+    @property
+    def reconfigure(self) -> list[int]: ...
+
+@final
+class ShareScheduler:
+    def __new__(
+        cls,
+        policy: str,
+        seed: int,
+        distribution: ShareDistribution | None = None,
+        prices: npt.NDArray[np.float64] | None = None,
+        reconfigure: bool = False,
+    ) -> Self: ...
+    @property
+    def policy(self) -> str: ...
+    def choose(
+        self, cluster: SharedCluster, pod_row: tuple[int, int, int, int, int, int], models: int
+    ) -> ShareSlot | None: ...
+
+@final
+class ArrivalRecord:
+    @property
+    def arrived_gpu_milli(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def used_gpu_milli(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def placed(self) -> npt.NDArray[np.bool_]: ...
+    @property
+    def decision_ns(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def reconfigurations(self) -> int: ...
+
+def replay_arrivals(
+    cluster: SharedCluster,
+    pods_rows: npt.NDArray[np.int64],
+    models: npt.NDArray[np.uint64],
+    orders: list[npt.NDArray[np.int64]],
+    policies: list[str],
+    seeds: list[int],
+    distribution: ShareDistribution | None = None,
+    prices: npt.NDArray[np.float64] | None = None,
+    reconfigure: bool = False,
+) -> list[ArrivalRecord]: ...
+def share_policies() -> list[str]: ...

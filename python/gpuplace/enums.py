@@ -9,15 +9,29 @@ an integer code; ``Kind.members()`` lists them and ``Kind.from_label(word)`` loo
   ``switch``).
 * :class:`SparePolicy`: whether a repair may take reserved spares.
 * :class:`MoveReason`: why a repair moved a rank.
+* :class:`Isolation`: the sharing a shared-GPU request accepts (``any``, ``mig``,
+  ``fractional``).
+* :class:`GpuMode`: how a shared GPU is shared (``fractional``, ``mig``).
 """
 
 from gpuplace._core import (
     CollectiveKind,
     ComponentKind,
     Condition,
+    GpuMode,
     Health,
+    Isolation,
     MoveReason,
     SparePolicy,
 )
 
-__all__ = ["CollectiveKind", "ComponentKind", "Condition", "Health", "MoveReason", "SparePolicy"]
+__all__ = [
+    "CollectiveKind",
+    "ComponentKind",
+    "Condition",
+    "GpuMode",
+    "Health",
+    "Isolation",
+    "MoveReason",
+    "SparePolicy",
+]

@@ -13,12 +13,13 @@ import sys
 
 import click
 
-from gpuplace.cli import health, health_ingest, k8s, lifecycle, mig, policy, slurm
+from gpuplace.cli import health, health_ingest, k8s, lifecycle, mig, policy, share, slurm
 from gpuplace.cli.bench import bench
 from gpuplace.cli.calibrate import calibrate_cmd
 from gpuplace.cli.catalog import presets_cmd, schema_cmd, solvers_cmd
 from gpuplace.cli.common import json_requested, load_cluster, report_error
 from gpuplace.cli.fabric import fabric_cmd
+from gpuplace.cli.fgd import fgd_cmd
 from gpuplace.cli.lazy import LazyGroup
 from gpuplace.cli.place import place_cmd
 from gpuplace.cli.simulate import simulate_cmd
@@ -80,11 +81,13 @@ cli.add_command(health_ingest.health)
 cli.add_command(policy.policy)
 cli.add_command(policy.explain_cmd)
 cli.add_command(mig.mig_group)
+cli.add_command(share.share_group)
 cli.add_command(k8s.k8s)
 cli.add_command(slurm.slurm)
 cli.add_command(simulate_cmd)
 cli.add_command(calibrate_cmd)
 cli.add_command(schema_cmd)
+cli.add_command(fgd_cmd)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -181,15 +181,14 @@ def place_cmd(
     fmt: str,
 ) -> None:
     """Place a stream of inference requests on MIG slices, in order; a request that fits
-    nowhere is reported with the rule that blocked it and the stream goes on."""
+    nowhere, or that no profile of the GPUs satisfies, is refused alone with its reason and
+    the stream goes on."""
     requests, dist = read_requests(requests_path)
     with exclusive_lock(state_path):
         state = open_state(state_path, cluster, nodes, racks)
         packing = _mig_of(state, state_path)
         if dist is not None:
             packing.set_distribution(dist)
-        for r in requests:  # an unknown profile is an input error: refuse before changing
-            r.candidates(packing.model) if r.profile is None else packing.model.profile(r.profile)
         rows: list[dict[str, Any]] = []
         for r in requests:
             counts = (packing.reused, packing.destroyed)
@@ -217,7 +216,7 @@ def place_cmd(
         packing.check()
         state.save(state_path)
     unallocated = packing.free_share()
-    placed = sum(r["placed"] for r in rows)
+    placed = sum(row["placed"] for row in rows)
     if fmt == "json":
         emit({"placements": rows, "unallocated_gpus": unallocated, "state": state_path})
         return

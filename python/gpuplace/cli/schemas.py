@@ -490,6 +490,102 @@ SCHEMAS: dict[str, Schema] = {
             }
         ),
     ),
+    "share-enable": top(
+        "gpuplace share enable: the shared hosts (all of them) and the GPUs left for whole-GPU "
+        "placement.",
+        obj(
+            {
+                "state": STR,
+                "hosts": array(STR),
+                "gpus": INT,
+                "mode": enum("fractional", "mig"),
+                "free_gpus": INT,
+            }
+        ),
+    ),
+    "share-place": top(
+        "gpuplace share place: per request its node, GPUs and MIG starts (or why not), the "
+        "unallocated share of the shared GPUs and the reconfigurations so far.",
+        obj(
+            {
+                "placements": array(
+                    obj(
+                        {"request": STR, "placed": BOOL},
+                        {
+                            "node": STR,
+                            "gpus": array(INT),
+                            "starts": array(INT),
+                            "where": STR,
+                            "reconfigured": INT,
+                            "reason": STR,
+                        },
+                    )
+                ),
+                "placed": INT,
+                "requests": INT,
+                "unallocated_gpu_share": NUM,
+                "reconfigurations": INT,
+                "state": STR,
+            }
+        ),
+    ),
+    "share-release": top(
+        "gpuplace share release: the requests released.",
+        obj({"state": STR, "released": array(STR)}),
+    ),
+    "share-status": top(
+        "gpuplace share status: per shared host its GPUs' modes and free milli-GPUs, CPU and "
+        "memory left, and its requests.",
+        obj(
+            {
+                "nodes": array(
+                    obj(
+                        {
+                            "name": STR,
+                            "model": nullable(STR),
+                            "modes": array(enum("fractional", "mig")),
+                            "gpu_left_milli": array(INT),
+                            "cpu_left_milli": INT,
+                            "memory_left_mib": INT,
+                            "fragmentation_milli": NUM,
+                            "requests": array(STR),
+                        }
+                    )
+                ),
+                "gpus": INT,
+                "requests": INT,
+                "used_gpu_milli": INT,
+                "total_gpu_milli": INT,
+                "unallocated_gpu_share": NUM,
+                "reconfigurations": INT,
+            }
+        ),
+    ),
+    "fgd": top(
+        "gpuplace fgd: per workload, per policy the unallocated GPUs (%) at the arrived share "
+        "asked (median and per seed, the paper's median when published) and the decision time.",
+        obj(
+            {
+                "figures": array(
+                    obj(
+                        {
+                            "workload": STR,
+                            "at_arrived_percent": INT,
+                            "seeds": array(INT),
+                            "nodes": INT,
+                            "gpus": INT,
+                            "seconds": NUM,
+                            "unallocated_percent": mapping(
+                                obj({"median": NUM, "seeds": array(NUM)}, {"paper": NUM})
+                            ),
+                            "decision_us": mapping(obj({"median": NUM, "p99": NUM, "max": NUM})),
+                        }
+                    )
+                )
+            },
+            {"plot": STR},
+        ),
+    ),
     "k8s-export": top(
         "gpuplace k8s export: the files written and, with --job, the placement.",
         obj(
@@ -669,6 +765,11 @@ COMMANDS: dict[str, str] = {
     "mig place": "mig-place",
     "mig release": "mig-release",
     "mig status": "mig-status",
+    "share enable": "share-enable",
+    "share place": "share-place",
+    "share release": "share-release",
+    "share status": "share-status",
+    "fgd": "fgd",
     "k8s export": "k8s-export",
     "k8s extender": "k8s-extender",
     "topo import": "topo-import",

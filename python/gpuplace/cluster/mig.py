@@ -428,6 +428,8 @@ class MigCluster:
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.model,
+            # Rules read from a listing travel with the state; built-in ones by name.
+            **({} if self.model.built_in else {"rules": self.model.to_dict()}),
             **({"distribution": self.distribution} if self.distribution else {}),
             "gpus": {
                 str(g): [
@@ -532,10 +534,15 @@ def restore(state: Any, raw: Any, c: Any) -> None:
     against the start rules (raises InvalidState naming the entry)."""
     doc = c.mapping(raw, "mig")
     name = c.string(doc.get("model"), "mig.model")
-    try:
-        model = model_for(name)
-    except InvalidTopology as exc:
-        raise c.fail("mig.model", str(exc)) from None
+    if "rules" in doc:
+        model = MigModel.from_dict(doc["rules"], c, "mig.rules")
+        if model.model != name:
+            raise c.fail("mig.rules.model", f"{model.model!r} differs from mig.model {name!r}")
+    else:
+        try:
+            model = model_for(name)
+        except InvalidTopology as exc:
+            raise c.fail("mig.model", str(exc)) from None
     gpus = c.mapping(doc.get("gpus", {}), "mig.gpus")
     ids = []
     for key in gpus:

@@ -77,6 +77,8 @@ class ClusterState:
         #: State file (resolved path) -> the checksum it had when this state last loaded or
         #: saved it: :meth:`save` refuses to overwrite a file another process changed since.
         self.file_checksums: dict[str, str] = {}
+        #: Shared hosts and the requests on them (``gpuplace.cluster.share``), if any.
+        self.shared: Any = None
         #: Jobs waiting to be placed (requeued ones), by name, in queue order.
         self.queue: dict[str, QueuedJob] = {}
 
@@ -89,6 +91,7 @@ class ClusterState:
         out.policy = self.policy
         out.mig = None if self.mig is None else copy.deepcopy(self.mig)
         out.file_checksums = dict(self.file_checksums)
+        out.shared = None if self.shared is None else self.shared.copy()
         out.queue = dict(self.queue)
         return out
 

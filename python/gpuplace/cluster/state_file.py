@@ -1,6 +1,6 @@
 """The state file: a checksummed JSON snapshot of a :class:`gpuplace.ClusterState` (jobs and
-their specs, unhealthy hardware, spares, the policy and MIG geometry, the queue of jobs waiting
-to be placed, and the cluster it belongs to), written atomically;
+their specs, unhealthy hardware, spares, the policy, MIG geometry and shared hosts, the
+queue of jobs waiting to be placed, and the cluster it belongs to), written atomically;
 a truncated, corrupted or foreign file is refused with InvalidState naming the field."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from gpuplace import _core
 from gpuplace._util.documents import Checker, directory_lock, write_atomically
-from gpuplace.cluster import mig
+from gpuplace.cluster import mig, share
 from gpuplace.enums import ComponentKind, Condition, Health
 from gpuplace.errors import InvalidJob, InvalidState, StateConflict
 from gpuplace.model.job import Job
@@ -78,6 +78,8 @@ def snapshot(state: ClusterState) -> dict[str, Any]:
         out["policy"] = state.policy.to_dict()
     if state.mig is not None:
         out["mig"] = state.mig.to_dict()
+    if state.shared is not None:
+        out["shared"] = state.shared.to_dict()
     if state.queue:
         out["queue"] = [
             {"spec": q.job.to_dict(), **({"reason": q.reason} if q.reason else {})}
@@ -187,6 +189,8 @@ def restore(state: ClusterState, snapshot: Any, *, source: str | None = None) ->
             raise c.fail(p, str(exc)) from None
     if "mig" in snap:
         mig.restore(state, snap["mig"], c)
+    if "shared" in snap:
+        share.restore(state, snap["shared"], c)
     for i, raw in enumerate(c.sequence(snap.get("queue", []), "queue")):
         entry = c.mapping(raw, f"queue[{i}]")
         c.keys(entry, f"queue[{i}]", {"spec", "reason"})

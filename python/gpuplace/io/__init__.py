@@ -12,6 +12,7 @@ from gpuplace.io.ibnetdiscover import read_ibnetdiscover
 from gpuplace.io.mig import read_nvidia_smi_mig, read_nvidia_smi_mig_instances
 from gpuplace.io.nccl_tests import NcclTestsRow, NcclTestsRun, read_nccl_tests
 from gpuplace.io.nvidia_smi import read_nvidia_smi_topo
+from gpuplace.io.openb import read_openb_nodes, read_openb_pods
 from gpuplace.io.placement_table import read_placement_table
 from gpuplace.io.qaplib import read_qaplib, read_qaplib_solution
 from gpuplace.io.rocm_smi import read_rocm_smi_topo
@@ -48,6 +49,8 @@ __all__ = [
     "read_nvidia_smi_mig_instances",
     "read_nvidia_smi_query",
     "read_nvidia_smi_topo",
+    "read_openb_nodes",
+    "read_openb_pods",
     "read_placement_table",
     "read_qaplib",
     "read_qaplib_solution",

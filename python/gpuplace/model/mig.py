@@ -20,7 +20,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from gpuplace._util.documents import Checker
 from gpuplace.errors import Infeasible, InvalidTopology
 
 __all__ = ["GUIDE", "MODELS", "MigModel", "MigProfile", "Request", "model_for", "profile_for_share"]
@@ -63,6 +65,80 @@ class MigModel:
                 f"{self.model} has no MIG profile {name!r} (profiles: {', '.join(self.profiles)})"
             )
         return self.profiles[key]
+
+    @property
+    def built_in(self) -> bool:
+        """One of the built-in tables (:data:`MODELS`), as opposed to rules read from a
+        listing."""
+        return MODELS.get(self.model) == self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The rules as a document (what a state file keeps for rules read from a listing)."""
+        return {
+            "model": self.model,
+            "memory_slices": self.memory_slices,
+            "compute_slices": self.compute_slices,
+            "source": self.source,
+            "profiles": [
+                {
+                    "name": p.name,
+                    "compute": p.compute,
+                    "size": p.size,
+                    "starts": list(p.starts),
+                    "memory_gb": p.memory_gb,
+                    "instances": p.instances,
+                    **({} if p.profile_id is None else {"profile_id": p.profile_id}),
+                }
+                for p in self.profiles.values()
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Any, c: Checker, path: str) -> MigModel:
+        """Rules from :meth:`to_dict`, checked (the error names the field)."""
+        d = c.mapping(raw, path)
+        c.keys(d, path, {"model", "memory_slices", "compute_slices", "source", "profiles"})
+        profiles: dict[str, MigProfile] = {}
+        for i, entry in enumerate(c.sequence(d.get("profiles"), f"{path}.profiles")):
+            p = f"{path}.profiles[{i}]"
+            e = c.mapping(entry, p)
+            c.keys(
+                e, p, {"name", "compute", "size", "starts", "memory_gb", "instances", "profile_id"}
+            )
+            name = c.string(e.get("name"), f"{p}.name")
+            if name in profiles:
+                raise c.fail(f"{p}.name", f"profile {name} appears twice")
+            starts = tuple(
+                c.integer(v, f"{p}.starts", minimum=0, maximum=63)
+                for v in c.sequence(e.get("starts"), f"{p}.starts")
+            )
+            if not starts:
+                raise c.fail(f"{p}.starts", "expected at least one start")
+            profiles[name] = MigProfile(
+                name,
+                c.integer(e.get("compute"), f"{p}.compute", minimum=1, maximum=64),
+                c.integer(e.get("size"), f"{p}.size", minimum=1, maximum=64),
+                starts,
+                c.number(e.get("memory_gb", 0), f"{p}.memory_gb", minimum=0),
+                c.integer(e.get("instances", 1), f"{p}.instances", minimum=1, maximum=64),
+                None
+                if e.get("profile_id") is None
+                else c.integer(e["profile_id"], f"{p}.profile_id", minimum=0),
+            )
+        if not profiles:
+            raise c.fail(f"{path}.profiles", "expected at least one profile")
+        model = cls(
+            c.string(d.get("model"), f"{path}.model"),
+            c.integer(d.get("memory_slices"), f"{path}.memory_slices", minimum=1, maximum=64),
+            c.integer(d.get("compute_slices"), f"{path}.compute_slices", minimum=1, maximum=64),
+            profiles,
+            c.string(d.get("source", GUIDE), f"{path}.source"),
+        )
+        try:
+            model.check()
+        except InvalidTopology as exc:
+            raise c.fail(path, str(exc)) from None
+        return model
 
     def check(self) -> None:
         """Every placement fits in the GPU (raises InvalidTopology)."""

@@ -4,6 +4,7 @@
 
 use gpuplace_core::job::CollectiveKind as CoreKind;
 use gpuplace_core::repair::SparePolicy as CorePolicy;
+use gpuplace_core::share::{GpuMode as CoreGpuMode, Isolation as CoreIsolation};
 use gpuplace_core::state::{Condition as CoreCondition, GpuStatus};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
@@ -150,6 +151,25 @@ labelled_enum! {
     }
 }
 
+labelled_enum! {
+    /// The sharing a request accepts on its GPUs.
+    Isolation as "Isolation", invalid_job, "isolation",
+    core CoreIsolation {
+        Any = 0 => "any", CoreIsolation::Any;
+        Mig = 1 => "mig", CoreIsolation::Mig;
+        Fractional = 2 => "fractional", CoreIsolation::Fractional;
+    }
+}
+
+labelled_enum! {
+    /// How a GPU is shared: by the milli-GPU (time-sliced) or as MIG instances.
+    GpuMode as "GpuMode", invalid_state, "GPU mode",
+    core CoreGpuMode {
+        Fractional = 0 => "fractional", CoreGpuMode::Fractional;
+        Mig = 1 => "mig", CoreGpuMode::Mig;
+    }
+}
+
 /// Why a repair moved a rank.
 #[pyclass(
     eq,
@@ -194,5 +214,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ComponentKind>()?;
     m.add_class::<SparePolicy>()?;
     m.add_class::<MoveReason>()?;
+    m.add_class::<Isolation>()?;
+    m.add_class::<GpuMode>()?;
     Ok(())
 }

@@ -17,7 +17,9 @@
 //!   factors, path bandwidths) and the collective terms exact models use;
 //! - [`nccl`]: the NCCL side of the topology (NVLS, NICs, SHARP, host-count factors,
 //!   algorithm efficiencies, GPU peaks) and the ring's hops;
-//! - [`step`]: the GPU peak table and the step-time model.
+//! - [`step`]: the GPU peak table and the step-time model;
+//! - [`share`]: shared GPUs (milli-GPU requests with CPU and memory), the FGD paper's
+//!   policies and gpuplace's, and the arrival-only replay.
 //!
 //! New bindings go in a new file with a small registration call below.
 
@@ -29,6 +31,7 @@ mod job;
 mod nccl;
 mod policy;
 mod pricing;
+mod share;
 mod solve;
 mod state;
 mod step;
@@ -59,6 +62,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pricing::register(m)?;
     nccl::register(m)?;
     step::register(m)?;
+    share::register(m)?;
     m.add("MIN_FACTOR", gpuplace_core::cost::MIN_FACTOR)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
