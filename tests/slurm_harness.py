@@ -63,10 +63,13 @@ class LoopbackSlurm:
         gpu_type: str | None = None,
         node_order: list[str] | None = None,
         extra_conf: tuple[str, ...] = (),
+        features: dict[str, str] | None = None,
     ):
         """``gpus`` > 0 gives each node ``Gres=gpu[:gpu_type]:gpus`` backed by empty files;
         ``node_order`` lists the nodes in slurm.conf in another order than the leaves';
-        ``extra_conf`` lines are appended to slurm.conf."""
+        ``extra_conf`` lines are appended to slurm.conf; ``features`` gives nodes
+        ``Features=`` (node -> comma list)."""
+        self.features = dict(features or {})
         self.dir = workdir
         self.nodes = [f"n{i + 1:02d}" for i in range(leaves * per_leaf)]
         self.gpus = gpus
@@ -153,9 +156,10 @@ class LoopbackSlurm:
                 )
             (d / "gres.conf").write_text("\n".join(gres_conf) + "\n")
         for name, port in zip(self.node_order, node_ports, strict=True):
+            feature = f" Features={self.features[name]}" if name in self.features else ""
             lines.append(
                 f"NodeName={name} NodeAddr=127.0.0.1 Port={port} CPUs={self.cpus} "
-                f"RealMemory=1000{gres} State=UNKNOWN"
+                f"RealMemory=1000{gres}{feature} State=UNKNOWN"
             )
         lines.extend(self.extra_conf)
         lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
@@ -284,6 +288,13 @@ class LoopbackSlurm:
         names = self.run("scontrol", "show", "hostnames", match.group(2)).stdout.split()
         return names, text.strip()
 
+    def stop_controller(self) -> None:
+        """Stop slurmctld only (as when it is down): clients then cannot reach it."""
+        ctld = self.procs[1]
+        if ctld.poll() is None:
+            os.killpg(ctld.pid, signal.SIGKILL)
+            ctld.wait(timeout=10)
+
     # ----------------------------------------------------------------- tear-down
     def stop(self) -> None:
         # Jobs first, so no slurmstepd or sleep outlives the daemons; then slurmds, the
@@ -322,3 +333,111 @@ class LoopbackSlurm:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class GpuplaceService:
+    """`gpuplace serve --slurm` following a :class:`LoopbackSlurm`, on a Unix socket in the
+    cluster's directory (the job_submit/lua plugin finds it through GPUPLACE_SOCKET). Started
+    and stopped by its owner; ``restart`` keeps the journal."""
+
+    def __init__(self, slurm: LoopbackSlurm, *args: str):
+        self.slurm = slurm
+        self.socket = slurm.dir / "gpuplace.sock"
+        self.journal = slurm.dir / "gpuplace-journal.db"
+        self.args = list(args)
+        self.proc: subprocess.Popen[bytes] | None = None
+        slurm.env["GPUPLACE_SOCKET"] = str(self.socket)
+
+    def start(self, timeout: float = 60.0) -> None:
+        import sys
+
+        cmd = [
+            sys.executable,
+            "-m",
+            "gpuplace.cli",
+            "serve",
+            "--slurm",
+            "--journal",
+            str(self.journal),
+            "--socket",
+            str(self.socket),
+            "--poll",
+            "0.5",
+            *self.args,
+        ]
+        with open(self.slurm.dir / "log" / "gpuplace-serve.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                cmd,
+                env=self.slurm.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                log_text = (self.slurm.dir / "log" / "gpuplace-serve.log").read_text()
+                raise SlurmError(
+                    f"gpuplace serve exited with {self.proc.returncode}: {log_text[-2000:]}"
+                )
+            if self.socket.exists() and self.status().get("clusters"):
+                if self.status()["clusters"][0]["slurm"]["last_ok"]:
+                    return
+            time.sleep(0.2)
+        raise SlurmError("gpuplace serve did not start")
+
+    def request(self, method: str, path: str, body: object = None) -> object:
+        import json
+
+        conn = _UnixHTTP(str(self.socket))
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            answer = json.loads(response.read() or b"null")
+        finally:
+            conn.close()
+        if response.status >= 400:
+            raise SlurmError(f"gpuplace serve answered {response.status}: {answer}")
+        return answer
+
+    def status(self) -> dict:
+        try:
+            return self.request("GET", "/v1/status")  # type: ignore[return-value]
+        except (OSError, SlurmError):
+            return {}
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    def __enter__(self) -> GpuplaceService:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class _UnixHTTP:
+    def __new__(cls, path: str):  # an http.client connection over a Unix socket
+        import http.client
+
+        class Conn(http.client.HTTPConnection):
+            def connect(self) -> None:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(30)
+                sock.connect(path)
+                self.sock = sock
+
+        return Conn("localhost", timeout=30)

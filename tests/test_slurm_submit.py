@@ -1,20 +1,16 @@
 """`gpuplace slurm` against real Slurm 22.05 (slurmctld, one slurmd per node, munge) on loopback,
 with `Gres=gpu:8` backed by empty device files: sync reads busy and drained nodes, a submitted
 job runs on exactly gpuplace's nodes with its srun ranks in gpuplace's order, Slurm refusing is
-a clear error with nothing left queued, and the job_submit/lua example pins a plain sbatch (and
-falls back, with a log line, when gpuplace does not answer). Skipped, saying why, without Slurm
-and munge or without root."""
+a clear error naming the node and why, with nothing left queued. (The job_submit/lua plugin and
+`gpuplace serve` are in test_slurm_serve.py.) Skipped, saying why, without Slurm and munge or
+without root."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -250,7 +246,8 @@ def test_slurm_refusing_leaves_nothing_submitted(cluster: LoopbackSlurm, tmp_pat
         assert refused.returncode == 2, refused.stdout
         lines = refused.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("gpuplace: error: "), refused.stderr
-        assert "a node was taken since the state was read" in lines[0]
+        # The error names the node and why it is not free.
+        assert f"{chosen[0]} is held by job {taker} (wrap)" in lines[0], lines[0]
         assert queued(slurm) == [f"{taker} wrap RUNNING"]
         assert not list(tmp_path.glob("late.*"))
         # A drained node is refused by Slurm itself; the hostfile an earlier submission of
@@ -279,175 +276,6 @@ def test_slurm_refusing_leaves_nothing_submitted(cluster: LoopbackSlurm, tmp_pat
     finally:
         slurm.run("scontrol", "update", f"nodename={chosen[0]}", "state=resume", check=False)
         drain_queue(slurm)
-
-
-@pytest.fixture(scope="module")
-def lua_cluster(tmp_path_factory: pytest.TempPathFactory):
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-    if shutil.which("timeout") is None:
-        pytest.skip("coreutils timeout not on PATH")
-    # slurmrestd refuses to run as root: it runs as nobody, who must reach slurm.conf and the
-    # munge socket, so this cluster lives in a world-readable directory of its own.
-    base = tempfile.mkdtemp(prefix="gpuplace-slurm-lua-")
-    os.chmod(base, 0o755)
-    workdir = Path(base)
-    shutil.copy(ROOT / "contrib" / "slurm" / "job_submit.lua", workdir / "job_submit.lua")
-    slurm = LoopbackSlurm(workdir, 2, 3, gpus=GPUS, extra_conf=("JobSubmitPlugins=lua",))
-    slurm.env["GPUPLACE_BIN"] = " ".join(CLI)
-    slurm.env["GPUPLACE_STATE"] = str(workdir / "gpuplace-state.json")
-    slurm.env["GPUPLACE_TIMEOUT"] = "20"
-    try:
-        with slurm:
-            yield slurm
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def test_lua_plugin_pins_a_plain_sbatch(lua_cluster: LoopbackSlurm, tmp_path: Path):
-    slurm = lua_cluster
-    state_file = slurm.env["GPUPLACE_STATE"]
-    busy = slurm.occupy(["n02"])
-    try:
-        result = cli(slurm, "slurm", "sync", "-o", state_file, cwd=tmp_path)
-        assert result.returncode == 0, result.stderr
-        pick = cli(slurm, "slurm", "pick", "--state", state_file, "--nodes", "2", cwd=tmp_path)
-        assert pick.returncode == 0, pick.stderr
-        planned = pick.stdout.strip().split(",")
-        assert len(planned) == 2 and "n02" not in planned
-        job = slurm.run(
-            "sbatch",
-            "--parsable",
-            "-N",
-            "2",
-            "--exclusive",
-            "--comment=gpuplace",
-            "-o",
-            "/dev/null",
-            "--wrap",
-            "sleep 300",
-        ).stdout.strip()
-        slurm._wait(
-            lambda: "RUNNING" in slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout,
-            20,
-            "pinned job started",
-        )
-        ran_on = slurm.run("squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
-        assert slurm.run("scontrol", "show", "hostnames", ran_on).stdout.split() == sorted(planned)
-        log = (slurm.dir / "log" / "slurmctld.log").read_text()
-        assert f"gpuplace: job wrap pinned to {','.join(planned)}" in log
-
-        # gpuplace cannot answer: the job keeps Slurm's choice, and the log says why.
-        os.rename(state_file, state_file + ".away")
-        try:
-            other = slurm.run(
-                "sbatch",
-                "--parsable",
-                "-N",
-                "1",
-                "--comment=gpuplace",
-                "-o",
-                "/dev/null",
-                "--wrap",
-                "true",
-            ).stdout.strip()
-        finally:
-            os.rename(state_file + ".away", state_file)
-        assert other.isdigit()
-        log = (slurm.dir / "log" / "slurmctld.log").read_text()
-        assert "gpuplace: falling back to Slurm's choice for job wrap" in log
-        # Jobs that do not ask are left alone.
-        assert log.count("gpuplace: job") == 1
-    finally:
-        del busy
-        drain_queue(slurm)
-
-
-def test_lua_plugin_pins_a_slurmrestd_submission(lua_cluster: LoopbackSlurm, tmp_path: Path):
-    """slurmrestd cannot pin nodes itself ("Disabled key: required_nodes"); the plugin does."""
-    slurm = lua_cluster
-    if shutil.which("slurmrestd", path=slurm.env["PATH"]) is None:
-        pytest.skip("slurmrestd not installed (apt-get install slurmrestd)")
-    if shutil.which("setpriv") is None or shutil.which("curl") is None:
-        pytest.skip("setpriv and curl are needed to run slurmrestd and its client as nobody")
-    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-    sockets = slurm.dir / "rest"
-    sockets.mkdir(exist_ok=True)
-    sockets.chmod(0o777)
-    sock = sockets / "slurmrestd.sock"
-    log = open(slurm.dir / "log" / "slurmrestd.out", "wb")
-    rest = subprocess.Popen(
-        [
-            *as_nobody,
-            "slurmrestd",
-            "-a",
-            "rest_auth/local",
-            "-s",
-            "openapi/v0.0.38",
-            f"unix:{sock}",
-        ],
-        env=slurm.env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    log.close()
-    state_file = slurm.env["GPUPLACE_STATE"]
-    busy = slurm.occupy(["n05"])
-    try:
-        slurm._wait(lambda: sock.exists(), 20, "slurmrestd did not create its socket")
-        assert cli(slurm, "slurm", "sync", "-o", state_file, cwd=tmp_path).returncode == 0
-        pick = cli(slurm, "slurm", "pick", "--state", state_file, "--nodes", "2", cwd=tmp_path)
-        planned = pick.stdout.strip().split(",")
-        assert len(planned) == 2 and "n05" not in planned, pick.stderr
-        body = {
-            "job": {
-                "name": "viarest",
-                "nodes": 2,
-                "comment": "gpuplace",
-                "current_working_directory": "/tmp",
-                "environment": {"PATH": "/bin:/usr/bin"},
-                "standard_output": "/dev/null",
-            },
-            "script": "#!/bin/sh\nsleep 300\n",
-        }
-        answer = subprocess.run(
-            [
-                *as_nobody,
-                "curl",
-                "-s",
-                "--unix-socket",
-                str(sock),
-                "-X",
-                "POST",
-                "-H",
-                "Content-Type: application/json",
-                "-d",
-                json.dumps(body),
-                "http://localhost/slurm/v0.0.38/job/submit",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        reply = json.loads(answer.stdout)
-        assert reply["errors"] == [], reply
-        job = str(reply["job_id"])
-        slurm._wait(
-            lambda: "RUNNING" in slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout,
-            30,
-            "slurmrestd job started",
-        )
-        ran_on = slurm.run("squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
-        assert slurm.run("scontrol", "show", "hostnames", ran_on).stdout.split() == sorted(planned)
-        text = (slurm.dir / "log" / "slurmctld.log").read_text()
-        assert f"gpuplace: job viarest pinned to {','.join(planned)}" in text
-    finally:
-        del busy
-        drain_queue(slurm)
-        os.killpg(rest.pid, signal.SIGTERM)
-        rest.wait(timeout=10)
 
 
 def test_synced_state_keeps_slurms_node_order(cluster: LoopbackSlurm, tmp_path: Path):

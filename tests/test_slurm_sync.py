@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import gpuplace
 import pytest
-from gpuplace.errors import InvalidState, InvalidTopology
+from gpuplace.errors import InvalidJob, InvalidState, InvalidTopology
 from gpuplace.integrations import slurm as sl
 
 TOPOLOGY = (
@@ -151,10 +153,12 @@ def test_dry_run_prints_the_command_and_files_and_writes_nothing(tmp_path: Path)
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    hostfile = tmp_path / "train.hostfile"
-    assert lines[0].startswith(
-        f"SLURM_HOSTFILE={hostfile} GPUPLACE_RANKS={tmp_path / 'train.ranks'}"
-    )
+    # Every submission gets its own files inside --dir: <job>.<time>-<random>.hostfile/.ranks.
+    match = re.match(r"SLURM_HOSTFILE=(\S+)\.hostfile GPUPLACE_RANKS=(\S+)\.ranks", lines[0])
+    assert match is not None and match.group(1) == match.group(2), lines[0]
+    stem = Path(match.group(1))
+    assert stem.parent == tmp_path and re.fullmatch(r"train\.\d{8}T\d{6}-[0-9a-f]{6}", stem.name)
+    hostfile = Path(f"{stem}.hostfile")
     assert "GPUPLACE_PER_RANK_CUDA=1" in lines[0]  # 12 ranks do not fill two 8-GPU nodes
     assert lines[0].endswith(
         "sbatch --parsable --exclusive '--nodelist=dev[1-2]' --nodes=2 --ntasks=12 "
@@ -162,7 +166,7 @@ def test_dry_run_prints_the_command_and_files_and_writes_nothing(tmp_path: Path)
     )
     at = lines.index(f"--- {hostfile}")
     assert lines[at + 1 : at + 13] == ["dev1"] * 8 + ["dev2"] * 4
-    assert f"--- {tmp_path / 'train.ranks'}" in lines
+    assert f"--- {stem}.ranks" in lines
     assert "0 dev1 0" in lines and "11 dev2 3" in lines
     assert not hostfile.exists()
 
@@ -194,3 +198,48 @@ def test_dry_run_prints_the_command_and_files_and_writes_nothing(tmp_path: Path)
     assert refused.stderr.strip() == (
         "gpuplace: error: -w is set by gpuplace from the placement; leave it out"
     )
+
+
+def test_sync_without_gres_takes_the_gpus_per_node_and_whole_nodes() -> None:
+    """A whole-node cluster: no gpu GRES; the GPUs per node come from --gpus-per-node or the
+    host type, and any job on a node holds it whole."""
+    bare = {f"dev{i}": node(f"dev{i}", gres="", used="") for i in range(18)}
+    bare["dev1"] = node("dev1", "mixed", gres="", used="")
+    info = sinfo(**bare)
+    queue = {"jobs": [{"job_id": 5, "name": "a", "job_state": "RUNNING", "nodes": "dev1"}]}
+    with pytest.raises(
+        InvalidTopology, match=r"nodes without gpu GRES: dev\[0-17\].*--gpus-per-node"
+    ):
+        sl.sync(info, queue, io.StringIO(SCONTROL))
+    state = sl.sync(info, queue, io.StringIO(SCONTROL), gpus_per_node=4)
+    assert state.topology.num_gpus == 18 * 4
+    assert sorted(state.jobs["slurm-5"].tolist()) == state.topology.host_gpus("dev1").tolist()
+    typed = sl.sync(info, queue, io.StringIO(SCONTROL), host_type="dgx-h100")
+    assert typed.topology.num_gpus == 18 * 8 and set(typed.topology.host_types) == {"dgx-h100"}
+    # A submission on such a cluster asks for whole nodes, no GRES.
+    job = gpuplace.Job(name="whole", tp=4, dp=2)
+    sub = sl.submission(gpuplace.place(state, job), ["x.sh"], directory=".", gres=False)
+    assert not any(a.startswith("--gres") for a in sub.argv) and "--exclusive" in sub.argv
+
+
+@pytest.mark.parametrize("name", ["../../elsewhere/evil", "/etc/evil", "..", "a/b\\c"])
+def test_job_names_cannot_leave_the_directory(tmp_path: Path, name: str) -> None:
+    state = sl.sync(sinfo(), None, io.StringIO(SCONTROL))
+    placement = gpuplace.place(state, gpuplace.Job(name=name, tp=8, dp=1))
+    first = sl.submission(placement, ["x.sh"], directory=tmp_path)
+    second = sl.submission(placement, ["x.sh"], directory=tmp_path)
+    for sub in (first, second):
+        for path in sub.files:
+            assert Path(path).parent == tmp_path, path
+    assert set(first.files).isdisjoint(second.files)  # never the same files twice
+    assert f"--job-name={name}" in first.argv
+    with pytest.raises(InvalidJob, match="control characters"):
+        bad = gpuplace.place(state, gpuplace.Job(name="a\nb", tp=8, dp=1))
+        sl.submission(bad, ["x.sh"], directory=tmp_path)
+
+
+def test_sinfo_errors_array_is_surfaced() -> None:
+    info = sinfo()
+    info["errors"] = [{"error_number": 1007, "description": "Protocol authentication error"}]
+    with pytest.raises(sl.SlurmError, match="Protocol authentication error"):
+        sl.read_sinfo(info)

@@ -27,6 +27,7 @@ from gpuplace.errors import (
     InvalidState,
     InvalidTopology,
     MissingExtra,
+    StateConflict,
 )
 from gpuplace.model.job import Communication, Job, TransformerModel
 from gpuplace.model.topology import Level, NodeType, Topology
@@ -76,6 +77,7 @@ __all__ = [
     "Repair",
     "SolveResult",
     "SparePolicy",
+    "StateConflict",
     "Topology",
     "TransformerModel",
     "__version__",

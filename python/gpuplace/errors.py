@@ -20,6 +20,7 @@ __all__ = [
     "InvalidState",
     "InvalidTopology",
     "MissingExtra",
+    "StateConflict",
 ]
 
 
@@ -41,6 +42,13 @@ class InvalidJob(GpuplaceError, ValueError):
 class InvalidState(GpuplaceError, ValueError):
     """A cluster state (snapshot or state file) is malformed, corrupted or does not match
     the topology, or an operation on it is not allowed (a GPU already taken, an unknown job)."""
+
+
+class StateConflict(InvalidState):
+    """A state file changed on disk since this process loaded (or last saved) it: another
+    process wrote it. Saving would silently drop that process's change, so nothing is written;
+    load the file again and redo the change (or use :meth:`gpuplace.ClusterState.transaction`,
+    which holds the file's lock from load to save)."""
 
 
 class Infeasible(GpuplaceError, ValueError):

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -189,18 +190,63 @@ def write_atomically(path: str | Path, text: str) -> None:
         os.close(dir_fd)
 
 
+#: Locks the current thread holds (resolved path -> depth): re-entrant for the thread that
+#: holds them (flock on a second descriptor would wait forever). Other threads open their own
+#: descriptor and wait, as other processes do.
+_HELD = threading.local()
+
+
 @contextlib.contextmanager
 def exclusive_lock(path: str | Path) -> Iterator[None]:
     """Hold an exclusive advisory lock on ``<path>.lock`` while reading, changing and writing
     ``path``: two commands updating one state file at once then run one after the other
-    instead of one silently losing the other's change. The lock file stays (it is empty)."""
-    lock_path = Path(f"{path}.lock")
-    with open(lock_path, "a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    instead of one silently losing the other's change. The lock file stays (it is empty).
+    Re-entrant within one thread."""
+    lock_path = str(Path(f"{path}.lock").resolve())
+    held: dict[str, int] = _HELD.__dict__.setdefault("paths", {})
+    if held.get(lock_path):
+        held[lock_path] += 1
         try:
             yield
         finally:
+            held[lock_path] -= 1
+        return
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        held[lock_path] = 1
+        try:
+            yield
+        finally:
+            held.pop(lock_path, None)
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def directory_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock on the directory holding ``path`` (flock on the
+    directory itself, so no lock file is left beside the file): for a check-then-replace of
+    ``path`` that must not interleave with another process's. Re-entrant within one thread."""
+    directory = str(Path(path).resolve().parent)
+    key = f"dir:{directory}"
+    held: dict[str, int] = _HELD.__dict__.setdefault("paths", {})
+    if held.get(key):
+        held[key] += 1
+        try:
+            yield
+        finally:
+            held[key] -= 1
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held[key] = 1
+        try:
+            yield
+        finally:
+            held.pop(key, None)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def dump_document(path: str | Path, document: Any) -> str:

@@ -20,6 +20,7 @@ from gpuplace.cli.catalog import presets_cmd, schema_cmd, solvers_cmd
 from gpuplace.cli.common import json_requested, load_cluster, report_error
 from gpuplace.cli.fabric import fabric_cmd
 from gpuplace.cli.fgd import fgd_cmd
+from gpuplace.cli.lazy import LazyGroup
 from gpuplace.cli.place import place_cmd
 from gpuplace.cli.simulate import simulate_cmd
 from gpuplace.cli.topo import topo
@@ -28,7 +29,14 @@ from gpuplace.errors import GpuplaceError
 __all__ = ["cli", "load_cluster", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    lazy={
+        "serve": ("gpuplace.cli.serve", "serve_cmd"),
+        "service": ("gpuplace.cli.serve", "service_group"),
+    },
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(package_name="gpuplace")
 def cli() -> None:
     """Topology-aware placement of distributed GPU jobs."""

@@ -17,15 +17,15 @@ import yaml
 
 from gpuplace._util.documents import write_atomically
 from gpuplace.cli.common import emit, format_option, state_or_cluster, with_optional_cluster
+from gpuplace.cli.lazy import LazyGroup
 from gpuplace.integrations import k8s as objects
-from gpuplace.integrations.extender import Extender, serve
 from gpuplace.model.job import Job
 from gpuplace.placement.place import place
 
 __all__ = ["k8s"]
 
 
-@click.group("k8s")
+@click.group("k8s", cls=LazyGroup, lazy={"extender": ("gpuplace.cli.serve", "extender_cmd")})
 def k8s() -> None:
     """Kubernetes: node labels, Kueue/Volcano/KAI topology objects, pod placement patches."""
 
@@ -139,47 +139,3 @@ def _yaml(documents: list) -> str:
 
 def _json(document: object) -> str:
     return json.dumps(document, indent=1) + "\n"
-
-
-@k8s.command("extender")
-@with_optional_cluster
-@click.option(
-    "--state",
-    "state_path",
-    type=click.Path(exists=True, dir_okay=False),
-    help="Start from this state, on its cluster (only read: not written back).",
-)
-@click.option("--solver", "-s", default="greedy", show_default=True)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8888, show_default=True)
-@click.option("--prefix", default="", help="URL prefix (the extender's urlPrefix path).")
-@format_option
-def extender_cmd(
-    cluster: str | None,
-    nodes: int | None,
-    racks: int | None,
-    state_path: str | None,
-    solver: str,
-    host: str,
-    port: int,
-    prefix: str,
-    fmt: str,
-) -> None:
-    """Serve kube-scheduler extender filter/prioritize verbs that send each pod of a gang
-    (annotation gpuplace/job) to the node gpuplace planned for its completion index (with
-    --format json, the address it listens on is one JSON line)."""
-
-    state = state_or_cluster(state_path, cluster, nodes, racks, new=False)
-    server = serve(Extender(state, solver=solver), host=host, port=port, prefix=prefix)
-    address, bound = server.socket.getsockname()[:2]
-    url = f"http://{address}:{bound}{prefix}"
-    if fmt == "json":
-        emit({"listening": url, "verbs": [f"{url}/filter", f"{url}/prioritize"]})
-    else:
-        click.echo(f"gpuplace extender on {url}/filter and /prioritize")
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()

@@ -3,22 +3,25 @@
 ``slurm sync`` writes a state (and its topology) from ``sinfo --json``, ``squeue --json`` and
 ``scontrol show topology``; ``slurm submit`` places a job and runs ``sbatch`` pinned to the
 chosen nodes with ``SLURM_HOSTFILE`` in rank order; ``slurm pick`` prints the nodes for a
-whole-node request from a state file, for the ``job_submit/lua`` example in contrib/slurm/.
+whole-node request from a state file (the ``job_submit/lua`` plugin in contrib/slurm/ asks the
+live service, ``gpuplace serve``, instead).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from gpuplace._util.documents import exclusive_lock
+from gpuplace._util.documents import exclusive_lock, write_atomically
 from gpuplace._util.hostlist import compress
 from gpuplace.cluster.state import ClusterState
 from gpuplace.errors import InvalidState
 from gpuplace.integrations import slurm as sl
+from gpuplace.integrations import slurmctld as ctld
 from gpuplace.model.job import Job
 from gpuplace.model.topology import Topology
 from gpuplace.placement.place import place
@@ -40,16 +43,24 @@ def _live_or_files(
     name: str,
     nvidia_smi: str | None,
     host_type: str | None,
+    gpus_per_node: int | None,
+    slurm: ctld.Slurmctld,
 ) -> ClusterState:
     """The state from the given files, running the Slurm commands for those not given."""
     return sl.sync(
-        sinfo if sinfo is not None else sl.run_json("sinfo"),
-        squeue if squeue is not None else sl.run_json("squeue"),
-        topology if topology is not None else _StringSource(sl.show_topology()),
+        sinfo if sinfo is not None else slurm.json("sinfo"),
+        squeue if squeue is not None else slurm.json("squeue"),
+        topology if topology is not None else _StringSource(slurm.topology()),
         name=name,
         nvidia_smi=nvidia_smi,
         host_type=host_type,
+        gpus_per_node=gpus_per_node,
     )
+
+
+def _view_path(state_path: str | Path) -> Path:
+    out = Path(state_path)
+    return out.with_name(out.stem + ".slurm.json")
 
 
 class _StringSource:
@@ -75,7 +86,33 @@ _sources = [
     click.option(
         "--host-type", default=None, help="A preset host type instead (dgx-h100, gb200-tray, ...)."
     ),
+    click.option(
+        "--gpus-per-node",
+        type=click.IntRange(1),
+        default=None,
+        help="GPUs per node where Slurm has no gpu GRES (whole-node clusters).",
+    ),
     click.option("--name", default="slurm", show_default=True, help="Cluster name."),
+    click.option(
+        "--clusters",
+        "-M",
+        "cluster_name",
+        default=None,
+        help="Slurm cluster to talk to (-M, a cluster slurmdbd knows).",
+    ),
+    click.option(
+        "--slurm-conf",
+        type=click.Path(exists=True, dir_okay=False),
+        default=None,
+        help="slurm.conf of the cluster (another cluster on this host); default: SLURM_CONF.",
+    ),
+    click.option(
+        "--slurm-timeout",
+        type=click.FloatRange(0.5),
+        default=ctld.DEFAULT_TIMEOUT,
+        show_default=True,
+        help="Seconds before a Slurm command counts as slurmctld not answering.",
+    ),
 ]
 
 
@@ -93,7 +130,8 @@ def _with_sources(func: Callable[..., Any]) -> Callable[..., Any]:
     "state_path",
     required=True,
     type=click.Path(dir_okay=False),
-    help="State file to write (its topology goes beside it, as <stem>.topology.yaml).",
+    help="State file to write (its topology goes beside it, as <stem>.topology.yaml, and "
+    "Slurm's partitions and reservations as <stem>.slurm.json).",
 )
 def sync_cmd(
     sinfo: str | None,
@@ -101,12 +139,20 @@ def sync_cmd(
     topology_path: str | None,
     nvidia_smi: str | None,
     host_type: str | None,
+    gpus_per_node: int | None,
     name: str,
+    cluster_name: str | None,
+    slurm_conf: str | None,
+    slurm_timeout: float,
     state_path: str,
 ) -> None:
-    """Read the live cluster (nodes, GPUs, jobs, drained and down nodes, switch tree) into a
-    state file."""
-    state = _live_or_files(sinfo, squeue, topology_path, name, nvidia_smi, host_type)
+    """Read the live cluster (nodes, GPUs, jobs, drained and down nodes, switch tree,
+    partitions and reservations) into a state file."""
+    slurm = ctld.Slurmctld(conf=slurm_conf, cluster=cluster_name, timeout=slurm_timeout)
+    state = _live_or_files(
+        sinfo, squeue, topology_path, name, nvidia_smi, host_type, gpus_per_node, slurm
+    )
+    view = _read_view(slurm, sinfo)
     out = Path(state_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     topo_path = out.with_name(out.stem + ".topology.yaml")
@@ -114,12 +160,22 @@ def sync_cmd(
         state.topology.save(topo_path)
         state.topology.origin = {"file": str(topo_path)}
         state.save(out)
+        write_atomically(_view_path(out), json.dumps(view.to_dict(), indent=1) + "\n")
     health = state.unhealthy()
     click.echo(
         f"wrote {out} and {topo_path}: {len(state.topology.hosts)} nodes, "
         f"{state.free_gpus} of {state.topology.num_gpus} GPUs free, {len(state.jobs)} jobs, "
-        f"{len(health)} nodes out of service"
+        f"{len(health)} nodes out of service" + ("" if view.gres else " (no gpu GRES: whole nodes)")
     )
+
+
+def _read_view(slurm: ctld.Slurmctld, sinfo: str | None) -> ctld.SlurmView:
+    """Slurm's nodes, partitions and reservations: live, or the nodes of a saved ``sinfo``
+    (no partitions or reservations are known then)."""
+    if sinfo is None:
+        return ctld.SlurmView.read(slurm)
+    nodes = sl.read_sinfo(sinfo)
+    return ctld.SlurmView(nodes, [], [], gres=any(n.gpus for n in nodes))
 
 
 def _load_state(state_path: str) -> ClusterState:
@@ -127,6 +183,17 @@ def _load_state(state_path: str) -> ClusterState:
     if not cluster or "file" not in cluster:
         raise InvalidState(f"{state_path}: not a state written by `gpuplace slurm sync`")
     return ClusterState.load(Topology.load(cluster["file"]), state_path)
+
+
+def _load_view(state_path: str) -> ctld.SlurmView | None:
+    path = _view_path(state_path)
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InvalidState(f"{path}: cannot read: {exc}") from None
+    return ctld.SlurmView.from_dict(doc, str(path))
 
 
 @slurm.command(
@@ -160,7 +227,11 @@ def submit_cmd(
     topology_path: str | None,
     nvidia_smi: str | None,
     host_type: str | None,
+    gpus_per_node: int | None,
     name: str,
+    cluster_name: str | None,
+    slurm_conf: str | None,
+    slurm_timeout: float,
     partition: str | None,
     solver: str,
     directory: str,
@@ -170,22 +241,45 @@ def submit_cmd(
     """Place a job and submit it with sbatch on exactly gpuplace's nodes:
     `gpuplace slurm submit --job job.yaml -- [SBATCH_ARGS...] script.sh`.
 
-    Ranks land in gpuplace's order when the script runs `srun` (SLURM_HOSTFILE and
-    --distribution=arbitrary are set). Where ranks do not fill their nodes,
-    GPUPLACE_PER_RANK_CUDA=1 is set and each rank takes its CUDA_VISIBLE_DEVICES from the
-    rank table named by GPUPLACE_RANKS (`rank host device` per line)."""
+    The partition, -C constraint, reservation, QOS and time limit among the sbatch arguments
+    are honoured when placing. Ranks land in gpuplace's order when the script runs `srun`
+    (SLURM_HOSTFILE and --distribution=arbitrary are set). Where ranks do not fill their
+    nodes, GPUPLACE_PER_RANK_CUDA=1 is set and each rank takes its CUDA_VISIBLE_DEVICES from
+    the rank table named by GPUPLACE_RANKS (`rank host device` per line). The hostfile and
+    rank table get a unique name inside --dir for every submission."""
+    slurm = ctld.Slurmctld(conf=slurm_conf, cluster=cluster_name, timeout=slurm_timeout)
     if state_path is not None:
         state = _load_state(state_path)
+        view = _load_view(state_path)
     else:
-        state = _live_or_files(sinfo, squeue, topology_path, name, nvidia_smi, host_type)
+        state = _live_or_files(
+            sinfo, squeue, topology_path, name, nvidia_smi, host_type, gpus_per_node, slurm
+        )
+        view = None
+    if view is None:
+        view = _read_view(slurm, sinfo)
     job = Job.load(job_path)
-    placement = place(state, job, solver)
-    sub = sl.submission(placement, sbatch_args, directory=directory, partition=partition)
+    asked = ctld.request_from_sbatch_args(sbatch_args)
+    if partition:
+        asked["partition"] = partition
+    request = ctld.SlurmRequest.from_dict(asked)
+    placed = ctld.place_slurm_job(state, job, request, view, solver=solver)
+    sub = sl.submission(
+        placed.placement,
+        sbatch_args,
+        directory=directory,
+        partition=partition,
+        gres=view.gres,
+        clusters=cluster_name,
+    )
     if dry_run:
         click.echo(sub.render(), nl=False)
         return
-    job_id = sl.submit(sub)
-    click.echo(f"submitted batch job {job_id} on {compress(sub.nodes)} (ranks in gpuplace order)")
+    job_id = sl.submit(sub, explain=slurm.why_not_now)
+    click.echo(
+        f"submitted batch job {job_id} on {compress(sub.nodes)} (ranks in gpuplace order; "
+        f"hostfile {sub.env['SLURM_HOSTFILE']})"
+    )
 
 
 @slurm.command("pick")

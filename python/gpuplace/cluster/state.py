@@ -31,17 +31,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuplace import _core
+from gpuplace._util.documents import exclusive_lock
 from gpuplace.cluster import fabric, power, pricing, state_file
 from gpuplace.cluster.state_file import STATE_FORMAT
 from gpuplace.enums import ComponentKind, Condition, Health
 from gpuplace.errors import InvalidState, InvalidTopology
 from gpuplace.model.policy import ClusterPolicy
 from gpuplace.model.storage import io_demands
-from gpuplace.model.topology import Nics, nics_of
+from gpuplace.model.topology import Nics, Topology, nics_of
 
 if TYPE_CHECKING:
     from gpuplace.model.job import Job
-    from gpuplace.model.topology import Topology
     from gpuplace.placement.result import Placement
 
 __all__ = ["STATE_FORMAT", "ClusterState", "Nics", "QueuedJob", "loss_factor", "nics_of"]
@@ -74,6 +74,9 @@ class ClusterState:
         self.policy = ClusterPolicy()
         #: MIG-mode GPUs and their instances (``gpuplace.cluster.mig``), if any.
         self.mig: Any = None
+        #: State file (resolved path) -> the checksum it had when this state last loaded or
+        #: saved it: :meth:`save` refuses to overwrite a file another process changed since.
+        self.file_checksums: dict[str, str] = {}
         #: Shared hosts and the requests on them (``gpuplace.cluster.share``), if any.
         self.shared: Any = None
         #: Jobs waiting to be placed (requeued ones), by name, in queue order.
@@ -87,6 +90,7 @@ class ClusterState:
         out.phase_slots = dict(self.phase_slots)
         out.policy = self.policy
         out.mig = None if self.mig is None else copy.deepcopy(self.mig)
+        out.file_checksums = dict(self.file_checksums)
         out.shared = None if self.shared is None else self.shared.copy()
         out.queue = dict(self.queue)
         return out
@@ -169,6 +173,7 @@ class ClusterState:
         view = copy.copy(self)
         view._core = self._core.copy()
         view.specs = dict(self.specs)
+        view.file_checksums = dict(self.file_checksums)
         view.phase_slots = dict(self.phase_slots)
         view.queue = dict(self.queue)
         return view
@@ -199,19 +204,31 @@ class ClusterState:
 
     # ----------------------------------------------------------------- changes
     def allocate(
-        self, placement: Placement | None = None, *, name: str | None = None, gpus: Any = None
+        self,
+        placement: Placement | None = None,
+        *,
+        name: str | None = None,
+        gpus: Any = None,
+        job: Job | None = None,
+        phase_slot: int = 0,
     ) -> None:
-        """Allocate a placement (or ``name`` + ``gpus``); raises InvalidState and changes
-        nothing if any GPU is taken, failed or drained, or the job name is in use."""
+        """Allocate a placement (or ``name`` + ``gpus``, with the ``job`` spec and power
+        ``phase_slot`` it was placed with when known, as a journal replays a placement); raises
+        InvalidState and changes nothing if any GPU is taken, failed or drained, or the job
+        name is in use."""
+        slot = int(phase_slot)
         if placement is not None:
             if placement.topology is not self.topology:
                 raise InvalidState("the placement was made for another topology than this state's")
-            name, gpus = placement.job.name, placement.gpus
+            name, gpus, job = placement.job.name, placement.gpus, placement.job
+            slot = int(placement.details.get("phase_slot", 0))
         if name is None or gpus is None:
             raise InvalidState("allocate needs a placement, or a name and GPUs")
-        job = None if placement is None else placement.job
+        if job is not None and job.gpus != len(gpus):
+            raise InvalidState(
+                f"job {name!r}: its spec has {job.gpus} ranks, given {len(gpus)} GPUs"
+            )
         # A power budget is never exceeded, whoever chose the GPUs (gpuplace.cluster.power).
-        slot = 0 if placement is None else int(placement.details.get("phase_slot", 0))
         if self.topology.power_domains and name not in self.jobs:
             power.check_budgets(self, name, job, np.asarray(gpus, dtype=np.int64), slot)
         # With its spec, the job's flows (collectives and storage traffic) load the fabric's
@@ -219,8 +236,8 @@ class ClusterState:
         spec = None if job is None else job.compile(self.topology)
         io = io_demands(self.topology, job)
         self._core.allocate(name, np.asarray(gpus, dtype=np.int64), spec, io or None)
-        if placement is not None:
-            self.specs[name] = placement.job
+        if job is not None:
+            self.specs[name] = job
         if slot:
             self.phase_slots[name] = slot
 
@@ -510,11 +527,46 @@ class ClusterState:
         refused with InvalidState and nothing is loaded."""
         return state_file.load(cls(topology), path)
 
+    @classmethod
+    @contextlib.contextmanager
+    def transaction(
+        cls, path: str | Path, topology: Topology | None = None
+    ) -> Iterator[ClusterState]:
+        """Change a state file safely from several processes::
+
+            with gpuplace.ClusterState.transaction("state.json") as state:
+                state.allocate(gpuplace.place(state, job))
+
+        The file's lock (``<path>.lock``, the one the CLI takes) is held from the load to the
+        save, so concurrent transactions run one after the other and none loses another's
+        change. The state is saved when the block ends normally; on an exception nothing is
+        written. ``topology`` is needed when the file does not exist yet or does not name its
+        cluster (a preset, or a topology file, as ``gpuplace slurm sync`` records)."""
+        with exclusive_lock(path):
+            if topology is None:
+                topology = _cluster_topology(path)
+            state = cls.load(topology, path) if Path(path).exists() else cls(topology)
+            yield state
+            state.save(path)
+
     def __repr__(self) -> str:
         return (
             f"ClusterState({self.topology.name!r}: {len(self.jobs)} jobs, "
             f"{self.free_gpus}/{self.topology.num_gpus} GPUs free)"
         )
+
+
+def _cluster_topology(path: str | Path) -> Topology:
+    """The topology a state file names (its preset and parameters, or its topology file)."""
+    if not Path(path).exists():
+        raise InvalidState(f"{path}: no such state file; give the topology to start a new one")
+    cluster = state_file.cluster_of(path)
+    if cluster is None:
+        raise InvalidState(f"{path}: the state file does not name its cluster; give the topology")
+    try:
+        return Topology.from_origin(cluster)
+    except InvalidTopology as exc:
+        raise InvalidState(f"{path}: the cluster it names cannot be read: {exc}") from None
 
 
 @dataclass(frozen=True)

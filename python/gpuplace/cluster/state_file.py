@@ -8,16 +8,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gpuplace import _core
-from gpuplace._util.documents import Checker, write_atomically
+from gpuplace._util.documents import Checker, directory_lock, write_atomically
 from gpuplace.cluster import mig, share
 from gpuplace.enums import ComponentKind, Condition, Health
-from gpuplace.errors import InvalidJob, InvalidState
+from gpuplace.errors import InvalidJob, InvalidState, StateConflict
 from gpuplace.model.job import Job
 from gpuplace.model.policy import ClusterPolicy
 from gpuplace.model.storage import io_demands
@@ -227,28 +228,72 @@ def cluster_of(path: str | Path) -> dict[str, Any] | None:
 
 def save(state: ClusterState, path: str | Path) -> None:
     """Write the state file atomically, with a checksum over its content. A topology
-    file the cluster came from is recorded relative to the state file's directory."""
+    file the cluster came from is recorded relative to the state file's directory.
+
+    If this state was loaded from ``path`` (or last saved there) and the file has changed
+    since, another process wrote it: :class:`gpuplace.errors.StateConflict` is raised and
+    nothing is written. The check and the write happen under a lock on the file's directory,
+    so no other ``save`` slips in between."""
     body = snapshot(state)
     cluster = body.get("cluster")
     if cluster and isinstance(cluster.get("file"), str):
         target = Path(path).resolve().parent
         cluster["file"] = os.path.relpath(Path(cluster["file"]).resolve(), target)
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    document = {
-        "checksum": "sha256:" + hashlib.sha256(text.encode()).hexdigest(),
-        "state": body,
-    }
-    write_atomically(path, json.dumps(document, sort_keys=True) + "\n")
+    checksum = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    document = {"checksum": checksum, "state": body}
+    key = str(Path(path).resolve())
+    with directory_lock(path):
+        if key in state.file_checksums:
+            on_disk = _checksum_on_disk(path)
+            if on_disk != state.file_checksums[key]:
+                raise StateConflict(
+                    f"{path}: the state file changed since this state was "
+                    f"{'loaded' if on_disk else 'loaded, and was removed'} (another process "
+                    "wrote it); nothing was written: load it again and redo the change, or use "
+                    "ClusterState.transaction()"
+                )
+        write_atomically(path, json.dumps(document, sort_keys=True) + "\n")
+        state.file_checksums[key] = checksum
+
+
+_CHECKSUM_HEAD = re.compile(r'^\{"checksum": "(sha256:[0-9a-f]{64})"')
+
+
+def _checksum_on_disk(path: str | Path) -> str | None:
+    """The checksum a state file declares (read from its first bytes, where ``save`` puts it),
+    or None when there is no file."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            head = handle.read(128)
+    except FileNotFoundError:
+        return None
+    match = _CHECKSUM_HEAD.match(head)
+    if match is not None:
+        return match.group(1)
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return "unreadable"
+    value = document.get("checksum") if isinstance(document, dict) else None
+    return value if isinstance(value, str) else "unreadable"
 
 
 def load(state: ClusterState, path: str | Path) -> ClusterState:
     """Fill the empty ``state`` from a state file written by :func:`save`; a truncated,
-    corrupted or foreign file is refused with InvalidState and nothing is loaded."""
-    return restore(state, _read_state_document(path), source=str(path))
+    corrupted or foreign file is refused with InvalidState and nothing is loaded. The file's
+    checksum is remembered, so that :func:`save` to the same path can tell whether another
+    process wrote it in between."""
+    document = _read_state_document(path, with_checksum=True)
+    body, checksum = document
+    restore(state, body, source=str(path))
+    state.file_checksums[str(Path(path).resolve())] = checksum
+    return state
 
 
-def _read_state_document(path: str | Path) -> Any:
-    """The checked body of a state file: refuses truncated or corrupted files."""
+def _read_state_document(path: str | Path, *, with_checksum: bool = False) -> Any:
+    """The checked body of a state file (with its checksum when asked): refuses truncated or
+    corrupted files."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -274,4 +319,4 @@ def _read_state_document(path: str | Path) -> Any:
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     if "sha256:" + hashlib.sha256(canonical.encode()).hexdigest() != checksum:
         raise c.fail("checksum", "does not match the content: the file is corrupted")
-    return body
+    return (body, checksum) if with_checksum else body

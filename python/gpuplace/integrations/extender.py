@@ -9,27 +9,29 @@ field names: ``Pod``, ``Nodes`` (a NodeList), ``NodeNames``; ``Nodes``, ``NodeNa
 A pod takes part when it carries the annotation ``gpuplace/job`` (a job document, JSON, as in
 a job file). Its gang is its namespace and ``batch.kubernetes.io/job-name`` label (or its
 ``gpuplace/gang`` annotation); its rank is ``batch.kubernetes.io/job-completion-index``. The
-first pod of a gang to arrive has gpuplace place the whole job on the extender's state; the plan
-is cached, and every pod of the gang is filtered to its rank's node. Other pods pass through.
+first pod of a gang to arrive has the whole job planned (by a :class:`Planner`: the live
+service's, or :class:`StatePlanner` on a state in memory), and every pod of the gang is
+filtered to its rank's node. Other pods pass through. :meth:`Extender.release` forgets a
+gang's plan (its Job ended or failed).
 
-Bad bodies get HTTP 400 with ``{"Error": message}``; the server binds to 127.0.0.1 unless told
-otherwise.
+A pod whose completion index the job does not have is refused before anything is planned, and
+a plan made for a request that then fails is released again, so a bad pod never holds GPUs.
+Bad bodies raise :class:`BadRequest` with a message naming the field; the service answers them
+with HTTP 400 and ``{"Error": message}``.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from gpuplace.cluster.state import ClusterState
 from gpuplace.errors import GpuplaceError
 from gpuplace.model.job import Job
 from gpuplace.placement.place import place
-from gpuplace.placement.result import Placement
 
-__all__ = ["MAX_SCORE", "BadRequest", "Extender", "serve"]
+__all__ = ["MAX_SCORE", "BadRequest", "Extender", "Planner", "StatePlanner"]
 
 MAX_SCORE = 10
 JOB_ANNOTATION = "gpuplace/job"
@@ -59,14 +61,82 @@ def _str_map(value: Any, where: str) -> dict[str, str]:
     return value
 
 
-class Extender:
-    """Plans gangs on ``state`` (changed: each plan is allocated) and answers the verbs."""
+class Planner(Protocol):
+    """Where gang plans live: ``plan`` places a job and holds its GPUs, returning the host of
+    each rank; ``rank_hosts`` gives an existing plan's; ``release`` drops one."""
+
+    def rank_hosts(self, gang: str) -> list[str] | None: ...
+
+    def plan(self, gang: str, job: Job) -> list[str]: ...
+
+    def release(self, gang: str) -> bool: ...
+
+
+class StatePlanner:
+    """Plans on a :class:`ClusterState` in memory (allocated there)."""
 
     def __init__(self, state: ClusterState, *, solver: str = "greedy"):
         self.state = state
         self.solver = solver
-        self.plans: dict[tuple[str, str], Placement] = {}
         self._lock = threading.Lock()
+        self.plans: dict[str, list[str]] = {}
+
+    def rank_hosts(self, gang: str) -> list[str] | None:
+        return self.plans.get(gang)
+
+    def plan(self, gang: str, job: Job) -> list[str]:
+        with self._lock:
+            if gang in self.plans:
+                return self.plans[gang]
+            placement = place(self.state, job, self.solver)
+            self.state.allocate(placement)
+            hosts = [placement.topology.host_of(int(g)) for g in placement.gpus]
+            self.plans[gang] = hosts
+            return hosts
+
+    def release(self, gang: str) -> bool:
+        with self._lock:
+            hosts = self.plans.pop(gang, None)
+            if hosts is None:
+                return False
+            job = gang_job_name(gang)
+            if self.state.job_gpus(job) is not None:
+                self.state.release(job)
+            return True
+
+
+def gang_job_name(gang: str) -> str:
+    """The job name a gang's plan is held under (``namespace.gang``)."""
+    return gang.replace("/", ".", 1)
+
+
+class Extender:
+    """Answers the verbs, planning each gang once through ``planner`` (default: a
+    :class:`StatePlanner` on ``state``)."""
+
+    def __init__(
+        self,
+        state: ClusterState | None = None,
+        *,
+        solver: str = "greedy",
+        planner: Planner | None = None,
+    ):
+        if planner is None:
+            if state is None:
+                raise ValueError("give a state or a planner")
+            planner = StatePlanner(state, solver=solver)
+        self.planner = planner
+        self.state = state
+        self._lock = threading.Lock()
+
+    @property
+    def plans(self) -> dict[str, list[str]]:
+        """Gang -> host of each rank (for a :class:`StatePlanner`)."""
+        return dict(getattr(self.planner, "plans", {}))
+
+    def release(self, gang: str) -> bool:
+        """Forget a gang's plan (``namespace/name``) and free its GPUs; False if unknown."""
+        return self.planner.release(gang)
 
     # ----------------------------------------------------------------- request parsing
     @staticmethod
@@ -110,34 +180,45 @@ class Extender:
                 "annotation"
             )
         index = labels.get(INDEX_LABEL, annotations.get(INDEX_LABEL))
-        if index is None or not index.isdigit():
+        if index is None or not (index.isascii() and index.isdigit()) or len(index) > 9:
             raise BadRequest(f"Pod: {INDEX_LABEL} must be a completion index, got {index!r}")
-        key = (namespace, gang_name)
-        with self._lock:
-            plan = self.plans.get(key)
-            if plan is None:
-                try:
-                    spec = json.loads(annotations[JOB_ANNOTATION])
-                    if isinstance(spec, dict):
-                        # One plan per gang: the job is named after it, whatever the spec says.
-                        spec = {**spec, "name": f"{namespace}.{gang_name}"}
-                    job = Job.from_dict(spec, source=f"annotation {JOB_ANNOTATION}")
-                except (json.JSONDecodeError, RecursionError) as exc:
-                    raise BadRequest(f"annotation {JOB_ANNOTATION}: not JSON ({exc})") from None
-                except GpuplaceError as exc:
-                    raise BadRequest(str(exc)) from None
-                try:
-                    plan = place(self.state, job, self.solver)
-                except GpuplaceError as exc:
-                    raise BadRequest(f"gang {namespace}/{gang_name}: {exc}") from None
-                self.state.allocate(plan)
-                self.plans[key] = plan
         rank = int(index)
-        if rank >= len(plan.gpus):
+        gang = f"{namespace}/{gang_name}"
+        with self._lock:
+            hosts = self.planner.rank_hosts(gang)
+            if hosts is None:
+                job = self._job(annotations, gang)
+                if rank >= job.gpus:
+                    # Refused before planning: a bad pod never holds the gang's GPUs.
+                    raise BadRequest(
+                        f"Pod: completion index {rank} beyond the gang's {job.gpus} ranks"
+                    )
+                try:
+                    hosts = self.planner.plan(gang, job)
+                except GpuplaceError as exc:
+                    raise BadRequest(f"gang {gang}: {' '.join(str(exc).split())}") from None
+        if rank >= len(hosts):
+            raise BadRequest(f"Pod: completion index {rank} beyond the gang's {len(hosts)} ranks")
+        return gang, rank, hosts[rank]
+
+    @staticmethod
+    def _job(annotations: dict[str, str], gang: str) -> Job:
+        try:
+            spec = json.loads(annotations[JOB_ANNOTATION])
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise BadRequest(
-                f"Pod: completion index {rank} beyond the gang's {len(plan.gpus)} ranks"
+                f"annotation {JOB_ANNOTATION}: not JSON ({exc.__class__.__name__})"
+            ) from None
+        if not isinstance(spec, dict):
+            raise BadRequest(
+                f"annotation {JOB_ANNOTATION}: expected a JSON object (a job document)"
             )
-        return f"{namespace}/{gang_name}", rank, plan.topology.host_of(int(plan.gpus[rank]))
+        # One plan per gang: the job is named after it, whatever the spec says.
+        spec = {**spec, "name": gang_job_name(gang)}
+        try:
+            return Job.from_dict(spec, source=f"annotation {JOB_ANNOTATION}")
+        except GpuplaceError as exc:
+            raise BadRequest(" ".join(str(exc).split())) from None
 
     # ----------------------------------------------------------------- verbs
     def filter(self, args: Any) -> dict[str, Any]:
@@ -176,53 +257,3 @@ class Extender:
         target = self._rank_node(pod)
         host = target[2] if target else None
         return [{"Host": n, "Score": MAX_SCORE if n == host else 0} for n in names]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    extender: Extender
-    prefix: str
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet: no per-request log lines
-        pass
-
-    def _send(self, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_POST(self) -> None:
-        verb = self.path[len(self.prefix) :].strip("/") if self.path.startswith(self.prefix) else ""
-        if verb not in ("filter", "prioritize"):
-            self._send(404, {"Error": f"unknown verb {self.path!r}; expected filter or prioritize"})
-            return
-        try:
-            length = int(self.headers.get("Content-Length") or "0")
-            if length <= 0 or length > MAX_BODY:
-                raise BadRequest(f"expected a JSON body of 1 byte to {MAX_BODY} bytes")
-            raw = self.rfile.read(length)
-            try:
-                args = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-                raise BadRequest(f"body is not JSON: {exc}") from None
-            result = (
-                self.extender.filter(args) if verb == "filter" else self.extender.prioritize(args)
-            )
-        except (BadRequest, ValueError) as exc:
-            self._send(400, {"Error": str(exc)})
-            return
-        except Exception as exc:  # a bug, not the caller's: say so rather than drop the request
-            self._send(500, {"Error": f"internal error: {type(exc).__name__}: {exc}"})
-            return
-        self._send(200, result)
-
-
-def serve(
-    extender: Extender, *, host: str = "127.0.0.1", port: int = 8888, prefix: str = ""
-) -> ThreadingHTTPServer:
-    """A server answering ``POST {prefix}/filter`` and ``{prefix}/prioritize`` (not started:
-    call ``serve_forever``). Binds to 127.0.0.1 unless ``host`` says otherwise."""
-    handler = type("ExtenderHandler", (_Handler,), {"extender": extender, "prefix": prefix})
-    return ThreadingHTTPServer((host, port), handler)

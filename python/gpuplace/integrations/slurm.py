@@ -23,9 +23,10 @@ import io
 import json
 import os
 import re
+import secrets
 import shlex
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -62,7 +63,9 @@ _TEST_ONLY = re.compile(r"to start at (\S+) using \d+ processors on nodes (\S+) 
 _SUBMITTED = re.compile(r"^(\d+)(?:;\S+)?$")
 #: Node states (lower case, sinfo's base state or flag) that take a node out of service.
 _DOWN = {"down", "fail", "failing", "future", "unknown", "not_responding", "no_respond"}
-_DRAIN = {"drain", "drained", "draining", "maint", "reboot_requested", "reserved"}
+#: (A node in a reservation, flag RESERVED, stays in service: whether a job may use it depends
+#: on the job and the reservation, gpuplace.integrations.slurmctld.eligible decides.)
+_DRAIN = {"drain", "drained", "draining", "maint", "reboot_requested"}
 
 
 class SlurmError(GpuplaceError):
@@ -81,6 +84,12 @@ class SlurmNode:
     gpu_type: str | None = None
     #: indices of the GPUs in use (from ``gres_used``)
     gpus_used: list[int] = field(default_factory=list)
+    #: partitions the node is in, and its active features (``-C`` matches these)
+    partitions: list[str] = field(default_factory=list)
+    features: list[str] = field(default_factory=list)
+    #: True when the node has no gpu GRES and its GPUs come from the host type: a job on it
+    #: holds it whole
+    whole_node: bool = False
 
     @property
     def out_of_service(self) -> str | None:
@@ -151,10 +160,28 @@ def _load(source: Any, what: str) -> tuple[str, Any]:
     return name, parse_json(text, name, InvalidState)
 
 
+def _reported_errors(doc: Any, name: str) -> None:
+    """Slurm's ``--json`` answers carry an ``errors`` array (and exit 0) when slurmctld could
+    not answer in full: say what it says instead of reading a partial answer."""
+    errors = doc.get("errors") if isinstance(doc, dict) else None
+    if not errors:
+        return
+    words = []
+    for err in errors if isinstance(errors, list) else [errors]:
+        if isinstance(err, dict):
+            text = err.get("description") or err.get("error") or ""
+            code = err.get("error_number") or err.get("error_code")
+            words.append(f"{text} (error {code})" if code else str(text))
+        else:
+            words.append(str(err))
+    raise SlurmError(f"{name}: Slurm reported errors: {'; '.join(w for w in words if w)}")
+
+
 def read_sinfo(source: Any) -> list[SlurmNode]:
     """Read ``sinfo --json`` (a path, an open file or the parsed object), nodes in Slurm's
     order."""
     name, doc = _load(source, "sinfo --json")
+    _reported_errors(doc, name)
     raw = doc.get("nodes") if isinstance(doc, dict) else None
     if not isinstance(raw, list):
         raise InvalidState(f'{name}: expected an object with "nodes" (sinfo --json)')
@@ -177,7 +204,22 @@ def read_sinfo(source: Any) -> list[SlurmNode]:
         _, _, used = _gres_gpus(str(item.get("gres_used") or ""), f"{where} gres_used")
         if any(u >= gpus for u in used):
             raise InvalidState(f"{where} ({item['name']}): gres_used names GPUs beyond {gpus}")
-        nodes.append(SlurmNode(item["name"], state.lower(), list(flags), gpus, kind, used))
+        partitions = item.get("partitions") or []
+        features = item.get("active_features") or item.get("features") or ""
+        if isinstance(features, list):
+            features = ",".join(str(f) for f in features)
+        nodes.append(
+            SlurmNode(
+                item["name"],
+                state.lower(),
+                list(flags),
+                gpus,
+                kind,
+                used,
+                partitions=[str(p) for p in partitions] if isinstance(partitions, list) else [],
+                features=[f for f in str(features).split(",") if f],
+            )
+        )
     if not nodes:
         raise InvalidState(f"{name}: no nodes")
     return nodes
@@ -186,6 +228,7 @@ def read_sinfo(source: Any) -> list[SlurmNode]:
 def read_squeue(source: Any) -> list[SlurmJob]:
     """Read ``squeue --json``: the jobs holding nodes (running, completing, suspended)."""
     name, doc = _load(source, "squeue --json")
+    _reported_errors(doc, name)
     raw = doc.get("jobs") if isinstance(doc, dict) else None
     if not isinstance(raw, list):
         raise InvalidState(f'{name}: expected an object with "jobs" (squeue --json)')
@@ -255,13 +298,18 @@ def sync(
     name: str = "slurm",
     nvidia_smi: str | None = None,
     host_type: str | None = None,
+    gpus_per_node: int | None = None,
 ) -> ClusterState:
     """Build the state of a Slurm cluster from ``sinfo --json``, ``squeue --json`` (None: GPU
     use from sinfo's ``gres_used`` only) and its topology (``scontrol show topology`` output or
     a topology.conf path, or a Fabric). Hosts keep Slurm's node order. Running jobs are
     allocated as ``slurm-<jobid>`` (GPUs of nodes a job holds whole, where Slurm gives no
     indices); GPUs in use that no job explains as ``slurm-busy-<node>``; down nodes are failed,
-    drained ones drained."""
+    drained ones drained.
+
+    GRES is optional: on nodes without ``gpu`` GRES (a whole-node cluster) the GPUs per node
+    come from ``gpus_per_node``, the host type or the nvidia-smi file, and any job on such a
+    node holds all of them."""
 
     nodes = read_sinfo(sinfo)
     jobs = read_squeue(squeue) if squeue is not None else []
@@ -274,39 +322,52 @@ def sync(
         )
     # Slurm's node order, and only the nodes Slurm reports.
     fabric.hosts = {n.name: fabric.hosts[n.name] for n in nodes}
-    without_gpus = [n.name for n in nodes if n.gpus == 0]
-    if without_gpus:
-        raise InvalidTopology(
-            f"{name}: nodes without gpu GRES: {compress(without_gpus)} (expected Gres=gpu:N)"
-        )
-    node_type: Any = None
     if nvidia_smi is not None and host_type is not None:
         raise InvalidTopology("give an nvidia-smi file or a host type, not both")
+    node_type: Any = None
+    types = _host_types() if host_type is not None else {}
+    if host_type is not None and host_type not in types:
+        raise InvalidTopology(
+            f"unknown host type {host_type!r}; expected one of {', '.join(sorted(types))}"
+        )
     if nvidia_smi is not None:
         node_type = read_nvidia_smi_topo(nvidia_smi)
-        wrong = [n.name for n in nodes if n.gpus != node_type.gpus]
-        if wrong:
+    declared = (
+        gpus_per_node
+        if gpus_per_node is not None
+        else types[host_type]["gpus"]
+        if host_type is not None
+        else node_type.gpus
+        if node_type is not None
+        else None
+    )
+    without_gpus = [n.name for n in nodes if n.gpus == 0]
+    if without_gpus:
+        if declared is None:
             raise InvalidTopology(
-                f"{nvidia_smi}: {node_type.gpus} GPUs per host, but Slurm's GRES says otherwise "
-                f"on {compress(wrong)}"
+                f"{name}: nodes without gpu GRES: {compress(without_gpus)}; on a cluster that "
+                "does not count GPUs as GRES give the GPUs per node (--gpus-per-node, "
+                "--host-type or --nvidia-smi)"
             )
+        for n in nodes:
+            if n.gpus == 0:
+                n.gpus, n.whole_node = int(declared), True
+    source = (
+        f"{nvidia_smi}: {declared} GPUs per host"
+        if nvidia_smi is not None
+        else f"host type {host_type} has {declared} GPUs"
+        if host_type is not None
+        else f"--gpus-per-node {declared}"
+    )
+    wrong = [n.name for n in nodes if declared is not None and n.gpus != declared]
+    if wrong:
+        raise InvalidTopology(f"{source}, but Slurm's GRES says otherwise on {compress(wrong)}")
     for n in nodes:
         fabric.hosts[n.name].gpus = n.gpus
     doc_topology = Topology.from_parts(
         node_type, fabric, name=name, sources=["sinfo --json", "slurm topology"]
     )
     if host_type is not None:
-        types = _host_types()
-        if host_type not in types:
-            raise InvalidTopology(
-                f"unknown host type {host_type!r}; expected one of {', '.join(sorted(types))}"
-            )
-        wrong = [n.name for n in nodes if n.gpus != types[host_type]["gpus"]]
-        if wrong:
-            raise InvalidTopology(
-                f"host type {host_type} has {types[host_type]['gpus']} GPUs, but Slurm's GRES "
-                f"says otherwise on {compress(wrong)}"
-            )
         doc = doc_topology.to_dict()
         doc["node_types"] = {host_type: types[host_type]}
         doc["nodes"] = [{**group, "type": host_type} for group in doc["nodes"]]
@@ -321,7 +382,9 @@ def sync(
             if host not in by_name:
                 continue
             node = by_name[host]
-            if held is None:
+            if node.whole_node:
+                held = list(range(node.gpus))  # no GRES: any job holds the node whole
+            elif held is None:
                 # No GRES detail: the job holds the node whole only if Slurm says allocated.
                 held = list(range(node.gpus)) if node.state == "allocated" else []
             base = state.topology.host_gpus(host)
@@ -332,6 +395,8 @@ def sync(
     for node in nodes:
         base = state.topology.host_gpus(node.name)
         busy = set(node.gpus_used)
+        if node.whole_node and node.state in ("mixed", "completing"):
+            busy = set(range(node.gpus))
         if node.state == "allocated" and not busy:
             busy = set(range(node.gpus))  # held whole by a job without GRES
         rest = sorted(busy - explained[node.name])
@@ -368,21 +433,53 @@ class Submission:
         return "\n".join(out) + "\n"
 
 
+#: What a job name may keep in a file name; anything else becomes "_".
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def file_stem(job_name: str) -> str:
+    """A file name stem for one submission of ``job_name``, unique and harmless: the name
+    with anything but letters, digits, ``.``, ``_`` and ``-`` replaced (so ``../../x`` or
+    ``/etc/x`` cannot leave the directory), then the time and a random suffix (so submitting
+    the same job twice never overwrites the files the first submission's job still reads)."""
+    safe = _UNSAFE.sub("_", job_name).lstrip(".")[:80] or "job"
+    return f"{safe}.{datetime.now():%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+
+
 def submission(
     placement: Placement,
     sbatch_args: Sequence[str],
     *,
     directory: str | Path,
     partition: str | None = None,
+    gres: bool = True,
+    clusters: str | None = None,
 ) -> Submission:
     """The sbatch command for a placement. ``sbatch_args`` end with the batch script; the
-    files go into ``directory`` (``<job>.hostfile``: one host per rank in rank order for
-    ``SLURM_HOSTFILE``; ``<job>.ranks``: ``rank host CUDA_VISIBLE_DEVICES`` per rank)."""
+    files go into ``directory`` (``<job>.<time>-<random>.hostfile``: one host per rank in rank
+    order for ``SLURM_HOSTFILE``; ``....ranks``: ``rank host CUDA_VISIBLE_DEVICES`` per rank).
+    ``gres=False`` (a cluster without gpu GRES) asks for whole nodes only; ``clusters`` is
+    passed as ``--clusters``."""
     if not sbatch_args:
         raise InvalidJob("give the batch script (and any sbatch options before it) after --")
-    for flag in ("-w", "--nodelist", "-N", "--nodes", "-n", "--ntasks", "-m", "--distribution"):
+    for flag in (
+        "-w",
+        "--nodelist",
+        "-N",
+        "--nodes",
+        "-n",
+        "--ntasks",
+        "-m",
+        "--distribution",
+        "-M",
+        "--clusters",
+    ):
         if any(a == flag or a.startswith(flag + "=") for a in sbatch_args[:-1]):
-            raise InvalidJob(f"{flag} is set by gpuplace from the placement; leave it out")
+            where = "give it to gpuplace (-M)" if flag in ("-M", "--clusters") else "leave it out"
+            raise InvalidJob(f"{flag} is set by gpuplace from the placement; {where}")
+    job = placement.job.name
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in job):
+        raise InvalidJob(f"job name {job!r}: control characters are not allowed")
     topo = placement.topology
     rows = placement.rank_table()
     hosts = placement.nodes
@@ -391,10 +488,12 @@ def submission(
         == topo.node_types[topo.host_types[topo.hosts.index(h)]].gpus
         for h in hosts
     )
-    job = placement.job.name
     directory = Path(directory).resolve()
-    hostfile = directory / f"{job}.hostfile"
-    ranks = directory / f"{job}.ranks"
+    stem = file_stem(job)
+    hostfile = directory / f"{stem}.hostfile"
+    ranks = directory / f"{stem}.ranks"
+    if hostfile.parent != directory or ranks.parent != directory:  # pragma: no cover - by design
+        raise InvalidJob(f"job name {job!r} would write outside {directory}")
     files = {
         str(hostfile): "".join(f"{r['host']}\n" for r in rows),
         str(ranks): "".join(f"{r['rank']} {r['host']} {r['device']}\n" for r in rows),
@@ -408,11 +507,14 @@ def submission(
         f"--nodes={len(hosts)}",
         f"--ntasks={len(rows)}",
         "--distribution=arbitrary",
-        f"--gres=gpu:{gpus_per_node}",
-        f"--job-name={job}",
     ]
+    if gres:
+        argv.append(f"--gres=gpu:{gpus_per_node}")
+    argv.append(f"--job-name={job}")
     if partition:
         argv.append(f"--partition={partition}")
+    if clusters:
+        argv.append(f"--clusters={clusters}")
     argv += list(sbatch_args)
     env = {"SLURM_HOSTFILE": str(hostfile), "GPUPLACE_RANKS": str(ranks)}
     if not whole:
@@ -454,31 +556,46 @@ def show_topology() -> str:
     return out.stdout
 
 
-def submit(sub: Submission, *, start_within: float = 60.0) -> int:
+def submit(
+    sub: Submission,
+    *,
+    start_within: float = 60.0,
+    explain: Callable[[list[str]], str] | None = None,
+) -> int:
     """Check with ``sbatch --test-only`` that Slurm would start the job now on exactly the
     planned nodes, write the files, submit; returns the job id. On any refusal raises
-    :class:`SlurmError` and leaves nothing behind (no files, no queued job)."""
+    :class:`SlurmError` and leaves nothing behind (no files, no queued job). ``explain``
+    (the planned nodes -> a sentence) names the node that stands in the way and why."""
     env = {**os.environ, **sub.env}
-    # Files a previous submission of the same job left are put back on failure: its job may
-    # still read them.
-    written: list[tuple[Path, str | None]] = []
+    written: list[Path] = []
+
+    def why() -> str:
+        if explain is None:
+            return ""
+        try:
+            text = explain(sub.nodes)
+        except GpuplaceError as exc:
+            text = f"(could not ask Slurm why: {exc})"
+        return f"; {text}" if text else ""
+
     try:
         for fname, text in sub.files.items():
             path = Path(fname)
             path.parent.mkdir(parents=True, exist_ok=True)
-            before = path.read_text() if path.exists() else None
+            if path.exists():  # the names are unique: never overwrite another job's file
+                raise SlurmError(f"{path} exists already; submit again")
+            written.append(path)
             write_atomically(path, text)
-            written.append((path, before))
         test = _run([sub.argv[0], "--test-only", *sub.argv[1:]], env)
         answer = (test.stderr + test.stdout).strip()
         match = _TEST_ONLY.search(answer)
         if test.returncode != 0 or match is None:
-            raise SlurmError(f"Slurm refused the job on {compress(sub.nodes)}: {answer}")
+            raise SlurmError(f"Slurm refused the job on {compress(sub.nodes)}: {answer}{why()}")
         start = datetime.fromisoformat(match.group(1))
         if start > datetime.now() + timedelta(seconds=start_within):
             raise SlurmError(
                 f"Slurm would not start the job on {compress(sub.nodes)} now (earliest "
-                f"{match.group(1)}): a node was taken since the state was read; sync again"
+                f"{match.group(1)}){why() or ': a node was taken since the state was read; sync again'}"
             )
         out = _run(sub.argv, env)
         job_id = _SUBMITTED.match(out.stdout.strip())
@@ -486,9 +603,6 @@ def submit(sub: Submission, *, start_within: float = 60.0) -> int:
             raise SlurmError(f"sbatch refused the job: {(out.stderr or out.stdout).strip()}")
         return int(job_id.group(1))
     except BaseException:
-        for path, before in written:
-            if before is None:
-                path.unlink(missing_ok=True)
-            else:
-                write_atomically(path, before)
+        for path in written:
+            path.unlink(missing_ok=True)
         raise
