@@ -75,6 +75,9 @@ def _record(cluster_or_state: Topology | ClusterState, placement: Placement) -> 
 def _import_ray(module: str, what: str) -> Any:
     """A Ray module, or MissingExtra saying which extra to install."""
     try:
+        # The top-level package first: a submodule already in sys.modules would otherwise be
+        # returned even when Ray itself is unavailable (blocked, or uninstalled since).
+        importlib.import_module(module.partition(".")[0])
         return importlib.import_module(module)
     except ImportError:
         raise MissingExtra(
