@@ -20,13 +20,12 @@ import yaml
 from gpuplace.cli import cli, main
 from gpuplace.cli.schemas import COMMANDS, SCHEMAS
 from jsonschema import Draft202012Validator
+from service_harness import RULES, xid_line
 
 CLI = [sys.executable, "-m", "gpuplace.cli"]
 ROOT = Path(__file__).parent.parent
 DATA = Path(__file__).parent / "data"
 
-#: Commands whose --format is the Slurm integration's to add (issue 24 owns cli/slurm.py).
-NOT_YET = {"slurm sync", "slurm submit", "slurm pick", "serve"}
 #: Commands that only read the state file.
 READ_ONLY = {
     "status",
@@ -48,7 +47,11 @@ def commands() -> dict[str, click.Command]:
 
     def walk(command: click.Command, path: list[str]) -> None:
         if isinstance(command, click.Group):
-            for name, sub in command.commands.items():
+            # list_commands/get_command: the lazily imported commands (serve, service) too
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None, name
                 walk(sub, [*path, name])
         else:
             out[" ".join(path)] = command
@@ -178,13 +181,12 @@ def test_every_command_takes_format_json_and_names_its_schema() -> None:
     missing = [
         name
         for name, command in found.items()
-        if name not in NOT_YET
-        and not any(
+        if not any(
             p.name == "fmt" and "json" in getattr(p.type, "choices", ()) for p in command.params
         )
     ]
     assert missing == []
-    assert {name for name in found if name not in NOT_YET} <= set(COMMANDS)
+    assert set(found) <= set(COMMANDS)
     assert set(COMMANDS.values()) <= set(SCHEMAS)
     for name, schema in SCHEMAS.items():
         Draft202012Validator.check_schema(schema)
@@ -427,3 +429,51 @@ def test_k8s_extender_announces_its_address_as_json(tmp_path: Path) -> None:
             proc.wait(timeout=30)
     validate(document, "k8s-extender")
     assert document["listening"].startswith("http://127.0.0.1:")
+
+
+def test_serve_and_service_commands_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`gpuplace serve --format json` announces where it listens as one JSON line; every
+    `gpuplace service` command's JSON answer matches its schema."""
+    sock = tmp_path / "gp.sock"
+    job = job_file(tmp_path / "job.yaml", "train", tp=8, dp=2)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(RULES))
+    with subprocess.Popen(
+        [*CLI, "serve", "--journal", str(tmp_path / "j.db"), "--socket", str(sock), "-c", "h100-superpod", "-p", "nodes=4", "--rules", "rules.yaml", "--log-level", "warning", "--format", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=tmp_path,
+    ) as proc:  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            announced = json.loads(proc.stdout.readline())
+            validate(announced, "serve")
+            assert announced["listening"] == [str(sock)]
+            assert announced["clusters"] == ["h100-superpod-4"]
+            to = ("--service", str(sock))
+            placed = invoke(capsys, "service", "place", *to, "-j", job)
+            validate(placed, "service-place")
+            assert placed["job"] == "train" and len(placed["gpus"]) == 16
+            host = placed["nodes"][0]
+            log = tmp_path / "kern.log"
+            log.write_text(xid_line(host, 0))
+            health = invoke(capsys, "service", "health", *to, str(log))
+            validate(health, "service-health")
+            assert len(health["changes"]) == 1 and set(health["repairs"]) == {"train"}
+            repaired = invoke(capsys, "service", "repair", *to, "train")
+            validate(repaired, "service-repair")
+            assert repaired["applied"] is False
+            why = invoke(capsys, "service", "explain", *to, "-j", job_file(tmp_path / "b.yaml", "b", tp=8, dp=4))  # fmt: skip
+            validate(why, "service-explain")
+            assert why["job"] == "b" and why["placeable"] is False
+            status = invoke(capsys, "service", "status", *to)
+            validate(status, "service-status")
+            assert set(status["clusters"][0]["jobs"]) == {"train"}
+            released = invoke(capsys, "service", "release", *to, "train")
+            validate(released, "service-release")
+            assert released["released_gpus"] == 16
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)

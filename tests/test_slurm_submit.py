@@ -8,17 +8,21 @@ without root."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import gpuplace
 import numpy as np
 import pytest
+from gpuplace.cli.schemas import SCHEMAS
 from gpuplace.integrations import slurm as sl
 from gpuplace.model.topology import Topology
+from jsonschema import Draft202012Validator
 from slurm_harness import LoopbackSlurm, missing_daemons
 
 pytestmark = pytest.mark.slurm
@@ -296,3 +300,53 @@ def test_synced_state_keeps_slurms_node_order(cluster: LoopbackSlurm, tmp_path: 
             assert chosen == expected, answer
     finally:
         slurm.release(busy)
+
+
+def test_slurm_commands_print_json_that_matches_their_schemas(
+    cluster: LoopbackSlurm, tmp_path: Path
+) -> None:
+    """sync, pick and submit (dry run and real) with --format json: one JSON object each, valid
+    against its schema, saying what the table output says."""
+    slurm = cluster
+    (tmp_path / "job.sh").write_text(RANK_SCRIPT)
+    (tmp_path / "job.yaml").write_text("name: train\nparallelism: {tp: 8, dp: 2}\n")
+
+    def run_json(*args: str) -> dict[str, Any]:
+        ours, dash, sbatch = list(args), [], []
+        if "--" in ours:
+            at = ours.index("--")
+            ours, dash, sbatch = ours[:at], ["--"], ours[at + 1 :]
+        result = cli(slurm, *ours, "--format", "json", *dash, *sbatch, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert len(lines) == 1, result.stdout
+        return json.loads(lines[0])
+
+    busy = slurm.occupy(["n01"])
+    try:
+        synced = run_json("slurm", "sync", "-o", "state.json")
+        Draft202012Validator(SCHEMAS["slurm-sync"]).validate(synced)
+        assert synced["nodes"] == 6 and synced["gpus"] == 6 * GPUS
+        assert synced["free_gpus"] == 5 * GPUS and synced["jobs"] == [f"slurm-{busy}"]
+        assert Path(tmp_path / synced["topology"]).exists() or Path(synced["topology"]).exists()
+
+        picked = run_json("slurm", "pick", "--state", "state.json", "--nodes", "2")
+        Draft202012Validator(SCHEMAS["slurm-pick"]).validate(picked)
+        assert len(picked["nodes"]) == 2 and "n01" not in picked["nodes"]
+
+        args = ("slurm", "submit", "--job", "job.yaml", "--state", "state.json")
+        dry = run_json(*args, "--dry-run", "--", "-o", "out.txt", "job.sh")
+        Draft202012Validator(SCHEMAS["slurm-submit"]).validate(dry)
+        assert dry["dry_run"] is True and dry["job_id"] is None and dry["gpus"] == 16
+        assert f"--nodelist={dry['hostlist']}" in dry["argv"]
+        assert queued(slurm) == [f"{busy} wrap RUNNING"]  # nothing submitted
+
+        real = run_json(*args, "--", "-o", "out.txt", "job.sh")
+        Draft202012Validator(SCHEMAS["slurm-submit"]).validate(real)
+        assert real["dry_run"] is False and isinstance(real["job_id"], int)
+        assert real["nodes"] == dry["nodes"]
+        ranks = wait_output(tmp_path / "out.txt", 16)
+        assert {line.split()[2] for line in ranks} == set(real["nodes"])
+    finally:
+        slurm.release(busy)
+        drain_queue(slurm)

@@ -597,6 +597,113 @@ SCHEMAS: dict[str, Schema] = {
             }
         ),
     ),
+    "slurm-sync": top(
+        "gpuplace slurm sync: the files written (state, its topology, Slurm's partitions and "
+        "reservations) and what the live cluster holds.",
+        obj(
+            {
+                "state": STR,
+                "topology": STR,
+                "slurm_view": STR,
+                "nodes": INT,
+                "gpus": INT,
+                "free_gpus": INT,
+                "jobs": array(STR),
+                "out_of_service": INT,
+                "gres": BOOL,
+                "partitions": array(STR),
+                "reservations": array(STR),
+            }
+        ),
+    ),
+    "slurm-submit": top(
+        "gpuplace slurm submit: the nodes chosen (in rank order), the exact sbatch command, its "
+        "environment and files, and Slurm's job id (null with --dry-run).",
+        obj(
+            {
+                "job": STR,
+                "nodes": array(STR),
+                "hostlist": STR,
+                "gpus": INT,
+                "argv": array(STR),
+                "env": mapping(STR),
+                "files": mapping(STR),
+                "dry_run": BOOL,
+                "job_id": nullable(INT),
+            }
+        ),
+    ),
+    "slurm-pick": top(
+        "gpuplace slurm pick: the nodes gpuplace picks for the request, in rank order.",
+        obj({"job": STR, "nodes": array(STR), "hostlist": STR, "gpus": INT}),
+    ),
+    "serve": top(
+        "gpuplace serve: where it listens (Unix socket paths, http(s) URLs), the clusters it "
+        "serves and its journal; one line once it listens, then it serves.",
+        obj({"listening": array(STR), "clusters": array(STR), "journal": STR}),
+    ),
+    "service-place": top(
+        "gpuplace service place: the service's placement (held unless --dry-run).",
+        obj({"job": STR, "nodes": array(STR), "hostlist": STR, "gpus": array(INT)}),
+    ),
+    "service-release": top(
+        "gpuplace service release: the job released and how many GPUs it gave back.",
+        obj({"cluster": STR, "job": STR, "released_gpus": INT}),
+    ),
+    "service-repair": top(
+        "gpuplace service repair: the repair proposed (or applied) for a job hit by failed "
+        "hardware: the ranks that move and why.",
+        obj(
+            {"applied": BOOL},
+            {"moved": array(obj({"rank": INT, "reason": STR}))},
+        ),
+    ),
+    "service-explain": top(
+        "gpuplace service explain: whether the job fits the live state, and each constraint "
+        "with the binding ones marked (as gpuplace explain).",
+        obj(
+            {
+                "job": STR,
+                "placeable": BOOL,
+                "constraints": array(
+                    obj({"kind": STR, "name": STR, "detail": STR, "binding": BOOL})
+                ),
+            }
+        ),
+    ),
+    "service-status": top(
+        "gpuplace service status: each cluster's GPUs, jobs (with holds) and unhealthy "
+        "hardware, its Slurm follower, and the journal.",
+        obj(
+            {
+                "clusters": array(
+                    obj(
+                        {
+                            "cluster": STR,
+                            "gpus": INT,
+                            "free_gpus": INT,
+                            "jobs": mapping(ANY_OBJECT),
+                            "unhealthy": array(ANY_OBJECT),
+                        },
+                        {"slurm": ANY_OBJECT},
+                    )
+                ),
+                "journal": obj({"committed": INT}),
+            }
+        ),
+    ),
+    "service-health": top(
+        "gpuplace service health: the health changes the evidence made, the jobs they hit and "
+        "their repairs, and what the scheduler was told (drained nodes).",
+        obj(
+            {
+                "cluster": STR,
+                "changes": array(obj({"kind": STR, "name": STR, "before": STR, "after": STR})),
+                "repairs": mapping(ANY_OBJECT),
+            },
+            {"scheduler": array(ANY_OBJECT)},
+        ),
+    ),
     "k8s-extender": top(
         "gpuplace k8s extender: the address it listens on (one line, then it serves).",
         obj({"listening": STR, "verbs": array(STR)}),
@@ -772,6 +879,16 @@ COMMANDS: dict[str, str] = {
     "fgd": "fgd",
     "k8s export": "k8s-export",
     "k8s extender": "k8s-extender",
+    "slurm sync": "slurm-sync",
+    "slurm submit": "slurm-submit",
+    "slurm pick": "slurm-pick",
+    "serve": "serve",
+    "service place": "service-place",
+    "service release": "service-release",
+    "service repair": "service-repair",
+    "service explain": "service-explain",
+    "service status": "service-status",
+    "service health": "service-health",
     "topo import": "topo-import",
     "topo show": "topo-show",
     "topo export": "topo-export",

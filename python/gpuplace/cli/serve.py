@@ -172,8 +172,10 @@ def _slurm_targets(
 @click.option("--hold-grace", type=click.FloatRange(1), default=120.0, show_default=True)
 @click.option("--snapshot-every", type=click.IntRange(1), default=5000, show_default=True)
 @click.option("--log-level", default="info", show_default=True)
+@format_option
 def serve_cmd(**o: Any) -> None:
-    """Run the live placement service (stop it with SIGTERM or Ctrl-C)."""
+    """Run the live placement service (stop it with SIGTERM or Ctrl-C); with --format json,
+    where it listens is one JSON line on stdout once it does."""
     builders: list[tuple[str, Any]] = []
     for spec in o["clusters"]:
         topology = load_cluster(spec, o["nodes"], o["racks"])
@@ -181,7 +183,12 @@ def serve_cmd(**o: Any) -> None:
     if not o["clusters"] and o["state_path"] is not None:
         state = state_or_cluster(o["state_path"], None, None, None, new=False)
         builders.append((state.topology.name, lambda: state))
-    _serve(o, builders)
+
+    def announce(urls: list[str], clusters: list[str]) -> None:
+        if o["fmt"] == "json":
+            emit({"listening": urls, "clusters": clusters, "journal": o["journal_path"]})
+
+    _serve(o, builders, announce)
 
 
 def _serve(
@@ -190,7 +197,8 @@ def _serve(
     announce: Any = None,
 ) -> None:
     """Run the service with the options of ``serve`` (``o``) on the clusters ``builders``
-    make; ``announce(urls)`` is told where it listens once it does."""
+    make; ``announce(urls, clusters)`` is told where it listens, and what it serves, once it
+    does."""
     logging.basicConfig(
         level=getattr(logging, str(o["log_level"]).upper(), logging.INFO),
         format="%(asctime)s gpuplace serve: %(levelname)s %(message)s",
@@ -275,7 +283,8 @@ def _serve(
                 if s.family == socket.AF_UNIX
                 else f"http{'s' if tls else ''}://{s.getsockname()[0]}:{s.getsockname()[1]}"
                 for s in sockets
-            ]
+            ],
+            list(engine.clusters),
         )
     # What start-up built lives as long as the service: out of the cyclic collector's way,
     # so its full collections stay short (they stalled requests for tens of milliseconds).
@@ -582,7 +591,7 @@ def extender_cmd(
     options = serve_cmd.make_context("serve", args, parent=ctx).params
     verbs_prefix = prefix.rstrip("/")
 
-    def announce(urls: list[str]) -> None:
+    def announce(urls: list[str], clusters: list[str]) -> None:
         url = f"{urls[0]}{verbs_prefix}"
         if fmt == "json":
             emit({"listening": url, "verbs": [f"{url}/filter", f"{url}/prioritize"]})

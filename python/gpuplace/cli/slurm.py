@@ -18,6 +18,7 @@ import click
 
 from gpuplace._util.documents import exclusive_lock, write_atomically
 from gpuplace._util.hostlist import compress
+from gpuplace.cli.common import emit, format_option
 from gpuplace.cluster.state import ClusterState
 from gpuplace.errors import InvalidState
 from gpuplace.integrations import slurm as sl
@@ -133,6 +134,7 @@ def _with_sources(func: Callable[..., Any]) -> Callable[..., Any]:
     help="State file to write (its topology goes beside it, as <stem>.topology.yaml, and "
     "Slurm's partitions and reservations as <stem>.slurm.json).",
 )
+@format_option
 def sync_cmd(
     sinfo: str | None,
     squeue: str | None,
@@ -145,6 +147,7 @@ def sync_cmd(
     slurm_conf: str | None,
     slurm_timeout: float,
     state_path: str,
+    fmt: str,
 ) -> None:
     """Read the live cluster (nodes, GPUs, jobs, drained and down nodes, switch tree,
     partitions and reservations) into a state file."""
@@ -162,6 +165,23 @@ def sync_cmd(
         state.save(out)
         write_atomically(_view_path(out), json.dumps(view.to_dict(), indent=1) + "\n")
     health = state.unhealthy()
+    if fmt == "json":
+        emit(
+            {
+                "state": str(out),
+                "topology": str(topo_path),
+                "slurm_view": str(_view_path(out)),
+                "nodes": len(state.topology.hosts),
+                "gpus": state.topology.num_gpus,
+                "free_gpus": state.free_gpus,
+                "jobs": sorted(state.jobs),
+                "out_of_service": len(health),
+                "gres": view.gres,
+                "partitions": [p.name for p in view.partitions],
+                "reservations": [r.name for r in view.reservations],
+            }
+        )
+        return
     click.echo(
         f"wrote {out} and {topo_path}: {len(state.topology.hosts)} nodes, "
         f"{state.free_gpus} of {state.topology.num_gpus} GPUs free, {len(state.jobs)} jobs, "
@@ -218,6 +238,7 @@ def _load_view(state_path: str) -> ctld.SlurmView | None:
     help="Where the hostfile and rank table go (must be visible on the nodes).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the exact command and files; submit nothing.")
+@format_option
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
 def submit_cmd(
     job_path: str,
@@ -236,6 +257,7 @@ def submit_cmd(
     solver: str,
     directory: str,
     dry_run: bool,
+    fmt: str,
     sbatch_args: tuple[str, ...],
 ) -> None:
     """Place a job and submit it with sbatch on exactly gpuplace's nodes:
@@ -272,10 +294,25 @@ def submit_cmd(
         gres=view.gres,
         clusters=cluster_name,
     )
+    document = {
+        "job": job.name,
+        "nodes": sub.nodes,
+        "hostlist": compress(sub.nodes),
+        "gpus": len(placed.placement.gpus),
+        "argv": sub.argv,
+        "env": sub.env,
+        "files": sub.files,
+    }
     if dry_run:
-        click.echo(sub.render(), nl=False)
+        if fmt == "json":
+            emit({**document, "dry_run": True, "job_id": None})
+        else:
+            click.echo(sub.render(), nl=False)
         return
     job_id = sl.submit(sub, explain=slurm.why_not_now)
+    if fmt == "json":
+        emit({**document, "dry_run": False, "job_id": job_id})
+        return
     click.echo(
         f"submitted batch job {job_id} on {compress(sub.nodes)} (ranks in gpuplace order; "
         f"hostfile {sub.env['SLURM_HOSTFILE']})"
@@ -287,7 +324,10 @@ def submit_cmd(
 @click.option("--nodes", "-N", "node_count", type=click.IntRange(1), help="Whole nodes wanted.")
 @click.option("--job", "-j", "job_path", type=_file, help="Or a job file.")
 @click.option("--solver", "-s", default="greedy", show_default=True)
-def pick_cmd(state_path: str, node_count: int | None, job_path: str | None, solver: str) -> None:
+@format_option
+def pick_cmd(
+    state_path: str, node_count: int | None, job_path: str | None, solver: str, fmt: str
+) -> None:
     """Print the nodes gpuplace picks (a hostlist in rank order), for a job_submit plugin."""
     state = _load_state(state_path)
     if (node_count is None) == (job_path is None):
@@ -299,4 +339,14 @@ def pick_cmd(state_path: str, node_count: int | None, job_path: str | None, solv
         gpus = {state.topology.node_types[t].gpus for t in state.topology.host_types}
         job = Job(name="slurm-pick", tp=max(gpus), dp=int(node_count or 0))
     placement = place(state, job, solver)
+    if fmt == "json":
+        emit(
+            {
+                "job": job.name,
+                "nodes": list(placement.nodes),
+                "hostlist": placement.hostlist(),
+                "gpus": len(placement.gpus),
+            }
+        )
+        return
     click.echo(",".join(placement.nodes))
