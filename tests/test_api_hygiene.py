@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import gpuplace
@@ -239,3 +241,21 @@ def test_reader_signatures_survive_the_guard() -> None:
     assert "nvidia-smi" in (read_nvidia_smi_topo.__doc__ or "")
     with pytest.raises(GpuplaceError):
         read_nvidia_smi_topo(io.StringIO(""))
+
+
+def test_importing_gpuplace_and_its_cli_does_not_import_ortools() -> None:
+    """OR-Tools (and pandas behind it) load only when a CP-SAT solver runs: every command and
+    every scheduler hook importing gpuplace would otherwise pay over a second for them."""
+    code = (
+        "import sys, gpuplace, gpuplace.cli\n"
+        "heavy = sorted(m for m in ('ortools', 'pandas') if m in sys.modules)\n"
+        "state = gpuplace.ClusterState(gpuplace.Topology.preset('h100-superpod', nodes=4))\n"
+        "gpuplace.place(state, gpuplace.Job(name='j', tp=8, dp=2), 'greedy')\n"
+        "print(','.join(heavy + sorted(m for m in ('ortools', 'pandas') if m in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+    # and a CP-SAT solve imports it when needed
+    state = gpuplace.ClusterState(gpuplace.Topology.preset("h100-superpod", nodes=2))
+    placement = gpuplace.place(state, gpuplace.Job(name="j", tp=8, dp=2), "cpsat")
+    assert len(placement.gpus) == 16

@@ -135,9 +135,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from gpuplace import _core
+from gpuplace._util.lazy import LazyModule
 from gpuplace.errors import GpuplaceError, Infeasible
 from gpuplace.placement.place import evaluate, place
 from gpuplace.placement.registry import register_solver
@@ -146,10 +146,14 @@ from gpuplace.placement.solvers import cpsat_gpus
 from gpuplace.placement.solvers.cpsat_run import solve_stoppable
 
 if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
     from gpuplace.cluster.pricing import PricingView
     from gpuplace.cluster.state import ClusterState
     from gpuplace.model.job import Job
     from gpuplace.model.topology import Topology
+else:
+    cp_model = LazyModule("ortools.sat.python.cp_model")
 
 __all__ = [
     "DEFAULT_TIME_LIMIT_S",

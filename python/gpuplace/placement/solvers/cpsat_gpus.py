@@ -45,15 +45,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from ortools.sat.python import cp_model
 
+from gpuplace._util.lazy import LazyModule
 from gpuplace.cluster.pricing import collective_terms
 from gpuplace.placement.solvers.cpsat_run import solve_stoppable
 
 if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
     from gpuplace.cluster.pricing import PricingView
     from gpuplace.model.job import Job
     from gpuplace.model.topology import Topology
+else:
+    cp_model = LazyModule("ortools.sat.python.cp_model")
 
 __all__ = [
     "MAX_ASSIGNMENTS",
