@@ -7,9 +7,11 @@ through ``gpuplace.cli.main`` (the same entry point, without a Python start-up p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -413,22 +415,30 @@ def test_simulate_and_bench_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert set(report["solvers"]) == {"greedy", "first-fit"}
 
 
-def test_k8s_extender_announces_its_address_as_json(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def announcing(tmp_path: Path, *args: str) -> Iterator[dict[str, Any]]:
+    """Run ``gpuplace ARGS --format json`` (a server) and yield the JSON line it prints once it
+    listens; the server is stopped afterwards, also when the test fails."""
     with subprocess.Popen(
-        [*CLI, "k8s", "extender", "-c", "h100-superpod", "-p", "nodes=4", "--port", "0", "--format", "json"],
+        [*CLI, *args, "--format", "json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         cwd=tmp_path,
-    ) as proc:  # fmt: skip
+    ) as proc:
         try:
             assert proc.stdout is not None
-            document = json.loads(proc.stdout.readline())
+            yield json.loads(proc.stdout.readline())
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    validate(document, "k8s-extender")
-    assert document["listening"].startswith("http://127.0.0.1:")
+
+
+def test_k8s_extender_announces_its_address_as_json(tmp_path: Path) -> None:
+    args = ("k8s", "extender", "-c", "h100-superpod", "-p", "nodes=4", "--port", "0")
+    with announcing(tmp_path, *args) as document:
+        validate(document, "k8s-extender")
+        assert document["listening"].startswith("http://127.0.0.1:")
 
 
 def test_serve_and_service_commands_json(
@@ -439,41 +449,30 @@ def test_serve_and_service_commands_json(
     sock = tmp_path / "gp.sock"
     job = job_file(tmp_path / "job.yaml", "train", tp=8, dp=2)
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(RULES))
-    with subprocess.Popen(
-        [*CLI, "serve", "--journal", str(tmp_path / "j.db"), "--socket", str(sock), "-c", "h100-superpod", "-p", "nodes=4", "--rules", "rules.yaml", "--log-level", "warning", "--format", "json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=tmp_path,
-    ) as proc:  # fmt: skip
-        try:
-            assert proc.stdout is not None
-            announced = json.loads(proc.stdout.readline())
-            validate(announced, "serve")
-            assert announced["listening"] == [str(sock)]
-            assert announced["clusters"] == ["h100-superpod-4"]
-            to = ("--service", str(sock))
-            placed = invoke(capsys, "service", "place", *to, "-j", job)
-            validate(placed, "service-place")
-            assert placed["job"] == "train" and len(placed["gpus"]) == 16
-            host = placed["nodes"][0]
-            log = tmp_path / "kern.log"
-            log.write_text(xid_line(host, 0))
-            health = invoke(capsys, "service", "health", *to, str(log))
-            validate(health, "service-health")
-            assert len(health["changes"]) == 1 and set(health["repairs"]) == {"train"}
-            repaired = invoke(capsys, "service", "repair", *to, "train")
-            validate(repaired, "service-repair")
-            assert repaired["applied"] is False
-            why = invoke(capsys, "service", "explain", *to, "-j", job_file(tmp_path / "b.yaml", "b", tp=8, dp=4))  # fmt: skip
-            validate(why, "service-explain")
-            assert why["job"] == "b" and why["placeable"] is False
-            status = invoke(capsys, "service", "status", *to)
-            validate(status, "service-status")
-            assert set(status["clusters"][0]["jobs"]) == {"train"}
-            released = invoke(capsys, "service", "release", *to, "train")
-            validate(released, "service-release")
-            assert released["released_gpus"] == 16
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    args = ("serve", "--journal", "j.db", "--socket", str(sock), "-c", "h100-superpod", "-p", "nodes=4", "--rules", "rules.yaml", "--log-level", "warning")  # fmt: skip
+    with announcing(tmp_path, *args) as announced:
+        validate(announced, "serve")
+        assert announced["listening"] == [str(sock)]
+        assert announced["clusters"] == ["h100-superpod-4"]
+        to = ("--service", str(sock))
+        placed = invoke(capsys, "service", "place", *to, "-j", job)
+        validate(placed, "service-place")
+        assert placed["job"] == "train" and len(placed["gpus"]) == 16
+        host = placed["nodes"][0]
+        log = tmp_path / "kern.log"
+        log.write_text(xid_line(host, 0))
+        health = invoke(capsys, "service", "health", *to, str(log))
+        validate(health, "service-health")
+        assert len(health["changes"]) == 1 and set(health["repairs"]) == {"train"}
+        repaired = invoke(capsys, "service", "repair", *to, "train")
+        validate(repaired, "service-repair")
+        assert repaired["applied"] is False
+        why = invoke(capsys, "service", "explain", *to, "-j", job_file(tmp_path / "b.yaml", "b", tp=8, dp=4))  # fmt: skip
+        validate(why, "service-explain")
+        assert why["job"] == "b" and why["placeable"] is False
+        status = invoke(capsys, "service", "status", *to)
+        validate(status, "service-status")
+        assert set(status["clusters"][0]["jobs"]) == {"train"}
+        released = invoke(capsys, "service", "release", *to, "train")
+        validate(released, "service-release")
+        assert released["released_gpus"] == 16
