@@ -109,6 +109,8 @@ def test_collisions_report_the_flows_per_level_and_count_the_running_jobs() -> N
         )
     )
     crowded = collisions(state, JOB, gpus)
+    # gpuplace fabric names each uplink level's routing.
+    assert [lv["routing"] for lv in state.uplinks_by_level()] == ["adaptive", "ecmp"]
     assert 3.0 < crowded.levels[1].fullest < 3.2
     assert crowded.seconds > alone.seconds
     # The cost model prices the same: evaluate in the state agrees with the report.
