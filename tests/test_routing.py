@@ -119,16 +119,38 @@ def test_collisions_report_the_flows_per_level_and_count_the_running_jobs() -> N
     )
 
 
-def test_placement_sees_collisions_and_keeps_rings_inside_a_leaf() -> None:
-    """On an ECMP fabric greedy and refine keep the dp rings off the hashed uplinks when a leaf
-    holds the job; the report of place says so."""
-    topology = _topology("ecmp")
-    state = gpuplace.ClusterState(topology)
+def test_placement_steers_clear_of_the_running_jobs_hashed_uplinks() -> None:
+    """Two free hosts under leaves whose spine uplinks already carry a running job's 8 flows,
+    two under idle leaves: on a balancing fabric every pair costs the same (the uplinks are far
+    from full), on an ECMP fabric the loaded pair collides with the running job's flows. greedy
+    and refine see it through the cost model; first-fit and slurm-tree take the lowest hosts."""
+    chosen = {}
+    for routing in ("adaptive", "ecmp"):
+        topology = _topology(routing)
+        state = gpuplace.ClusterState(topology)
+        for job, hosts in (
+            (dataclasses.replace(JOB, name="a"), ("n0", "n2")),  # leaves l0 and l1
+            (gpuplace.Job(name="b", tp=8, dp=1), ("n5",)),
+            (gpuplace.Job(name="c", tp=8, dp=1), ("n7",)),
+        ):
+            gpus = np.concatenate([topology.host_gpus(h) for h in hosts])
+            cost = gpuplace.evaluate(topology, job, gpus)
+            state.allocate(gpuplace.Placement(job, topology, gpus, cost, "x", 0))
+        # Free: n1 (l0), n3 (l1), n4 (l2), n6 (l3).
+        for solver in ("greedy", "refine", "first-fit", "slurm-tree"):
+            placement = gpuplace.place(state, JOB, solver=solver)
+            hosts = sorted({topology.host_of(g) for g in placement.gpus})
+            chosen[routing, solver] = (hosts, placement.cost.comm_seconds)
+    costs = {chosen["adaptive", s][1] for s in ("greedy", "refine", "first-fit", "slurm-tree")}
+    assert max(costs) == pytest.approx(min(costs))
     for solver in ("greedy", "refine"):
-        placement = gpuplace.place(state, JOB, solver=solver)
-        report = collisions(state, JOB, placement.gpus)
-        assert report.levels[1].flows == 0
-        assert report.slowdown == pytest.approx(1.0)
+        assert chosen["ecmp", solver][0] == ["n4", "n6"]
+    for peer in ("first-fit", "slurm-tree"):
+        assert chosen["ecmp", peer][0] == ["n1", "n3"]
+        # 16 flows on each loaded uplink's 16 links against 8 on an idle one's: the fullest
+        # link carries 3.08 against 2.06 flows (balls into bins).
+        ratio = chosen["ecmp", peer][1] / chosen["ecmp", "greedy"][1]
+        assert ratio == pytest.approx(3.078 / 2.063, rel=0.02)
 
 
 def test_routing_errors_name_the_field() -> None:

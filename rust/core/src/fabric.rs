@@ -551,9 +551,9 @@ impl<'a> Background<'a> {
     }
 
     /// The priced job is the only one loading the fabric (its own load is the one taken out)
-    /// and the fabric is not oversubscribed: no neighbour is left, and a job alone contends
-    /// with itself only on an oversubscribed fabric, so the cost model prices it without a
-    /// background, the same and much cheaper (no flows laid out per collective).
+    /// and the fabric neither is oversubscribed nor hashes flows: no neighbour is left, and a
+    /// job alone contends with itself only on such a fabric, so the cost model prices it
+    /// without a background, the same and much cheaper (no flows laid out per collective).
     pub(crate) fn alone(&self, state: &ClusterState) -> bool {
         state.loaded_jobs() == 1
             && !self.minus.is_empty()
