@@ -364,23 +364,40 @@ fn fullest_exact(n: usize, m: usize) -> f64 {
 }
 
 /// `E[max]` of `n` balls in `m` bins with each bin's count Poisson(n / m) and independent.
+/// Below `λ - 12 √λ` every bin is above `k` (the Poisson CDF there is under 1e-30), so the sum
+/// starts there, the probabilities in log space (no underflow at large `λ`).
 fn fullest_poisson(n: f64, m: usize) -> f64 {
     let lambda = n / m as f64;
-    let mut term = (-lambda).exp();
+    let start = (lambda - 12.0 * lambda.sqrt()).floor().max(0.0);
+    // ln P(X = start), then the CDF up to it (its lower tail is negligible when start > 0).
+    let mut log_term = -lambda + start * lambda.ln() - ln_factorial(start);
+    if lambda <= 0.0 {
+        log_term = if start == 0.0 { 0.0 } else { f64::NEG_INFINITY };
+    }
     let mut cdf = 0.0;
-    let mut expected = 0.0;
-    let mut k = 0.0;
+    let mut expected = start;
+    let mut k = start;
     loop {
-        cdf += term;
+        cdf += log_term.exp();
         let below = cdf.min(1.0).powf(m as f64);
         expected += 1.0 - below;
-        if below > 1.0 - 1e-12 || k > n {
+        if below > 1.0 - 1e-12 || k > n + 1.0 {
             break;
         }
         k += 1.0;
-        term *= lambda / k;
+        log_term += (lambda / k).ln();
     }
     expected
+}
+
+/// `ln k!` for a whole number `k` (exact below 20, Stirling's series above).
+fn ln_factorial(k: f64) -> f64 {
+    if k < 20.0 {
+        return (2..=k as u64).map(|i| (i as f64).ln()).sum();
+    }
+    let inv = 1.0 / k;
+    k * k.ln() - k + 0.5 * (2.0 * std::f64::consts::PI * k).ln() + inv / 12.0
+        - inv * inv * inv / 360.0
 }
 
 /// Healthy bottleneck bandwidth (GB/s) of a collective over `members` (ordered by
@@ -1176,6 +1193,14 @@ mod tests {
         assert!(mid > expected_fullest(8.0, 8) && mid < expected_fullest(9.0, 8));
         // More balls per bin: the fullest approaches the mean.
         assert!(expected_fullest(1024.0, 8) / 128.0 < 1.15);
+        // Far beyond (an all-to-all's many small flows on a few links): mean plus a few
+        // standard deviations, not an underflow.
+        for (n, m) in [(262_144.0, 256usize), (100_000.0, 2), (5_000.0, 200)] {
+            let mean = n / m as f64;
+            let e = expected_fullest(n, m);
+            assert!(e > mean && e < mean + 6.0 * mean.sqrt(), "{n} in {m}: {e}");
+        }
+        assert!((ln_factorial(25.0) - (1..=25).map(|i| (i as f64).ln()).sum::<f64>()).abs() < 1e-9);
     }
 
     fn routed(routing: Routing, qps: u32) -> Topology {
