@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from gpuplace.cli import main
 from gpuplace.cluster.fabric import collisions
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def _doc(routing: str | None = None, qps: int | None = None, hosts: int = 8) -> dict[str, Any]:
@@ -213,3 +215,40 @@ def test_place_shows_the_flows_per_level_and_compares_with_slurm_tree(
     text = capsys.readouterr().out
     assert "flows up from leaf" in text and "collision slowdown" in text
     assert "vs slurm-tree" in text and "vs first-fit" in text
+
+
+_TOPOLOGIES = {
+    key: _topology(*key)
+    for key in [(None, None), ("ecmp", None), ("ecmp", 4), ("static", 4), ("static", None)]
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.permutations(range(64)),
+    st.sampled_from([(8, 2), (4, 4), (2, 8), (8, 4), (1, 16)]),
+    st.sampled_from(["all-reduce", "all-to-all", "all-gather"]),
+)
+def test_hashing_never_speeds_a_placement_up(
+    order: list[int], shape: tuple[int, int], kind: str
+) -> None:
+    """Any placement, any shape: ECMP or static routing costs at least the fair share, static
+    routing ignores queue pairs, and adaptive routing is what declaring nothing gives."""
+    tp, dp = shape
+    job = gpuplace.Job(
+        name="j",
+        tp=tp,
+        dp=dp,
+        communication={"dp": gpuplace.Communication(kind, 1 << 28)},
+        confine={},
+    )
+    gpus = np.array(order[: tp * dp])
+    price = {
+        key: gpuplace.evaluate(topology, job, gpus).comm_seconds
+        for key, topology in _TOPOLOGIES.items()
+    }
+    fair = price[None, None]
+    for key in (("ecmp", None), ("ecmp", 4), ("static", 4)):
+        assert price[key] >= fair * (1 - 1e-12)
+    assert price["static", 4] == pytest.approx(price["static", None])
+    assert price["static", None] == pytest.approx(price["ecmp", None])
