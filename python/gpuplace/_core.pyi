@@ -13,6 +13,7 @@ __all__ = [
     "ArrivalRecord",
     "ClusterState",
     "CollectiveKind",
+    "CollisionReport",
     "ComponentKind",
     "Condition",
     "ContentionReport",
@@ -22,6 +23,7 @@ __all__ = [
     "HotUplink",
     "Isolation",
     "JobSpec",
+    "LevelCrossing",
     "MoveReason",
     "RankMove",
     "RepairPlan",
@@ -36,6 +38,7 @@ __all__ = [
     "admit",
     "class_names",
     "collective_terms",
+    "collisions",
     "contention",
     "evaluate",
     "fabric_load",
@@ -60,6 +63,7 @@ __all__ = [
     "topology_with_fabric",
     "uplinks",
     "uplinks_by_level",
+    "with_routing",
     "with_uplink_gbps",
 ]
 
@@ -358,6 +362,41 @@ def uplinks(
     topology: Topology,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]: ...
 def with_uplink_gbps(topology: Topology, capacity: npt.NDArray[np.float64]) -> Topology: ...
+def with_routing(
+    topology: Topology, routing: list[str], qps_per_connection: list[int]
+) -> Topology: ...
+
+@final
+class LevelCrossing:
+    @property
+    def level(self) -> int: ...
+    @property
+    def routing(self) -> str: ...
+    @property
+    def qps_per_connection(self) -> int: ...
+    @property
+    def flows(self) -> float: ...
+    @property
+    def uplinks(self) -> int: ...
+    @property
+    def links(self) -> int: ...
+    @property
+    def fullest(self) -> float: ...
+    @property
+    def share(self) -> float: ...
+
+@final
+class CollisionReport:
+    @property
+    def levels(self) -> list[LevelCrossing]: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def balanced_seconds(self) -> float: ...
+
+def collisions(
+    state: ClusterState, job: JobSpec, gpus: npt.NDArray[np.int64]
+) -> CollisionReport: ...
 
 # Used only by tests (tests/bindings/): the kept uplink loads and one job's flows.
 def fabric_load(state: ClusterState) -> npt.NDArray[np.float64]: ...

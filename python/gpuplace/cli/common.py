@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuplace.cli.reports import placement_rows
+from gpuplace.cluster.fabric import Collisions
 from gpuplace.cluster.state import ClusterState
 from gpuplace.enums import SparePolicy
 from gpuplace.errors import GpuplaceError, Infeasible, InvalidState, InvalidTopology
@@ -181,9 +182,14 @@ def fmt_bytes(b: float) -> str:
     return f"{b:.0f} B"
 
 
-def print_placement(p: Placement, comparison: dict[str, Any] | None = None) -> None:
+def print_placement(
+    p: Placement,
+    comparison: dict[str, Any] | list[dict[str, Any]] | None = None,
+    fabric: Collisions | None = None,
+) -> None:
     """The placement as a table: comm per class (with the NCCL algorithm priced), bytes per
-    level, step time and MFU, and the comparison line against first-fit when given."""
+    level, the flows crossing each fabric level and what hash collisions cost (when given),
+    step time and MFU, and the comparison lines against the peers when given."""
 
     table = Table(
         title=f"{p.job.name} on {p.topology.name}", show_header=False, title_justify="left"
@@ -205,6 +211,9 @@ def print_placement(p: Placement, comparison: dict[str, Any] | None = None) -> N
     for level, b in p.cost.bytes_by_level.items():
         table.add_row(f"bytes via {level}", fmt_bytes(b))
     table.add_row("confinement", "ok" if p.cost.confinement_ok else "; ".join(p.cost.violations))
+    if fabric is not None:
+        for label, value in collision_rows(fabric):
+            table.add_row(label, value)
     for label, value in placement_rows(p):
         table.add_row(label, value)
     add_step_rows(table, p.cost, comparison)
@@ -214,6 +223,34 @@ def print_placement(p: Placement, comparison: dict[str, Any] | None = None) -> N
     for key, value in describe_policy(p.details).items():
         table.add_row(key, value)
     out.print(table)
+
+
+def collision_rows(fabric: Collisions) -> list[tuple[str, str]]:
+    """Per fabric level its routing, the flows crossing it and the share the fullest link
+    leaves them; then the slowdown over balanced routing."""
+    rows = []
+    for lv in fabric.levels:
+        how = lv.routing + (f", {lv.qps_per_connection} QPs" if lv.qps_per_connection > 1 else "")
+        if lv.flows <= 0:
+            rows.append((f"flows up from {lv.level}", f"none ({how})"))
+            continue
+        load = "fullest link" if lv.routing in ("ecmp", "static") else "mean per link"
+        rows.append(
+            (
+                f"flows up from {lv.level}",
+                f"{lv.flows:.0f} over {lv.uplinks} uplink{'s' * (lv.uplinks != 1)} of "
+                f"{lv.links} links ({how}): {load} {lv.fullest:.2f} flows, "
+                f"{100 * lv.share:.0f} % of line rate",
+            )
+        )
+    rows.append(
+        (
+            "collision slowdown",
+            f"x{fabric.slowdown:.2f} over balanced routing "
+            f"({fabric.seconds * 1e3:.3f} ms vs {fabric.balanced_seconds * 1e3:.3f} ms)",
+        )
+    )
+    return rows
 
 
 def describe_policy(details: dict[str, Any]) -> dict[str, str]:

@@ -19,9 +19,10 @@ from gpuplace.cli.common import (
     with_optional_cluster,
 )
 from gpuplace.cli.reports import print_fabric
+from gpuplace.cluster.fabric import collisions
 from gpuplace.io import writers
 from gpuplace.model.job import Job
-from gpuplace.placement.compare import compare_to_baseline
+from gpuplace.placement.compare import compare_to_baseline, compare_to_peers
 from gpuplace.placement.place import place
 from gpuplace.placement.result import Placement
 from gpuplace.placement.within_policy import apply_preemption
@@ -111,6 +112,11 @@ def place_cmd(
             job = dataclasses.replace(job, name=name)
         placement = place(state, job, solver, seed=seed, time_limit=time_limit, preempt=preempt)
         comparison = compare_to_baseline(state, placement)
+        comparisons = [comparison] + [
+            c for c in compare_to_peers(state, placement) if c["solver"] != comparison["solver"]
+        ]
+        # The flows crossing each fabric level among the running jobs', before allocating.
+        fabric = collisions(state, placement.job, placement.gpus)
         # Render every output before changing anything, so an output that cannot be written
         # for this placement (torchrun with interleaved hosts) leaves the state file as it was.
         rendered = [(path, EMITTERS[kind](placement)) for kind, path in targets]
@@ -127,6 +133,8 @@ def place_cmd(
                 **placement.to_dict(),
                 "cluster": topology.name,
                 "comparison": comparison,
+                "comparisons": comparisons,
+                "fabric": fabric.to_dict(),
                 "state": state_path,
                 "allocated": state_path is not None,
                 "preempted": preempted,
@@ -135,7 +143,7 @@ def place_cmd(
             }
         )
         return
-    print_placement(placement, comparison)
+    print_placement(placement, comparisons, fabric)
     if state_path is not None:
         gone = f"; preempted {', '.join(preempted)}" if preempted else ""
         out.print(

@@ -119,7 +119,8 @@ def print_uplink_levels(levels: list[dict[str, Any]], console: Console) -> None:
     )
     for lv in levels:
         head = (
-            f"{lv['level']}->{lv['uplinks_to']}",
+            f"{lv['level']}->{lv['uplinks_to']}"
+            + (f" ({lv['routing']})" if lv.get("routing", "adaptive") != "adaptive" else ""),
             f"{lv['loaded']}/{lv['directions']}",
             str(lv["over_capacity"]),
         )

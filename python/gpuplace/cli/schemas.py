@@ -143,6 +143,10 @@ EXPLANATION_FIELDS: dict[str, Schema] = {
     "solver_message": nullable(STR),
 }
 EXPLANATION = obj(EXPLANATION_FIELDS)
+#: One peer's placement of the same job on the same state, priced by the same model.
+COMPARISON = obj(
+    {"solver": STR, "placement": ANY_OBJECT, "baseline": nullable(ANY_OBJECT)}, {"error": STR}
+)
 
 UPLINK_LOAD = obj(
     {
@@ -158,6 +162,7 @@ UPLINK_LEVEL = obj(
     {
         "level": STR,
         "uplinks_to": STR,
+        "routing": enum("adaptive", "ecmp", "static", "sharp"),
         "directions": INT,
         "loaded": INT,
         "over_capacity": INT,
@@ -244,18 +249,35 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "place": top(
         "gpuplace place: the placement (GPU of each rank, hosts, cost), the comparison with "
-        "first-fit, and with --state what was allocated there.",
+        "first-fit (comparison) and with each peer (comparisons: first-fit, slurm-tree), the "
+        "flows crossing each fabric level and what hash collisions cost (fabric), and with "
+        "--state what was allocated there.",
         obj(
             {
                 **PLACEMENT_FIELDS,
                 "cluster": STR,
-                "comparison": obj(
+                "comparison": COMPARISON,
+                "comparisons": array(COMPARISON),
+                "fabric": obj(
                     {
-                        "solver": STR,
-                        "placement": ANY_OBJECT,
-                        "baseline": nullable(ANY_OBJECT),
-                    },
-                    {"error": STR},
+                        "levels": array(
+                            obj(
+                                {
+                                    "level": STR,
+                                    "routing": enum("adaptive", "ecmp", "static", "sharp"),
+                                    "qps_per_connection": INT,
+                                    "flows": NUM,
+                                    "uplinks": INT,
+                                    "links": INT,
+                                    "fullest": NUM,
+                                    "share": NUM,
+                                }
+                            )
+                        ),
+                        "seconds": NUM,
+                        "balanced_seconds": NUM,
+                        "slowdown": NUM,
+                    }
                 ),
                 "state": STATE,
                 "allocated": BOOL,

@@ -8,7 +8,9 @@ keeps, per uplink and direction, the load of every running job's collectives (th
 their rings and all-to-alls) and updates it on allocate, release and repair; ``check()``
 recounts it. A collective whose path crosses an uplink over capacity gets its fair share
 there, in the one cost model (``rust/core/src/fabric.rs`` documents the model and what it
-leaves out, such as phase shifts between jobs).
+leaves out, such as phase shifts between jobs). Where a level hashes flows onto its uplinks'
+parallel links (``routing: ecmp`` or ``static``) they collide, and a collective runs at the pace
+of the fullest link: :func:`collisions` says, level by level, what that costs a placement.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ if TYPE_CHECKING:
     from gpuplace.model.topology import Topology
 
 __all__ = [
+    "Collisions",
     "Contention",
     "HotUplink",
+    "LevelCrossing",
+    "collisions",
     "contention",
     "hottest_uplinks",
     "jobs_hurt",
@@ -123,6 +128,91 @@ def contention(state: ClusterState, job: Job, gpus: Any) -> Contention:
     )
 
 
+@dataclass(frozen=True)
+class LevelCrossing:
+    """One level's uplinks (a host's NICs, a leaf's links to the spine) as a job's flows cross
+    them."""
+
+    level: str
+    #: ``adaptive``, ``ecmp``, ``static`` or ``sharp`` (docs/topology-format.md).
+    routing: str
+    qps_per_connection: int
+    #: Connections at the link rate (one per NIC share) of the job's heaviest class leaving
+    #: domains of this level, summed over them.
+    flows: float
+    #: Uplinks of this level the job's flows leave by.
+    uplinks: int
+    #: Parallel links of the worst of them.
+    links: int
+    #: On the worst of them, the expected load of its fullest link in flows at the link rate
+    #: (the running jobs' included) where the level hashes flows; the mean load per link where
+    #: it balances them.
+    fullest: float
+    #: The smallest share of a link's rate one of the job's flows gets here (1: line rate).
+    share: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "level": self.level,
+            "routing": self.routing,
+            "qps_per_connection": self.qps_per_connection,
+            "flows": self.flows,
+            "uplinks": self.uplinks,
+            "links": self.links,
+            "fullest": self.fullest,
+            "share": self.share,
+        }
+
+
+@dataclass(frozen=True)
+class Collisions:
+    """What the fabric's routing costs a placed job: its flows level by level, and its
+    communication seconds per step as routed and as they would be with every level balanced
+    (adaptive routing, the fair share)."""
+
+    levels: tuple[LevelCrossing, ...]
+    seconds: float
+    balanced_seconds: float
+
+    @property
+    def slowdown(self) -> float:
+        """As routed over balanced (1.0: hashing costs this placement nothing)."""
+        return self.seconds / self.balanced_seconds if self.balanced_seconds > 0 else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "levels": [lv.to_dict() for lv in self.levels],
+            "seconds": self.seconds,
+            "balanced_seconds": self.balanced_seconds,
+            "slowdown": self.slowdown,
+        }
+
+
+def collisions(state: ClusterState, job: Job, gpus: Any) -> Collisions:
+    """The flows of ``job`` on ``gpus`` crossing each uplink level of ``state``'s fabric, the
+    share they get there among the running jobs' flows (hash collisions included), and the
+    job's communication time as routed and balanced."""
+    topology = state.topology
+    raw = _core.collisions(state._core, job.compile(topology), np.asarray(gpus, dtype=np.int64))
+    return Collisions(
+        levels=tuple(
+            LevelCrossing(
+                level=topology.levels[c.level].name,
+                routing=c.routing,
+                qps_per_connection=c.qps_per_connection,
+                flows=c.flows,
+                uplinks=c.uplinks,
+                links=c.links,
+                fullest=c.fullest,
+                share=c.share,
+            )
+            for c in raw.levels
+        ),
+        seconds=raw.seconds,
+        balanced_seconds=raw.balanced_seconds,
+    )
+
+
 def added_to_neighbours(state: ClusterState, job: Job, gpus: Any) -> float:
     """Seconds per step that placing ``job`` on ``gpus`` would add to the running jobs."""
     return float(
@@ -170,6 +260,7 @@ def uplinks_by_level(state: ClusterState, count: int = 5) -> list[dict[str, Any]
             {
                 "level": topology.levels[level].name,
                 "uplinks_to": topology.levels[level + 1].name,
+                "routing": topology.levels[level].routing,
                 "directions": directions,
                 "loaded": loaded,
                 "over_capacity": over,

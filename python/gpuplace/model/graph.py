@@ -24,6 +24,7 @@ def to_networkx(self: Topology) -> Any:
         name=self.name,
         levels=[(lv.name, lv.bandwidth_gbps, lv.latency_us) for lv in self.levels],
         sharp_levels=[lv.name for lv in self.levels if lv.sharp],
+        routing={lv.name: (lv.routing, lv.qps_per_connection) for lv in self.levels},
         host_count_factors=list(self.host_count_factors),
         algorithm_efficiency=dict(self.algorithm_efficiency),
         node_level=self.node_level,
@@ -61,8 +62,17 @@ def from_networkx(cls: type[Topology], graph: Any) -> Topology:
     """Inverse of :meth:`to_networkx`."""
     try:
         sharp = set(graph.graph.get("sharp_levels", ()))
+        routing = graph.graph.get("routing", {})
         levels = [
-            Level(n, float(b), float(lat), sharp=n in sharp) for n, b, lat in graph.graph["levels"]
+            Level(
+                n,
+                float(b),
+                float(lat),
+                sharp=n in sharp,
+                routing=routing.get(n, ("adaptive", 1))[0],
+                qps_per_connection=int(routing.get(n, ("adaptive", 1))[1]),
+            )
+            for n, b, lat in graph.graph["levels"]
         ]
         node_level = int(graph.graph["node_level"])
         names = [lv.name for lv in levels]
@@ -76,6 +86,12 @@ def from_networkx(cls: type[Topology], graph: Any) -> Topology:
                     "latency_us": lv.latency_us,
                 }
                 | ({"sharp": True} if lv.sharp else {})
+                | ({"routing": lv.routing} if lv.routing != "adaptive" else {})
+                | (
+                    {"qps_per_connection": lv.qps_per_connection}
+                    if lv.qps_per_connection != 1
+                    else {}
+                )
                 for lv in levels
             ],
             "node_level": names[node_level],

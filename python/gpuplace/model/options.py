@@ -6,8 +6,9 @@ A key is either a preset's parameter (``nodes``, ``racks``, ``oversubscription``
 
 ==================================  =========================================================
 ``name``, ``power_phases``           the top-level fields
-``levels.LEVEL.FIELD``               ``bandwidth_gbps``, ``latency_us``, ``oversubscription``
-                                     or ``sharp`` of the level named LEVEL
+``levels.LEVEL.FIELD``               ``bandwidth_gbps``, ``latency_us``, ``oversubscription``,
+                                     ``sharp``, ``routing`` or ``qps_per_connection`` of the
+                                     level named LEVEL
 ``node_types.TYPE.FIELD``            ``gpu_model``, ``peak_tflops``, ``nvls_gbps``, ``power_w``
 ``uplink_gbps.DOMAIN``               one switch's uplink capacity (GB/s), ``su003`` or
                                      ``leaf:su003``
@@ -37,7 +38,14 @@ from gpuplace.errors import InvalidTopology
 
 __all__ = ["OPTION_KEYS", "apply_options", "is_option", "parse_assignments", "parse_value"]
 
-_LEVEL_FIELDS = ("bandwidth_gbps", "latency_us", "oversubscription", "sharp")
+_LEVEL_FIELDS = (
+    "bandwidth_gbps",
+    "latency_us",
+    "oversubscription",
+    "sharp",
+    "routing",
+    "qps_per_connection",
+)
 _TYPE_FIELDS = ("gpu_model", "peak_tflops", "nvls_gbps", "power_w")
 _STORE_FIELDS = ("attach", "read_gbps", "write_gbps")
 _POWER_FIELDS = ("budget_w", "max_synchronized", "kind")

@@ -7,12 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ALGORITHMS", "FORMAT", "Level", "NodeType"]
+__all__ = ["ALGORITHMS", "FORMAT", "ROUTINGS", "Level", "NodeType"]
 
 FORMAT = "gpuplace.topology/1"
 #: NCCL's algorithms the cost model prices (``rust/core/src/nccl.rs``), for
 #: ``algorithm_efficiency``.
 ALGORITHMS = ("ring", "tree", "nvls", "collnet")
+#: How a level's switches spread flows over its uplinks' parallel links
+#: (``rust/core/src/fabric.rs``, "Routing and hash collisions"); the first is the default.
+ROUTINGS = ("adaptive", "ecmp", "static", "sharp")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,12 @@ class Level:
     oversubscription: float = 1.0
     #: The level's switches reduce in the network (SHARP), so NCCL can run CollNet over it.
     sharp: bool = False
+    #: How flows leaving a domain of this level spread over its uplink's parallel links: one
+    #: of :data:`ROUTINGS` (``adaptive``: the fair share; ``ecmp``: hashed per flow and queue
+    #: pair; ``static``: by destination; ``sharp``: in-network reduction, else adaptive).
+    routing: str = "adaptive"
+    #: Queue pairs per connection (NCCL_IB_QPS_PER_CONNECTION): ECMP hashes each separately.
+    qps_per_connection: int = 1
 
 
 @dataclass(frozen=True)

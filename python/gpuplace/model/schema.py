@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from gpuplace._util.documents import Checker
 from gpuplace._util.hostlist import HostlistError, expand
 from gpuplace.errors import InvalidTopology
-from gpuplace.model.parts import ALGORITHMS, FORMAT, Level, NodeType
+from gpuplace.model.parts import ALGORITHMS, FORMAT, ROUTINGS, Level, NodeType
 from gpuplace.model.policy import ClusterPolicy
 from gpuplace.model.power import parse_power_domains
 from gpuplace.model.storage import parse_stores
@@ -61,18 +61,43 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
     for i, raw in enumerate(raw_levels):
         p = f"levels[{i}]"
         lv = c.mapping(raw, p)
-        c.keys(lv, p, {"name", "bandwidth_gbps", "latency_us", "oversubscription", "sharp"})
+        c.keys(
+            lv,
+            p,
+            {
+                "name",
+                "bandwidth_gbps",
+                "latency_us",
+                "oversubscription",
+                "sharp",
+                "routing",
+                "qps_per_connection",
+            },
+        )
         lname = c.string(lv.get("name"), f"{p}.name")
         if not _NAME.match(lname):
             raise c.fail(f"{p}.name", f"use lowercase letters, digits, '-', '_'; got {lname!r}")
         if any(existing.name == lname for existing in levels):
             raise c.fail(f"{p}.name", f"duplicate level name {lname!r}")
+        routing = lv.get("routing", ROUTINGS[0])
+        if routing not in ROUTINGS:
+            raise c.fail(f"{p}.routing", f"expected one of {', '.join(ROUTINGS)}, got {routing!r}")
+        qps = lv.get("qps_per_connection", 1)
+        if isinstance(qps, bool) or not isinstance(qps, int) or not 1 <= qps <= 1024:
+            raise c.fail(f"{p}.qps_per_connection", f"expected an integer 1..1024, got {qps!r}")
+        sharp = _flag(c, lv.get("sharp", False), f"{p}.sharp")
+        if routing == "sharp" and lv.get("sharp", True) is False:
+            raise c.fail(
+                f"{p}.sharp", "routing: sharp reduces in the network; sharp: false says not"
+            )
         levels.append(
             Level(
                 lname,
                 c.number(lv.get("bandwidth_gbps"), f"{p}.bandwidth_gbps", positive=True),
                 c.number(lv.get("latency_us", 0.0), f"{p}.latency_us", minimum=0.0),
-                sharp=_flag(c, lv.get("sharp", False), f"{p}.sharp"),
+                sharp=sharp or routing == "sharp",
+                routing=routing,
+                qps_per_connection=qps,
                 oversubscription=c.number(
                     lv.get("oversubscription", 1.0), f"{p}.oversubscription", minimum=1.0
                 ),
@@ -92,6 +117,14 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
     nvlink_level = level_ref("nvlink_domain", node_level)
     if nvlink_level < node_level:
         raise c.fail("nvlink_domain", "must be the node level or a level above it")
+    for i, level in enumerate(levels):
+        if level.routing in ("ecmp", "static") and not nvlink_level <= i < len(levels) - 1:
+            where = "the top level" if i == len(levels) - 1 else "inside the NVLink domain"
+            raise c.fail(
+                f"levels[{i}].routing",
+                f"{level.name!r} is {where}: it has no uplinks to route over; set routing on the "
+                "levels from the NVLink domain up to below the top (their switches send up)",
+            )
     below = names[:node_level]
     above = names[node_level + 1 :]
 

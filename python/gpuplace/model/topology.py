@@ -197,7 +197,15 @@ class Topology:
                 ),
                 peaks if any(peaks) else [],
             )
-        return _with_uplink_capacity(self, core)
+        core = _with_uplink_capacity(self, core)
+        routing = [lv.routing for lv in self.levels]
+        qps = [lv.qps_per_connection for lv in self.levels]
+        if any(r != "adaptive" for r in routing) or any(q != 1 for q in qps):
+            try:
+                core = _core.with_routing(core, routing, qps)
+            except InvalidTopology as exc:
+                raise InvalidTopology(f"{self.name}: {exc}") from None
+        return core
 
     # ----------------------------------------------------------------- queries
     @property
@@ -376,8 +384,10 @@ class Topology:
         out: dict[str, Any] = {"format": FORMAT, "name": self.name}
         out["levels"] = [
             {"name": lv.name, "bandwidth_gbps": lv.bandwidth_gbps, "latency_us": lv.latency_us}
-            | ({"sharp": True} if lv.sharp else {})
+            | ({"sharp": True} if lv.sharp and lv.routing != "sharp" else {})
             | ({"oversubscription": lv.oversubscription} if lv.oversubscription != 1 else {})
+            | ({"routing": lv.routing} if lv.routing != "adaptive" else {})
+            | ({"qps_per_connection": lv.qps_per_connection} if lv.qps_per_connection != 1 else {})
             for lv in self.levels
         ]
         out["node_level"] = self.levels[self.node_level].name

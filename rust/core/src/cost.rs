@@ -52,7 +52,9 @@
 //!
 //! Priced in a state ([`evaluate_in`]), a collective also shares the fabric's uplinks with the
 //! running jobs: its bandwidth is multiplied by the smallest fair share it gets on the uplinks
-//! its flows cross ([`crate::fabric`] has the model and what it leaves out).
+//! its flows cross ([`crate::fabric`] has the model and what it leaves out). Where a level
+//! hashes flows onto its uplinks' links (ECMP, static routing), its flows and its class's
+//! collide there even alone, and the collective runs at the pace of the fullest link.
 
 use crate::error::{CoreError, Result};
 use crate::fabric::Background;
@@ -480,6 +482,18 @@ pub(crate) fn evaluate_in_checked(
     )
 }
 
+/// [`evaluate_in`] on `topo`, a variant of the state's topology with the same GPUs and uplinks
+/// (another routing): what [`crate::fabric::collisions`] compares.
+pub(crate) fn evaluate_in_variant(
+    state: &ClusterState,
+    topo: &Topology,
+    job: &JobSpec,
+    gpus: &[u32],
+) -> Result<CostReport> {
+    check_placement(topo, job.num_ranks, gpus)?;
+    evaluate_health(topo, Health::with_neighbours(state, gpus), job, gpus)
+}
+
 /// [`evaluate_in`] for running job `name` moved to `gpus` (what a repair compares): its own
 /// load where it runs now is not counted against it, so a trial is priced as it will run
 /// once the job has moved.
@@ -559,9 +573,9 @@ fn evaluate_health(
     let mut scratch = Scratch {
         members: Vec::new(),
     };
-    // On an oversubscribed fabric a collective also shares the uplinks with the other
-    // collectives of its class (they run concurrently).
-    let class_loads = if topo.is_oversubscribed() {
+    // On an oversubscribed fabric, or one that hashes flows onto links, a collective also
+    // shares the uplinks with the other collectives of its class (they run concurrently).
+    let class_loads = if topo.self_contends() {
         crate::fabric::class_loads(topo, job, gpus)
     } else {
         Vec::new()

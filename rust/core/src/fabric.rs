@@ -41,6 +41,30 @@
 //! never slowed, two identical jobs slow each other equally, and a new job that crosses a hot
 //! uplink pays for it.
 //!
+//! ## Routing and hash collisions
+//!
+//! Fair sharing assumes the fabric spreads flows evenly over the parallel links of an uplink
+//! (a leaf's links to its spines), which adaptive routing comes close to: it is the default
+//! ([`crate::topology::Routing::Adaptive`]). A level that hashes flows (ECMP) or routes them
+//! by destination (static routing, InfiniBand's default) puts each flow on one link chosen
+//! without regard to load, so flows collide: `n` equal flows hashed onto `n` links leave
+//! `(1 - 1/n)^n` ≈ 37 % of the links idle and the fullest carries about 2.6, 3.1 and 4.0 flows
+//! at `n` = 8, 16 and 64 ([`expected_fullest`], the balls-into-bins maximum). A synchronous
+//! collective runs at the pace of its slowest flow, the one on the fullest link, so on a
+//! hashed uplink it gets `1 / E[load of the fullest link]` of a link (never more than its
+//! fair share). The balls are the flows on the uplink direction: the priced collective's
+//! class (its concurrent collectives) and the running jobs' load, each hop split into one
+//! connection per NIC share at the link rate (the per-GPU bandwidth of the level above; an
+//! uplink has `capacity / link rate` parallel links), and each connection into the level's
+//! queue pairs (NCCL_IB_QPS_PER_CONNECTION: more, smaller flows, less imbalance). Flows of
+//! unequal size count as `W² / Σw²` equal balls of weight `Σw² / W` (exact for equal flows);
+//! the running jobs' load counts as flows at the link rate. Static routing does not split a
+//! connection over its queue pairs (one path per destination). Hedera (Al-Fares et al.,
+//! NSDI'10) measured static hashing against near-optimal flow placement; Meta (Gangidi et al.,
+//! SIGCOMM'24) report enhanced ECMP with more queue pairs giving up to 40 % better all-reduce.
+//! Assumed: the fullest link carries one of the collective's flows (true when the collective
+//! owns most flows on the uplink, pessimistic when it is a few among many).
+//!
 //! Left out, on purpose: the neighbours' load is their peak, assuming their communication
 //! phases coincide with the job's. Shifting phases so that jobs
 //! interleave on a link (CASSINI, NSDI'24) would lower that; it is not modelled. Explicit
@@ -52,7 +76,7 @@ use std::collections::HashMap;
 use crate::error::Result;
 use crate::job::{CollectiveKind, JobSpec};
 use crate::state::ClusterState;
-use crate::topology::{Level, Topology};
+use crate::topology::{Level, Routing, Topology};
 
 /// Direction slot of an uplink: `2 * uplink + UP` leaves the domain, `2 * uplink + DOWN`
 /// enters it.
@@ -121,6 +145,12 @@ pub fn collective_flows(
 /// The uplink direction slots a flow from GPU `a` to GPU `b` crosses.
 #[inline]
 pub fn flow_slots(topo: &Topology, a: usize, b: usize, mut slot: impl FnMut(usize)) {
+    flow_slots_at(topo, a, b, |s, _| slot(s));
+}
+
+/// [`flow_slots`] with the level owning each slot's uplink.
+#[inline]
+fn flow_slots_at(topo: &Topology, a: usize, b: usize, mut slot: impl FnMut(usize, usize)) {
     if a == b {
         return;
     }
@@ -130,10 +160,244 @@ pub fn flow_slots(topo: &Topology, a: usize, b: usize, mut slot: impl FnMut(usiz
             topo.uplink_id(level, topo.domain_of(a, level)),
             topo.uplink_id(level, topo.domain_of(b, level)),
         ) {
-            slot(2 * ua + UP);
-            slot(2 * ub + DOWN);
+            slot(2 * ua + UP, level);
+            slot(2 * ub + DOWN, level);
         }
     }
+}
+
+/// Per uplink direction: (slot, GB/s, Σ w² of its flows in link units), where each flow of
+/// `v` GB/s is `ceil(v / link rate)` connections of equal size (one per NIC share).
+pub(crate) type Balls = Vec<(u32, f64, f64)>;
+
+/// Push the flows of one collective over `members` (ordered by [`ordered_members`]) onto
+/// `out` as [`Balls`] (unmerged); returns the fraction of the bandwidth the cost model scales
+/// by the share that its flows run at ([`healthy_rates`]).
+fn collective_balls(
+    topo: &Topology,
+    kind: CollectiveKind,
+    members: &[u32],
+    out: &mut Balls,
+) -> f64 {
+    if members.len() < 2 || topo.uplink_count() == 0 {
+        return 1.0;
+    }
+    let (rate, scale) = healthy_rates(topo, kind, members);
+    collective_flows(kind, members, |a, b, fraction| {
+        let v = rate * fraction;
+        flow_slots_at(topo, a, b, |s, level| {
+            let units = v / topo.effective_bandwidth(level + 1);
+            let connections = (units - 1e-9).ceil().max(1.0);
+            out.push((s as u32, v, units * units / connections));
+        });
+    });
+    scale
+}
+
+/// Sort by slot and sum the entries of each slot.
+fn merge_balls(balls: &mut Balls) {
+    balls.sort_unstable_by_key(|&(s, _, _)| s);
+    let mut out = 0;
+    for i in 0..balls.len() {
+        if out > 0 && balls[out - 1].0 == balls[i].0 {
+            balls[out - 1].1 += balls[i].1;
+            balls[out - 1].2 += balls[i].2;
+        } else {
+            balls[out] = balls[i];
+            out += 1;
+        }
+    }
+    balls.truncate(out);
+}
+
+/// The share (in (0, 1]) of a link's rate the slowest of a collective's flows gets on one
+/// uplink direction `slot`: its fair share of the capacity and, where the level hashes flows,
+/// `1 / E[load of the fullest link]` (module docs). `own_gbps` and `own_sq` are the priced
+/// collective's flows ([`Balls`]); `mine_gbps` its class's (at least its own), `others_gbps`
+/// the running jobs'; `scale` the fraction of the scaled bandwidth its flows run at.
+fn uplink_share(
+    topo: &Topology,
+    slot: u32,
+    own_gbps: f64,
+    own_sq: f64,
+    mine_gbps: f64,
+    others_gbps: f64,
+    scale: f64,
+) -> f64 {
+    let uplink = slot as usize / 2;
+    let cap = topo.uplink_gbps()[uplink];
+    let demand = others_gbps + mine_gbps;
+    // A link loaded exactly to capacity (up to rounding) slows nobody.
+    let fair = if demand > cap * (1.0 + TOLERANCE) {
+        cap / demand
+    } else {
+        1.0
+    };
+    // The fullest link's flows run at 1 / fullest of their rate; the share is of the bandwidth
+    // the cost model scales, `rate / scale` (a ring's hops may drive more NIC shares than it
+    // runs at).
+    match fullest_link(topo, uplink, own_gbps, own_sq, mine_gbps, others_gbps) {
+        Some(fullest) if fullest > 1.0 => fair.min(scale / fullest),
+        _ => fair,
+    }
+}
+
+/// The expected load of the fullest parallel link of `uplink` (in flows at the link rate)
+/// when its level hashes flows, or None when it balances them (module docs).
+fn fullest_link(
+    topo: &Topology,
+    uplink: usize,
+    own_gbps: f64,
+    own_sq: f64,
+    mine_gbps: f64,
+    others_gbps: f64,
+) -> Option<f64> {
+    let (level, _) = topo.uplink_owner(uplink);
+    let routing = topo.routing(level);
+    if !routing.hashes() || own_gbps <= 0.0 || own_sq <= 0.0 {
+        return None;
+    }
+    let rate = topo.effective_bandwidth(level + 1);
+    let qps = match routing {
+        Routing::Ecmp => topo.qps_per_connection(level) as f64,
+        _ => 1.0,
+    };
+    // The class's flows look like the collective's own (same kind, same shape): the same
+    // mean connection size; the neighbours' load counts as connections at the link rate.
+    let own_units = own_gbps / rate;
+    let unit = own_sq / own_units;
+    let total = (mine_gbps + others_gbps) / rate;
+    let squares = mine_gbps / rate * unit + others_gbps / rate;
+    let balls = total * total / squares;
+    let weight = squares / total;
+    Some(weight / qps * expected_fullest(balls * qps, topo.uplink_links(uplink)))
+}
+
+/// Largest ball and bin counts for which [`expected_fullest`] is computed exactly; beyond, the
+/// Poisson approximation (within 0.5 % of the exact value from 64 balls in 64 bins on).
+const EXACT_LIMIT: usize = 128;
+
+thread_local! {
+    static FULLEST: RefCell<HashMap<(usize, usize), f64>> = RefCell::new(HashMap::new());
+}
+
+/// The expected number of balls in the fullest of `bins` bins when `balls` balls are thrown
+/// independently and uniformly (balls into bins; a fractional count interpolates linearly
+/// between its neighbours). Exact (sequential binomial splitting of the multinomial) up to
+/// [`EXACT_LIMIT`] balls and bins, Poissonised beyond: `E[max] = Σ_k 1 - F_λ(k)^bins` with
+/// `λ = balls / bins`. With `n` balls in `n` bins: 2.60 at 8, 3.08 at 16, 3.96 at 64.
+pub fn expected_fullest(balls: f64, bins: usize) -> f64 {
+    if balls.is_nan() || balls <= 0.0 {
+        return 0.0;
+    }
+    if bins <= 1 {
+        return balls;
+    }
+    let low = balls.floor();
+    let frac = balls - low;
+    let at = |n: f64| -> f64 {
+        let n = n as usize;
+        if n == 0 {
+            return 0.0;
+        }
+        FULLEST.with(|cell| {
+            if let Some(&v) = cell.borrow().get(&(n, bins)) {
+                return v;
+            }
+            let v = if n <= EXACT_LIMIT && bins <= EXACT_LIMIT {
+                fullest_exact(n, bins)
+            } else {
+                fullest_poisson(n as f64, bins)
+            };
+            cell.borrow_mut().insert((n, bins), v);
+            v
+        })
+    };
+    if frac < 1e-12 {
+        return at(low);
+    }
+    (1.0 - frac) * at(low) + frac * at(low + 1.0)
+}
+
+/// The expected share of `bins` links that carry at least one of `balls` hashed flows:
+/// `1 - (1 - 1/bins)^balls` (≈ 63 % when there are as many flows as links).
+pub fn links_used(balls: f64, bins: usize) -> f64 {
+    if bins == 0 {
+        return 0.0;
+    }
+    1.0 - (1.0 - 1.0 / bins as f64).powf(balls.max(0.0))
+}
+
+/// `E[max]` of `n` balls in `m` bins, exactly: `Σ_k P(max > k)`, each `P(max <= k)` by
+/// splitting the balls bin by bin (bin `b` of the `b` left gets Binomial(r, 1/b) of the `r`
+/// balls left).
+fn fullest_exact(n: usize, m: usize) -> f64 {
+    let mut expected = 0.0;
+    let mut fits = vec![0.0; n + 1];
+    let mut next = vec![0.0; n + 1];
+    for k in 0..n {
+        // One bin left: it holds all the balls left, which must be at most k.
+        for (r, f) in fits.iter_mut().enumerate() {
+            *f = if r <= k { 1.0 } else { 0.0 };
+        }
+        for b in 2..=m {
+            let p = 1.0 / b as f64;
+            for r in 0..=n {
+                // P(this bin gets c of r) by the binomial recurrence.
+                let mut pmf = (1.0 - p).powi(r as i32);
+                let mut sum = 0.0;
+                for c in 0..=r.min(k) {
+                    sum += pmf * fits[r - c];
+                    pmf *= (r - c) as f64 / (c + 1) as f64 * p / (1.0 - p);
+                }
+                next[r] = sum;
+            }
+            std::mem::swap(&mut fits, &mut next);
+        }
+        let below = fits[n].min(1.0);
+        expected += 1.0 - below;
+        if below > 1.0 - 1e-12 {
+            break;
+        }
+    }
+    expected
+}
+
+/// `E[max]` of `n` balls in `m` bins with each bin's count Poisson(n / m) and independent.
+/// Below `λ - 12 √λ` every bin is above `k` (the Poisson CDF there is under 1e-30), so the sum
+/// starts there, the probabilities in log space (no underflow at large `λ`).
+fn fullest_poisson(n: f64, m: usize) -> f64 {
+    let lambda = n / m as f64;
+    let start = (lambda - 12.0 * lambda.sqrt()).floor().max(0.0);
+    // ln P(X = start), then the CDF up to it (its lower tail is negligible when start > 0).
+    let mut log_term = -lambda + start * lambda.ln() - ln_factorial(start);
+    if lambda <= 0.0 {
+        log_term = if start == 0.0 { 0.0 } else { f64::NEG_INFINITY };
+    }
+    let mut cdf = 0.0;
+    let mut expected = start;
+    let mut k = start;
+    loop {
+        cdf += log_term.exp();
+        let below = cdf.min(1.0).powf(m as f64);
+        expected += 1.0 - below;
+        if below > 1.0 - 1e-12 || k > n + 1.0 {
+            break;
+        }
+        k += 1.0;
+        log_term += (lambda / k).ln();
+    }
+    expected
+}
+
+/// `ln k!` for a whole number `k` (exact below 20, Stirling's series above).
+fn ln_factorial(k: f64) -> f64 {
+    if k < 20.0 {
+        return (2..=k as u64).map(|i| (i as f64).ln()).sum();
+    }
+    let inv = 1.0 / k;
+    k * k.ln() - k + 0.5 * (2.0 * std::f64::consts::PI * k).ln() + inv / 12.0
+        - inv * inv * inv / 360.0
 }
 
 /// Healthy bottleneck bandwidth (GB/s) of a collective over `members` (ordered by
@@ -141,6 +405,13 @@ pub fn flow_slots(topo: &Topology, a: usize, b: usize, mut slot: impl FnMut(usiz
 /// ([`crate::nccl::ring_bandwidths`]: a hop out of the NVLink domain drives the NIC shares of
 /// the group's GPUs on its smaller side), so its flows load the uplinks at the rate it runs.
 fn healthy_rate(topo: &Topology, kind: CollectiveKind, members: &[u32]) -> f64 {
+    healthy_rates(topo, kind, members).0
+}
+
+/// [`healthy_rate`] and its fraction of the bandwidth the cost model multiplies by the share
+/// (a ring's fabric hops, which may drive more NIC shares than the ring runs at; 1 for the
+/// other kinds).
+fn healthy_rates(topo: &Topology, kind: CollectiveKind, members: &[u32]) -> (f64, f64) {
     if !matches!(
         kind,
         CollectiveKind::PointToPoint | CollectiveKind::AllToAll
@@ -148,13 +419,19 @@ fn healthy_rate(topo: &Topology, kind: CollectiveKind, members: &[u32]) -> f64 {
         let runs = crate::nccl::host_runs(topo, members);
         let (intra, inter) =
             crate::nccl::ring_bandwidths(topo, members, &runs, |a, b, _| topo.pair_bandwidth(a, b));
-        return intra.min(inter);
+        let rate = intra.min(inter);
+        let scale = if inter.is_finite() && inter > 0.0 {
+            rate / inter
+        } else {
+            1.0
+        };
+        return (rate, scale);
     }
     let mut slowest = f64::INFINITY;
     collective_flows(kind, members, |a, b, _| {
         slowest = slowest.min(topo.pair_bandwidth(a, b));
     });
-    slowest
+    (slowest, 1.0)
 }
 
 /// Push the load (GB/s per direction slot) of one collective over `members` onto `out`
@@ -275,7 +552,7 @@ pub(crate) struct Background<'a> {
 }
 
 thread_local! {
-    static SCRATCH: RefCell<Load> = const { RefCell::new(Vec::new()) };
+    static SCRATCH: RefCell<Balls> = const { RefCell::new(Vec::new()) };
 }
 
 impl<'a> Background<'a> {
@@ -291,14 +568,14 @@ impl<'a> Background<'a> {
     }
 
     /// The priced job is the only one loading the fabric (its own load is the one taken out)
-    /// and the fabric is not oversubscribed: no neighbour is left, and a job alone contends
-    /// with itself only on an oversubscribed fabric, so the cost model prices it without a
-    /// background, the same and much cheaper (no flows laid out per collective).
+    /// and the fabric neither is oversubscribed nor hashes flows: no neighbour is left, and a
+    /// job alone contends with itself only on such a fabric, so the cost model prices it
+    /// without a background, the same and much cheaper (no flows laid out per collective).
     pub(crate) fn alone(&self, state: &ClusterState) -> bool {
         state.loaded_jobs() == 1
             && !self.minus.is_empty()
             && self.plus.is_empty()
-            && !state.topology().is_oversubscribed()
+            && !state.topology().self_contends()
     }
 
     /// The background of running job `name` tried on other GPUs (a repair's trial): its own
@@ -334,9 +611,10 @@ impl<'a> Background<'a> {
     }
 }
 
-/// The smallest fair share (in (0, 1]) a collective over `members` (ordered as the cost model
+/// The smallest share (in (0, 1]) a collective over `members` (ordered as the cost model
 /// runs it) gets on the uplinks its flows cross: there, its demand is the neighbours' load plus
-/// its class's flows (`class`, which include its own; its own alone when not given).
+/// its class's flows (`class`, which include its own; its own alone when not given), shared
+/// fairly or, where a level hashes flows, at the pace of the fullest link (module docs).
 pub(crate) fn collective_share(
     topo: &Topology,
     neighbours: Option<Background<'_>>,
@@ -344,26 +622,19 @@ pub(crate) fn collective_share(
     kind: CollectiveKind,
     members: &[u32],
 ) -> f64 {
-    if neighbours.is_none() && class.is_none() {
+    if neighbours.is_none() && class.is_none() && !topo.has_hashing() {
         return 1.0;
     }
     SCRATCH.with(|cell| {
         let mut own = cell.borrow_mut();
         own.clear();
-        collective_load(topo, kind, members, &mut own);
-        merge(&mut own);
-        let capacity = topo.uplink_gbps();
+        let scale = collective_balls(topo, kind, members, &mut own);
+        merge_balls(&mut own);
         own.iter()
-            .map(|&(s, v)| {
+            .map(|&(s, v, sq)| {
                 let mine = class.map_or(v, |c| lookup(c, s).max(v));
-                let demand = neighbours.map_or(0.0, |b| b.neighbours(s)) + mine;
-                let cap = capacity[s as usize / 2];
-                // A link loaded exactly to capacity (up to rounding) slows nobody.
-                if demand > cap * (1.0 + TOLERANCE) {
-                    cap / demand
-                } else {
-                    1.0
-                }
+                let others = neighbours.map_or(0.0, |b| b.neighbours(s));
+                uplink_share(topo, s, v, sq, mine, others, scale)
             })
             .fold(1.0, f64::min)
     })
@@ -506,6 +777,130 @@ pub fn placement_cost(
         return Ok(own);
     }
     Ok(own + added_to_neighbours(state, job, gpus)?)
+}
+
+/// One level's uplinks as a job's flows cross them, seen by the collision model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LevelCrossing {
+    /// The level whose domains' uplinks these are (a host's NICs, a leaf's links to the spine).
+    pub level: usize,
+    pub routing: Routing,
+    pub qps_per_connection: u32,
+    /// Connections at the link rate (one per NIC share) of the job's heaviest class leaving
+    /// domains of this level, summed over them.
+    pub flows: f64,
+    /// Uplinks of this level the job's flows leave by.
+    pub uplinks: usize,
+    /// Parallel links of the worst of them.
+    pub links: usize,
+    /// On the worst of them: the expected load of its fullest link (connections at the link
+    /// rate, the running jobs' included) where the level hashes flows, the mean load per link
+    /// where it balances them.
+    pub fullest: f64,
+    /// The smallest share of a link's rate one of the job's flows gets at this level (1: line
+    /// rate).
+    pub share: f64,
+}
+
+/// What hashing costs a placed job: per uplink level its crossing flows and their share, and
+/// its communication time as routed and as it would be with every level balanced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollisionReport {
+    /// Every level with uplinks, bottom-up.
+    pub levels: Vec<LevelCrossing>,
+    /// Communication time per step (s) as the fabric routes it (the cost model's figure).
+    pub seconds: f64,
+    /// The same with every level's routing adaptive (the fair share).
+    pub balanced_seconds: f64,
+}
+
+impl CollisionReport {
+    /// Time as routed over time balanced (1: hashing costs nothing).
+    pub fn slowdown(&self) -> f64 {
+        if self.balanced_seconds > 0.0 {
+            self.seconds / self.balanced_seconds
+        } else {
+            1.0
+        }
+    }
+}
+
+/// The flows of `job` on `gpus` crossing each uplink level of `state`'s fabric, the share its
+/// flows get there among the running jobs' (hash collisions included), and its time as routed
+/// and balanced.
+pub fn collisions(state: &ClusterState, job: &JobSpec, gpus: &[u32]) -> Result<CollisionReport> {
+    let topo = state.topology();
+    let seconds = crate::cost::evaluate_in(state, job, gpus)?.comm_seconds;
+    let balanced_seconds = if topo.has_hashing() {
+        let balanced = topo.as_ref().clone().with_routing(Vec::new(), Vec::new())?;
+        crate::cost::evaluate_in_variant(state, &balanced, job, gpus)?.comm_seconds
+    } else {
+        seconds
+    };
+    // Per direction slot, the heaviest class's flows.
+    let mut heaviest: HashMap<u32, (f64, f64)> = HashMap::new();
+    let mut classes: Vec<Balls> = vec![Vec::new(); job.num_classes];
+    let mut members = Vec::new();
+    for c in &job.collectives {
+        if c.count <= 0.0 || c.bytes <= 0.0 {
+            continue;
+        }
+        ordered_members(topo, job, c.group, c.kind, gpus, &mut members);
+        collective_balls(topo, c.kind, &members, &mut classes[c.class as usize]);
+    }
+    for mut class in classes {
+        merge_balls(&mut class);
+        for (s, v, sq) in class {
+            let slot = heaviest.entry(s).or_insert((0.0, 0.0));
+            if v > slot.0 {
+                *slot = (v, sq);
+            }
+        }
+    }
+    let background = Background::of(state, gpus);
+    let nl = topo.num_levels();
+    let mut levels: Vec<LevelCrossing> = (topo.nvlink_level()..nl.saturating_sub(1))
+        .map(|level| LevelCrossing {
+            level,
+            routing: topo.routing(level),
+            qps_per_connection: topo.qps_per_connection(level),
+            flows: 0.0,
+            uplinks: 0,
+            links: 0,
+            fullest: 0.0,
+            share: 1.0,
+        })
+        .collect();
+    let mut slots: Vec<(u32, (f64, f64))> = heaviest.into_iter().collect();
+    slots.sort_unstable_by_key(|&(s, _)| s);
+    for (s, (v, sq)) in slots {
+        let uplink = s as usize / 2;
+        let (level, _) = topo.uplink_owner(uplink);
+        let rate = topo.effective_bandwidth(level + 1);
+        let entry = &mut levels[level - topo.nvlink_level()];
+        if s as usize % 2 == UP {
+            entry.flows += v / rate;
+            entry.uplinks += 1;
+        }
+        let others = background.map_or(0.0, |b| b.neighbours(s));
+        let share = uplink_share(topo, s, v, sq, v, others, 1.0);
+        let links = topo.uplink_links(uplink);
+        let fullest = fullest_link(topo, uplink, v, sq, v, others)
+            .unwrap_or((v + others) / rate / links as f64);
+        if entry.links == 0
+            || share < entry.share
+            || (share == entry.share && fullest > entry.fullest)
+        {
+            entry.share = share;
+            entry.links = links;
+            entry.fullest = fullest;
+        }
+    }
+    Ok(CollisionReport {
+        levels,
+        seconds,
+        balanced_seconds,
+    })
 }
 
 /// Uplink direction slots by load over capacity, highest first: (slot, load GB/s, capacity).
@@ -773,5 +1168,135 @@ mod tests {
         let elsewhere: Vec<u32> = (32..40).chain(40..48).collect();
         assert!(added_to_neighbours(&s, &job, &crossing).unwrap() > 0.0);
         assert_eq!(added_to_neighbours(&s, &job, &elsewhere).unwrap(), 0.0);
+    }
+
+    #[test]
+    fn balls_into_bins_matches_the_known_maxima() {
+        // n flows on n links: the fullest carries about 2.6, 3.1 and 4.0 (the figures,
+        // and the exact expectations 2.597, 3.078, 3.958).
+        for (n, expect) in [(8usize, 2.597), (16, 3.078), (64, 3.958)] {
+            let e = expected_fullest(n as f64, n);
+            assert!((e - expect).abs() < 0.002, "n = {n}: {e}");
+            // About 63 % of the links carry a flow.
+            assert!((links_used(n as f64, n) - 0.63).abs() < 0.03);
+        }
+        // Small cases by hand: 2 balls in 8 bins collide with probability 1/8; one ball is one.
+        assert!((expected_fullest(2.0, 8) - 1.125).abs() < 1e-12);
+        assert_eq!(expected_fullest(1.0, 8), 1.0);
+        assert_eq!(expected_fullest(5.0, 1), 5.0);
+        assert!((expected_fullest(2.0, 2) - 1.5).abs() < 1e-12);
+        // Beyond the exact range the Poisson approximation stays close and monotone.
+        let (a, b) = (expected_fullest(128.0, 128), expected_fullest(129.0, 128));
+        assert!((a - 4.379).abs() < 0.01 && b > a, "{a} {b}");
+        // A fractional count interpolates between its neighbours.
+        let mid = expected_fullest(8.5, 8);
+        assert!(mid > expected_fullest(8.0, 8) && mid < expected_fullest(9.0, 8));
+        // More balls per bin: the fullest approaches the mean.
+        assert!(expected_fullest(1024.0, 8) / 128.0 < 1.15);
+        // Far beyond (an all-to-all's many small flows on a few links): mean plus a few
+        // standard deviations, not an underflow.
+        for (n, m) in [(262_144.0, 256usize), (100_000.0, 2), (5_000.0, 200)] {
+            let mean = n / m as f64;
+            let e = expected_fullest(n, m);
+            assert!(e > mean && e < mean + 6.0 * mean.sqrt(), "{n} in {m}: {e}");
+        }
+        assert!((ln_factorial(25.0) - (1..=25).map(|i| (i as f64).ln()).sum::<f64>()).abs() < 1e-9);
+    }
+
+    fn routed(routing: Routing, qps: u32) -> Topology {
+        tree(8, 8, 2)
+            .with_routing(
+                vec![Routing::Adaptive, routing, Routing::Adaptive],
+                vec![1, qps, 1],
+            )
+            .unwrap()
+    }
+
+    #[test]
+    fn ecmp_leaf_uplinks_slow_a_job_by_its_fullest_link() {
+        // One host in leaf 0, one in leaf 1: the 8 dp rings of 2 send 8 flows at the spine's
+        // 25 GB/s up each leaf's 16 links (400 GB/s, non-blocking).
+        let gpus: Vec<u32> = (0..8).chain(16..24).collect();
+        let open = tree(8, 8, 2);
+        let job = tp_dp_job(&open, 8, 2);
+        let fair = crate::cost::evaluate(&open, &job, &gpus).unwrap();
+        let latency = 2.0 * 4e-6;
+        let adaptive = crate::cost::evaluate(&routed(Routing::Adaptive, 1), &job, &gpus).unwrap();
+        assert_eq!(adaptive, fair);
+        let ecmp = crate::cost::evaluate(&routed(Routing::Ecmp, 1), &job, &gpus).unwrap();
+        let ratio = (ecmp.class_seconds[1] - latency) / (fair.class_seconds[1] - latency);
+        assert!((ratio - expected_fullest(8.0, 16)).abs() < 1e-9, "{ratio}");
+        assert!(ratio > 1.5);
+        // The tp class stays inside the hosts: untouched.
+        assert_eq!(ecmp.class_seconds[0], fair.class_seconds[0]);
+        // Four queue pairs per connection: 32 quarter-flows, less imbalance.
+        let qps = crate::cost::evaluate(&routed(Routing::Ecmp, 4), &job, &gpus).unwrap();
+        let ratio4 = (qps.class_seconds[1] - latency) / (fair.class_seconds[1] - latency);
+        assert!(
+            (ratio4 - expected_fullest(32.0, 16) / 4.0).abs() < 1e-9,
+            "{ratio4}"
+        );
+        assert!(ratio4 < ratio);
+        // Static routing follows the destination: queue pairs do not spread it.
+        let fixed = crate::cost::evaluate(&routed(Routing::Static, 4), &job, &gpus).unwrap();
+        assert_eq!(fixed.class_seconds, ecmp.class_seconds);
+        // Inside one leaf nothing crosses a hashed uplink.
+        let near: Vec<u32> = (0..16).collect();
+        assert_eq!(
+            crate::cost::evaluate(&routed(Routing::Ecmp, 1), &job, &near).unwrap(),
+            crate::cost::evaluate(&open, &job, &near).unwrap()
+        );
+    }
+
+    #[test]
+    fn running_jobs_flows_collide_too() {
+        let topo = Arc::new(routed(Routing::Ecmp, 1));
+        let job = Arc::new(tp_dp_job(&topo, 8, 2));
+        let mut s = ClusterState::new(topo.clone());
+        let a: Vec<u32> = (0..8).chain(16..24).collect();
+        let alone = crate::cost::evaluate_in(&s, &job, &a).unwrap().comm_seconds;
+        s.allocate_job("a", &a, Some(job.clone())).unwrap();
+        // Alone on the fabric it still collides with itself.
+        assert_eq!(
+            crate::cost::evaluate_in(&s, &job, &a).unwrap().comm_seconds,
+            alone
+        );
+        let b: Vec<u32> = (8..16).chain(24..32).collect();
+        let report = collisions(&s, &job, &b).unwrap();
+        // b's 8 flows join a's 8 on the same leaf uplinks (leaf 0 up, leaf 1 up): 16 flows on
+        // each one's 16 links.
+        let leaf = &report.levels[1];
+        assert_eq!(
+            (leaf.level, leaf.routing, leaf.uplinks),
+            (1, Routing::Ecmp, 2)
+        );
+        assert!((leaf.flows - 16.0).abs() < 1e-9);
+        assert_eq!(leaf.links, 16);
+        assert!((leaf.fullest - expected_fullest(16.0, 16)).abs() < 1e-9);
+        assert!((leaf.share - 1.0 / expected_fullest(16.0, 16)).abs() < 1e-9);
+        assert!(report.slowdown() > expected_fullest(8.0, 16) * 0.99);
+        // Hosts' NICs balance (adaptive): line rate.
+        assert_eq!(report.levels[0].share, 1.0);
+        // Elsewhere (leaves 2 and 3) only its own 8 flows collide.
+        let c: Vec<u32> = (32..40).chain(48..56).collect();
+        let quiet = collisions(&s, &job, &c).unwrap();
+        assert!(quiet.seconds < report.seconds);
+        assert!((quiet.levels[1].fullest - expected_fullest(8.0, 16)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn hashed_routing_is_refused_where_there_are_no_uplinks() {
+        let top = tree(4, 8, 2).with_routing(
+            vec![Routing::Adaptive, Routing::Adaptive, Routing::Ecmp],
+            vec![],
+        );
+        assert!(top.unwrap_err().to_string().contains("top level"));
+        assert!(tree(4, 8, 2).with_routing(vec![], vec![1, 0, 1]).is_err());
+        assert!(tree(4, 8, 2)
+            .with_routing(
+                vec![Routing::Sharp, Routing::Adaptive, Routing::Sharp],
+                vec![]
+            )
+            .is_ok());
     }
 }

@@ -26,7 +26,10 @@
 //! runs with the domains whose uplinks are hot (over a share of their capacity with one more
 //! flow) held back, and every candidate is priced with the neighbours' load plus, unless
 //! asked not to, the time it adds to the running jobs; the cheapest wins, so the job steers
-//! clear of hot uplinks only when that lowers the cost.
+//! clear of hot uplinks only when that lowers the cost. Among candidates equally cheap (to
+//! rounding), the one sending fewer bytes above the first fabric tier (the spine) wins: on a
+//! non-blocking fabric crossing the spine may cost a job nothing, but it loads links every job
+//! shares and, where the fabric hashes flows, the ones where they collide.
 //!
 //! Spread (hosts whose links below the NVLink domain are slower than the fabric, as on PCIe
 //! servers whose CPU sockets join at 16 GB/s under 400 Gb/s NICs): the packing also runs on a
@@ -386,7 +389,12 @@ fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
     if variants.is_empty() {
         return Ok(plain);
     }
-    let cost = |gpus: &[u32]| crate::cost::evaluate_in(state, job, gpus).map(|r| r.comm_seconds);
+    // Cheapest first; among equally cheap ones, the fewest bytes above the first fabric tier
+    // (spine bytes: shared with every other job, and hashed on many fabrics).
+    let topo = state.topology();
+    let cost = |gpus: &[u32]| {
+        crate::cost::evaluate_in(state, job, gpus).map(|r| (r.comm_seconds, spine_bytes(topo, &r)))
+    };
     let mut best_cost = cost(&plain)?;
     let mut best = plain;
     for variant in &variants {
@@ -394,7 +402,7 @@ fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
             continue;
         };
         let c = cost(&gpus)?;
-        if c < best_cost * (1.0 - 1e-12) {
+        if cheaper(c, best_cost) {
             best_cost = c;
             best = gpus;
         }
@@ -408,13 +416,30 @@ fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
                 continue;
             };
             let c = cost(&gpus)?;
-            if c < best_cost * (1.0 - 1e-12) {
+            if cheaper(c, best_cost) {
                 best_cost = c;
                 best = gpus;
             }
         }
     }
     Ok(best)
+}
+
+/// Bytes per step whose lowest common level is above the first level over the NVLink domain
+/// (the spine and up).
+fn spine_bytes(topo: &Topology, report: &crate::cost::CostReport) -> f64 {
+    report
+        .bytes_by_level
+        .iter()
+        .skip(topo.nvlink_level() + 2)
+        .sum()
+}
+
+/// `(seconds, spine bytes)` strictly better: cheaper, or as cheap (to rounding) with fewer
+/// spine bytes.
+fn cheaper(candidate: (f64, f64), best: (f64, f64)) -> bool {
+    candidate.0 < best.0 * (1.0 - 1e-12)
+        || (candidate.0 <= best.0 * (1.0 + 1e-12) && candidate.1 < best.1 * (1.0 - 1e-9))
 }
 
 /// Levels below the NVLink domain worth spreading over: those whose domains' GPUs drive more
@@ -596,6 +621,28 @@ mod tests {
     use crate::job::testing::tp_dp_job;
     use crate::topology::tests::tree;
     use std::sync::Arc;
+
+    #[test]
+    fn equally_cheap_candidates_break_ties_on_spine_bytes() {
+        assert!(cheaper((1.0, 5.0), (1.0, 9.0)));
+        assert!(!cheaper((1.0, 9.0), (1.0, 5.0)));
+        assert!(!cheaper((1.0, 5.0), (1.0, 5.0)));
+        // Cost first: cheaper wins whatever its spine bytes, dearer loses.
+        assert!(cheaper((0.9, 99.0), (1.0, 0.0)));
+        assert!(!cheaper((1.1, 0.0), (1.0, 99.0)));
+        // Spine bytes: levels above the first one over the NVLink domain (the spine here).
+        let topo = tree(4, 8, 2);
+        let job = tp_dp_job(&topo, 8, 2);
+        let gpus: Vec<u32> = (0..8).chain(16..24).collect();
+        let report = evaluate(&topo, &job, &gpus).unwrap();
+        assert!(report.bytes_by_level[2] > 0.0);
+        assert_eq!(spine_bytes(&topo, &report), report.bytes_by_level[2]);
+        let near: Vec<u32> = (0..16).collect();
+        assert_eq!(
+            spine_bytes(&topo, &evaluate(&topo, &job, &near).unwrap()),
+            0.0
+        );
+    }
 
     #[test]
     fn tp_groups_stay_in_nodes_on_a_fragmented_cluster() {

@@ -29,4 +29,4 @@ pub use cost::{evaluate, CostReport};
 pub use error::{CoreError, Result};
 pub use job::{Collective, CollectiveKind, JobSpec};
 pub use state::{ClusterState, Component, ComponentHealth, Condition, GpuStatus};
-pub use topology::{Level, NodeType, Topology};
+pub use topology::{Level, NodeType, Routing, Topology};

@@ -471,9 +471,9 @@ pub fn refine(
             }
         }
     }
-    if topo.is_oversubscribed() {
+    if topo.self_contends() {
         // The search prices each collective with its own flows and the neighbours'; the cost
-        // model also charges its class's concurrent flows on oversubscribed uplinks. Keep the
+        // model also charges its class's concurrent flows on oversubscribed or hashed uplinks. Keep the
         // result only when the full model agrees it is no worse.
         let start_seconds = crate::cost::evaluate_in(state, job, start)?.comm_seconds;
         let final_seconds = crate::cost::evaluate_in(state, job, &best_gpus)?.comm_seconds;

@@ -15,6 +15,55 @@ pub struct Level {
     pub latency_us: f64,
 }
 
+/// How a level's switches spread the flows leaving one of its domains over the parallel links
+/// of its uplink (see [`crate::fabric`], "Routing and hash collisions").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Routing {
+    /// Adaptive routing (or any scheme that balances flows): every flow gets its fair share
+    /// of the uplink's capacity. What the model assumes when a topology declares nothing.
+    #[default]
+    Adaptive,
+    /// ECMP: each flow (each queue pair of a connection) is hashed onto one parallel link.
+    Ecmp,
+    /// Static (deterministic) routing by destination, InfiniBand's default: one path per
+    /// destination, so queue pairs do not spread a connection.
+    Static,
+    /// The level's switches reduce in the network (SHARP); other traffic is balanced as with
+    /// adaptive routing.
+    Sharp,
+}
+
+impl Routing {
+    /// The name used in topology files.
+    pub fn label(self) -> &'static str {
+        match self {
+            Routing::Adaptive => "adaptive",
+            Routing::Ecmp => "ecmp",
+            Routing::Static => "static",
+            Routing::Sharp => "sharp",
+        }
+    }
+
+    /// Parse a label ([`Routing::label`]).
+    pub fn from_label(label: &str) -> Result<Routing> {
+        match label {
+            "adaptive" => Ok(Routing::Adaptive),
+            "ecmp" => Ok(Routing::Ecmp),
+            "static" => Ok(Routing::Static),
+            "sharp" => Ok(Routing::Sharp),
+            other => Err(invalid(format!(
+                "routing: expected ecmp, adaptive, static or sharp, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Whether flows are hashed (or routed by destination) onto one link each, so that they
+    /// may collide, rather than balanced.
+    pub fn hashes(self) -> bool {
+        matches!(self, Routing::Ecmp | Routing::Static)
+    }
+}
+
 /// A host type: how many GPUs a host has and, optionally, their pairwise bandwidth.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeType {
@@ -113,6 +162,11 @@ pub struct Topology {
     uplink_gbps: Vec<f64>,
     /// Some uplink has less than its non-blocking capacity.
     oversubscribed: bool,
+    /// Per level, how its switches spread flows over its uplink's parallel links (empty:
+    /// adaptive everywhere, the fair share).
+    routing: Vec<Routing>,
+    /// Per level, the queue pairs per connection (NCCL_IB_QPS_PER_CONNECTION; 1 when empty).
+    qps_per_connection: Vec<u32>,
 }
 
 fn invalid(msg: impl Into<String>) -> CoreError {
@@ -349,6 +403,8 @@ impl Topology {
             uplink_base,
             uplink_gbps,
             oversubscribed: false,
+            routing: Vec::new(),
+            qps_per_connection: Vec::new(),
             levels,
             node_level,
             nvlink_level,
@@ -533,6 +589,80 @@ impl Topology {
     /// then contend with each other.
     pub fn is_oversubscribed(&self) -> bool {
         self.oversubscribed
+    }
+
+    /// A job's own concurrent flows may slow each other on some uplink: it is oversubscribed
+    /// or some level hashes flows onto its links (where they collide).
+    pub fn self_contends(&self) -> bool {
+        self.oversubscribed || self.has_hashing()
+    }
+
+    /// The same topology with, per level, its routing and queue pairs per connection (each at
+    /// least 1; empty vectors: adaptive, one queue pair). Hashed routing (ECMP, static) is
+    /// only meaningful on levels with uplinks: from the NVLink domain up to below the top.
+    pub fn with_routing(mut self, routing: Vec<Routing>, qps: Vec<u32>) -> Result<Topology> {
+        let nl = self.levels.len();
+        if !routing.is_empty() && routing.len() != nl {
+            return Err(invalid(format!(
+                "routing: expected one per level ({nl}), got {}",
+                routing.len()
+            )));
+        }
+        if !qps.is_empty() && qps.len() != nl {
+            return Err(invalid(format!(
+                "qps_per_connection: expected one per level ({nl}), got {}",
+                qps.len()
+            )));
+        }
+        if let Some(l) = qps.iter().position(|&q| q == 0) {
+            return Err(invalid(format!(
+                "levels[{l}].qps_per_connection: expected an integer >= 1, got 0"
+            )));
+        }
+        for (l, r) in routing.iter().enumerate() {
+            if r.hashes() && (l < self.nvlink_level || l + 1 >= nl) {
+                return Err(invalid(format!(
+                    "levels[{l}].routing: {:?} has no uplinks to route over ({} is {}); set \
+                     routing on the levels from the NVLink domain up to below the top",
+                    self.levels[l].name,
+                    r.label(),
+                    if l + 1 >= nl {
+                        "the top level"
+                    } else {
+                        "inside the NVLink domain"
+                    }
+                )));
+            }
+        }
+        self.routing = routing;
+        self.qps_per_connection = qps;
+        Ok(self)
+    }
+
+    /// The routing of level `level`'s uplinks.
+    #[inline]
+    pub fn routing(&self, level: usize) -> Routing {
+        self.routing.get(level).copied().unwrap_or_default()
+    }
+
+    /// Queue pairs per connection at level `level` (1 unless set).
+    #[inline]
+    pub fn qps_per_connection(&self, level: usize) -> u32 {
+        self.qps_per_connection.get(level).copied().unwrap_or(1)
+    }
+
+    /// Whether some level hashes flows onto its uplinks' links.
+    pub fn has_hashing(&self) -> bool {
+        self.routing.iter().any(|r| r.hashes())
+    }
+
+    /// Parallel links of uplink `uplink`: its capacity over the per-GPU bandwidth of the level
+    /// above (links at the NICs' rate; a non-blocking uplink has one per GPU under it), at
+    /// least one.
+    pub fn uplink_links(&self, uplink: usize) -> usize {
+        let (level, _) = self.uplink_owner(uplink);
+        let rate = self.effective_bw[level + 1];
+        ((self.uplink_gbps[uplink] / rate).round() as usize).max(1)
     }
 
     /// The same topology with, per host type, the NVLink SHARP all-reduce bus bandwidth (GB/s,

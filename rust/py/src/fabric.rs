@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use gpuplace_core::topology::check_placement;
-use gpuplace_core::{fabric, storage, ClusterState};
+use gpuplace_core::{fabric, storage, ClusterState, Routing};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 
@@ -16,6 +16,98 @@ use crate::topology::PyTopology;
 
 type Ids<'py> = Bound<'py, PyArray1<i64>>;
 type Values<'py> = Bound<'py, PyArray1<f64>>;
+
+/// The topology with, per level, its routing (`adaptive`, `ecmp`, `static`, `sharp`) and queue
+/// pairs per connection (empty lists: adaptive, one queue pair).
+#[pyfunction]
+fn with_routing(
+    py: Python<'_>,
+    topology: &PyTopology,
+    routing: Vec<String>,
+    qps_per_connection: Vec<u32>,
+) -> PyResult<PyTopology> {
+    let topo = topology.inner.as_ref().clone();
+    let inner = enter(py, Stop::Never, || {
+        let routing = routing
+            .iter()
+            .map(|r| Routing::from_label(r))
+            .collect::<gpuplace_core::Result<Vec<_>>>()?;
+        topo.with_routing(routing, qps_per_connection)
+    })?;
+    Ok(PyTopology {
+        inner: Arc::new(inner),
+    })
+}
+
+/// One level's uplinks as a job's flows cross them (see `fabric::LevelCrossing`).
+#[pyclass(frozen, get_all, module = "gpuplace._core", name = "LevelCrossing")]
+pub(crate) struct PyLevelCrossing {
+    /// The level whose domains' uplinks these are.
+    level: usize,
+    /// `adaptive`, `ecmp`, `static` or `sharp`.
+    routing: &'static str,
+    qps_per_connection: u32,
+    /// Connections at the link rate of the job's heaviest class leaving domains of the level.
+    flows: f64,
+    /// Uplinks of the level the job's flows leave by.
+    uplinks: usize,
+    /// Parallel links of the worst of them.
+    links: usize,
+    /// Expected load of its fullest link (hashed) or mean load per link (balanced).
+    fullest: f64,
+    /// The smallest share of a link's rate one of the job's flows gets there.
+    share: f64,
+}
+
+/// What hashing costs a placed job (see `fabric::CollisionReport`).
+#[pyclass(frozen, get_all, module = "gpuplace._core", name = "CollisionReport")]
+pub(crate) struct PyCollisionReport {
+    /// Every level with uplinks, bottom-up.
+    levels: Vec<Py<PyLevelCrossing>>,
+    /// Communication time per step as routed (s).
+    seconds: f64,
+    /// The same with every level balanced (s).
+    balanced_seconds: f64,
+}
+
+/// The flows of a placed job crossing each uplink level, their share among the running jobs'
+/// flows (hash collisions included), and its time as routed and balanced.
+#[pyfunction]
+fn collisions(
+    py: Python<'_>,
+    state: PyRef<'_, PyClusterState>,
+    job: &PyJobSpec,
+    gpus: PyReadonlyArray1<'_, i64>,
+) -> PyResult<PyCollisionReport> {
+    job.check_state(&state)?;
+    let gpus = gpus_from(&gpus)?;
+    let (inner, spec) = (&state.inner, job.inner.clone());
+    let report = enter(py, Stop::Never, || fabric::collisions(inner, &spec, &gpus))?;
+    let levels = report
+        .levels
+        .into_iter()
+        .map(|c| {
+            Py::new(
+                py,
+                PyLevelCrossing {
+                    level: c.level,
+                    routing: c.routing.label(),
+                    qps_per_connection: c.qps_per_connection,
+                    flows: c.flows,
+                    uplinks: c.uplinks,
+                    links: c.links,
+                    fullest: c.fullest,
+                    share: c.share,
+                },
+            )
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(PyCollisionReport {
+        levels,
+        seconds: report.seconds,
+        balanced_seconds: report.balanced_seconds,
+    })
+}
 
 /// Every uplink of a topology: (level, domain, capacity GB/s each direction) as arrays,
 /// indexed by uplink id.
@@ -254,6 +346,10 @@ fn io_seconds(
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyContentionReport>()?;
     m.add_class::<PyHotUplink>()?;
+    m.add_class::<PyLevelCrossing>()?;
+    m.add_class::<PyCollisionReport>()?;
+    m.add_function(wrap_pyfunction!(with_routing, m)?)?;
+    m.add_function(wrap_pyfunction!(collisions, m)?)?;
     m.add_function(wrap_pyfunction!(uplinks, m)?)?;
     m.add_function(wrap_pyfunction!(with_uplink_gbps, m)?)?;
     m.add_function(wrap_pyfunction!(fabric_load, m)?)?;
