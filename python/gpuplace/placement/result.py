@@ -15,6 +15,7 @@ import numpy as np
 
 from gpuplace import _core
 from gpuplace._util.hostlist import compress
+from gpuplace.cluster.fabric import hot_uplinks
 from gpuplace.errors import InvalidTopology
 from gpuplace.model.step import flops_and_tokens, step_args
 
@@ -67,7 +68,8 @@ class CostReport:
     class_algorithms: dict[str, str] = field(default_factory=dict)
     #: Priced in a state whose running jobs load the fabric: the same placement's seconds
     #: with nobody else on it, and the uplinks over capacity on its paths
-    #: (``gpuplace.cluster.fabric``); ``comm_seconds`` is then the contended time.
+    #: (``gpuplace.cluster.fabric``); ``comm_seconds`` is then the contended time. The core
+    #: prices them in the same call as the rest of the report.
     alone_seconds: float | None = None
     hot_uplinks: tuple[Any, ...] = ()
     #: Seconds per step reading the job's dataset and writing its checkpoints over the path
@@ -281,27 +283,30 @@ def cost_report(
     gpus: Any,
     spec: _core.JobSpec,
     raw: _core.CostReport,
-    **shared: Any,
 ) -> CostReport:
-    """The core's cost report with level and class names, the step details, and what the
-    placement shares."""
+    """The core's one report (``_core.CostReport``: the cost model's verdict, the contention
+    with the running jobs and the storage seconds, priced in one call) with the level, class
+    and uplink names of the topology and the job, and the step details."""
     names = topology.level_names
     span = raw.span_level
+    class_names = spec.class_names
     return CostReport(
         comm_seconds=raw.comm_seconds,
-        class_seconds=dict(zip(spec.class_names, raw.class_seconds, strict=True)),
+        class_seconds=dict(zip(class_names, raw.class_seconds, strict=True)),
         traffic_seconds=raw.traffic_seconds,
         bytes_by_level={n: float(b) for n, b in zip(names, raw.bytes_by_level, strict=True)},
         span_level=None if span is None else names[span],
         confinement_ok=raw.confinement_ok,
         violations=raw.violations,
         nvlink_level=names[topology.nvlink_level],
-        class_algorithms=dict(zip(spec.class_names, raw.class_algorithms, strict=True)),
+        class_algorithms=dict(zip(class_names, raw.class_algorithms, strict=True)),
         step_seconds=raw.step_seconds,
         exposed_comm_seconds=raw.exposed_comm_seconds,
         compute_seconds=raw.compute_seconds,
         mfu=raw.mfu,
         tokens_per_second=raw.tokens_per_second,
-        step_details=step_details(topology, job, gpus, spec.class_names, raw),
-        **shared,
+        step_details=step_details(topology, job, gpus, class_names, raw),
+        alone_seconds=raw.alone_seconds,
+        hot_uplinks=hot_uplinks(topology, raw.hot_uplinks),
+        io_seconds=raw.io_seconds,
     )
