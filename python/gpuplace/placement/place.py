@@ -205,6 +205,17 @@ def _solve(
             found = place_near_data(view, job, solve_here, found)
         return found
 
+    if info.rust and not has_data and not state.topology.power_domains:
+        # The common case: solver, gate and pricing in one call into the core.
+        placed = _core.place(state._core, spec, solver, seed, time_limit, neighbours, io)
+        return Placement(
+            job=job,
+            topology=state.topology,
+            gpus=placed.gpus,
+            cost=cost_report(state.topology, job, placed.gpus, spec, placed.cost),
+            solver=solver,
+            elapsed_s=time.perf_counter() - start,
+        )
     if state.topology.power_domains:
         # Every phase slot is tried and the cheapest placement kept: a later slot inside
         # one rack beats slot 0 split across racks.

@@ -232,9 +232,9 @@ def peak_of_gpus(topology: Topology, gpus: Any) -> tuple[float, str]:
     """The peak (TFLOPS) a synchronous job on ``gpus`` runs at: the slowest host type's (a
     type's ``peak_tflops``, else its ``gpu_model`` in the table), with the model it came from.
     Raises InvalidTopology naming the host type when a type has neither."""
-    hosts = np.unique(topology._host_of_gpu[np.asarray(gpus, dtype=np.int64)])
+    used = np.unique(topology._type_of_gpu[np.asarray(gpus, dtype=np.int64)])
     best: tuple[float, str] | None = None
-    for t in sorted({topology.host_types[int(h)] for h in hosts}):
+    for t in sorted(topology._type_names[int(i)] for i in used):
         nt = topology.node_types[t]
         peak = nt.peak_tflops
         if peak is None and nt.gpu_model:
@@ -294,7 +294,7 @@ def cost_report(
         comm_seconds=raw.comm_seconds,
         class_seconds=dict(zip(class_names, raw.class_seconds, strict=True)),
         traffic_seconds=raw.traffic_seconds,
-        bytes_by_level={n: float(b) for n, b in zip(names, raw.bytes_by_level, strict=True)},
+        bytes_by_level=dict(zip(names, raw.bytes_by_level.tolist(), strict=True)),
         span_level=None if span is None else names[span],
         confinement_ok=raw.confinement_ok,
         violations=raw.violations,
