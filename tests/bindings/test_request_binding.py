@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from gpuplace import _core
 from gpuplace.model.storage import DataAccess, io_demands
+from gpuplace.placement.place import shared_costs
 from gpuplace.sim.workload import DEFAULT_MODEL
 
 
@@ -138,3 +139,12 @@ def test_a_placement_passes_the_gate_once(solver: str, monkeypatch) -> None:
     # One power slot, one placement: exactly one gate.
     assert calls["admit"] + calls["place"] == 1, calls
     assert placement.cost.confinement_ok
+
+
+def test_shared_costs_is_deprecated_and_agrees_with_the_report(two_leaves) -> None:
+    topo, state, job = _loaded(two_leaves)
+    gpus = np.r_[8:16, 24:32]
+    with pytest.warns(DeprecationWarning, match="shared_costs is deprecated"):
+        shared = shared_costs(topo, job, gpus, state)
+    report = gpuplace.evaluate(topo, job, gpus, state=state)
+    assert shared == {"alone_seconds": report.alone_seconds, "hot_uplinks": report.hot_uplinks}

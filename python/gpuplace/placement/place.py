@@ -12,6 +12,7 @@ passes the gate once.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,26 @@ def evaluate(
     gpus = np.asarray(gpus, dtype=np.int64)
     raw = _core.evaluate(topology._core, spec, gpus, core_state, io or None)
     return cost_report(topology, job, gpus, spec, raw)
+
+
+def shared_costs(
+    topology: Topology, job: Job, gpus: Any, state: ClusterState | None
+) -> dict[str, Any]:
+    """Deprecated (the report of :func:`evaluate` carries these; removed in the next
+    release): what a placement shares with others, as keyword arguments of the report."""
+    warnings.warn(
+        "shared_costs is deprecated: evaluate(..., state=) reports alone_seconds, hot_uplinks "
+        "and io_seconds",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    report = evaluate(topology, job, gpus, state=state)
+    shared: dict[str, Any] = {}
+    if report.alone_seconds is not None:
+        shared = {"alone_seconds": report.alone_seconds, "hot_uplinks": report.hot_uplinks}
+    if getattr(job, "data", None) is not None and topology.stores:
+        shared["io_seconds"] = report.io_seconds
+    return shared
 
 
 def refine(
