@@ -5,6 +5,9 @@ passes the gate once whatever solver made it."""
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
+
 import gpuplace
 import numpy as np
 import pytest
@@ -148,3 +151,22 @@ def test_shared_costs_is_deprecated_and_agrees_with_the_report(two_leaves) -> No
         shared = shared_costs(topo, job, gpus, state)
     report = gpuplace.evaluate(topo, job, gpus, state=state)
     assert shared == {"alone_seconds": report.alone_seconds, "hot_uplinks": report.hot_uplinks}
+
+
+def test_the_public_report_reads_the_cores_and_copies_as_a_plain_one(two_leaves) -> None:
+    topo, state, job = _loaded(two_leaves)
+    placement = gpuplace.place(state, job)
+    report = placement.cost
+    assert isinstance(report, gpuplace.CostReport)
+    assert report.comm_seconds > 0 and report.alone_seconds is not None
+    assert list(report.bytes_by_level) == topo.level_names
+    assert report.class_seconds is report.class_seconds  # named once, then kept
+    again = pickle.loads(pickle.dumps(report))
+    assert type(again) is gpuplace.CostReport
+    assert again == report and report == again and again.to_dict() == report.to_dict()
+    changed = dataclasses.replace(report, io_seconds=1.5)
+    assert type(changed) is gpuplace.CostReport and changed.io_seconds == 1.5
+    assert changed.class_seconds == report.class_seconds and changed != report
+    assert repr(report).startswith("CostReport(comm_seconds=")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.comm_seconds = 0.0  # type: ignore[misc]

@@ -214,7 +214,8 @@ def _solve(
         if info.rust:
             # Solver, gate and pricing in one call into the core.
             placed = _core.place(view._core, spec, solver, seed, time_limit, neighbours, io)
-            return _Gated(SolveResult(gpus=placed.gpus), placed.gpus, placed.cost)
+            gpus = placed.gpus
+            return _Gated(SolveResult(gpus=gpus), gpus, placed.cost)
         found = info.func(view, job, seed, time_limit)
         gpus = _gpu_ids(solver, found.gpus)
         raw = _core.admit(view._core, spec, gpus, solver, info.confining, io)
@@ -229,11 +230,12 @@ def _solve(
     if info.rust and not has_data and not state.topology.power_domains:
         # The common case: solver, gate and pricing in one call into the core.
         placed = _core.place(state._core, spec, solver, seed, time_limit, neighbours, io)
+        gpus = placed.gpus
         return Placement(
             job=job,
             topology=state.topology,
-            gpus=placed.gpus,
-            cost=cost_report(state.topology, job, placed.gpus, spec, placed.cost),
+            gpus=gpus,
+            cost=cost_report(state.topology, job, gpus, spec, placed.cost),
             solver=solver,
             elapsed_s=time.perf_counter() - start,
         )

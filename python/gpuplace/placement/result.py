@@ -7,6 +7,7 @@ details by their names in the job and the topology.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -285,28 +286,101 @@ def cost_report(
     raw: _core.CostReport,
 ) -> CostReport:
     """The core's one report (``_core.CostReport``: the cost model's verdict, the contention
-    with the running jobs and the storage seconds, priced in one call) with the level, class
-    and uplink names of the topology and the job, and the step details."""
-    names = topology.level_names
-    span = raw.span_level
-    class_names = spec.class_names
-    return CostReport(
-        comm_seconds=raw.comm_seconds,
-        class_seconds=dict(zip(class_names, raw.class_seconds, strict=True)),
-        traffic_seconds=raw.traffic_seconds,
-        bytes_by_level=dict(zip(names, raw.bytes_by_level.tolist(), strict=True)),
-        span_level=None if span is None else names[span],
-        confinement_ok=raw.confinement_ok,
-        violations=raw.violations,
-        nvlink_level=names[topology.nvlink_level],
-        class_algorithms=dict(zip(class_names, raw.class_algorithms, strict=True)),
-        step_seconds=raw.step_seconds,
-        exposed_comm_seconds=raw.exposed_comm_seconds,
-        compute_seconds=raw.compute_seconds,
-        mfu=raw.mfu,
-        tokens_per_second=raw.tokens_per_second,
-        step_details=step_details(topology, job, gpus, class_names, raw),
-        alone_seconds=raw.alone_seconds,
-        hot_uplinks=hot_uplinks(topology, raw.hot_uplinks),
-        io_seconds=raw.io_seconds,
+    with the running jobs and the storage seconds, priced in one call) as a
+    :class:`CostReport`, named in the words of the topology and the job when read."""
+    return _CoreCostReport._of(raw, topology, job, gpus, spec.class_names)
+
+
+class _CoreCostReport(CostReport):
+    """A :class:`CostReport` that reads the core's report: the numbers stay in the core's
+    object, and the named fields (level, class and uplink names, the step details) are made
+    once, when first read. A placement nobody inspects (a scheduler's place + allocate) pays
+    for no names. Copies, ``dataclasses.replace`` and pickles are plain :class:`CostReport`
+    objects with the same fields."""
+
+    _raw: _core.CostReport
+    _source: tuple[Topology, Job, Any, list[str]]
+    _named: dict[str, Any] | None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # dataclasses.replace() and copies construct from the fields: give a plain report.
+        return CostReport(*args, **kwargs)
+
+    @classmethod
+    def _of(
+        cls,
+        raw: _core.CostReport,
+        topology: Topology,
+        job: Job,
+        gpus: Any,
+        class_names: list[str],
+    ) -> _CoreCostReport:
+        made: _CoreCostReport = object.__new__(cls)
+        object.__setattr__(made, "_raw", raw)
+        object.__setattr__(made, "_source", (topology, job, gpus, class_names))
+        object.__setattr__(made, "_named", None)
+        return made
+
+    def _fields(self) -> dict[str, Any]:
+        named = self._named
+        if named is None:
+            topology, job, gpus, class_names = self._source
+            raw = self._raw
+            names = topology.level_names
+            span = raw.span_level
+            named = {
+                "class_seconds": dict(zip(class_names, raw.class_seconds, strict=True)),
+                "bytes_by_level": dict(zip(names, raw.bytes_by_level.tolist(), strict=True)),
+                "span_level": None if span is None else names[span],
+                "violations": raw.violations,
+                "nvlink_level": names[topology.nvlink_level],
+                "step_details": step_details(topology, job, gpus, class_names, raw),
+                "class_algorithms": dict(zip(class_names, raw.class_algorithms, strict=True)),
+                "hot_uplinks": hot_uplinks(topology, raw.hot_uplinks),
+            }
+            object.__setattr__(self, "_named", named)
+        return named
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(CostReport))
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return CostReport, self._values()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CostReport):
+            return NotImplemented
+        return self._values() == tuple(
+            getattr(other, f.name) for f in dataclasses.fields(CostReport)
+        )
+
+    __hash__ = CostReport.__hash__
+
+    def __repr__(self) -> str:
+        return repr(CostReport(*self._values()))
+
+
+def _read(name: str) -> property:
+    """A field read from the core's report as it is."""
+    return property(lambda self: getattr(self._raw, name))
+
+
+def _name(name: str) -> property:
+    """A field named in the topology's and the job's words, made on first read."""
+    return property(lambda self: self._fields()[name])
+
+
+for _field in dataclasses.fields(CostReport):
+    _direct = _field.name in (
+        "comm_seconds",
+        "traffic_seconds",
+        "confinement_ok",
+        "step_seconds",
+        "exposed_comm_seconds",
+        "compute_seconds",
+        "mfu",
+        "tokens_per_second",
+        "alone_seconds",
+        "io_seconds",
     )
+    setattr(_CoreCostReport, _field.name, (_read if _direct else _name)(_field.name))

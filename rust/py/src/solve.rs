@@ -244,21 +244,12 @@ pub(crate) fn admit<'py>(
 }
 
 /// What `place` returns: the GPU of each rank and its full cost report.
-#[pyclass(frozen, module = "gpuplace._core", name = "PlaceResult")]
+#[pyclass(frozen, get_all, module = "gpuplace._core", name = "PlaceResult")]
 pub(crate) struct PyPlaceResult {
-    gpus: Vec<u32>,
-    /// The placement's cost report (contention and storage included).
-    #[pyo3(get)]
-    cost: Py<PyCostReport>,
-}
-
-#[pymethods]
-impl PyPlaceResult {
     /// The GPU of each rank.
-    #[getter]
-    fn gpus<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
-        id_array(py, &self.gpus)
-    }
+    gpus: Py<PyArray1<i64>>,
+    /// The placement's cost report (contention and storage included).
+    cost: Py<PyCostReport>,
 }
 
 /// Run a Rust solver and pass its placement through the gate; returns the GPU of each rank
@@ -297,7 +288,7 @@ pub(crate) fn place<'py>(
         request::place(inner, &spec, solver, &opts, &request)
     })?;
     Ok(PyPlaceResult {
-        gpus,
+        gpus: id_array(py, &gpus).unbind(),
         cost: Py::new(py, PyCostReport::from_report(py, report)?)?,
     })
 }
@@ -334,26 +325,15 @@ pub(crate) fn solve<'py>(
 }
 
 /// What `refine` returns: the improved placement, its report, and how the search went.
-#[pyclass(frozen, module = "gpuplace._core", name = "RefineResult")]
+#[pyclass(frozen, get_all, module = "gpuplace._core", name = "RefineResult")]
 pub(crate) struct PyRefineResult {
-    gpus: Vec<u32>,
+    /// The GPU of each rank.
+    gpus: Py<PyArray1<i64>>,
     /// The cost report of the result on the state (contention and storage included).
-    #[pyo3(get)]
     cost: Py<PyCostReport>,
     /// Moves tried and accepted.
-    #[pyo3(get)]
     iterations: u64,
-    #[pyo3(get)]
     accepted: u64,
-}
-
-#[pymethods]
-impl PyRefineResult {
-    /// The GPU of each rank.
-    #[getter]
-    fn gpus<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
-        id_array(py, &self.gpus)
-    }
 }
 
 /// Improve a placement by local search; returns the GPUs, their full cost report on the
@@ -389,7 +369,7 @@ pub(crate) fn refine<'py>(
         Ok((out, report))
     })?;
     Ok(PyRefineResult {
-        gpus: out.gpus,
+        gpus: id_array(py, &out.gpus).unbind(),
         cost: Py::new(py, PyCostReport::from_report(py, report)?)?,
         iterations: out.iterations,
         accepted: out.accepted,
