@@ -262,12 +262,7 @@ impl PyClusterState {
         let (plan, before, seconds, after) = enter(py, Stop::OnSignal, || {
             // What the old placement shares with the others, seen before it moves.
             let shared = match inner.job(name) {
-                Some(alloc) => Some(request::shared(
-                    inner,
-                    &spec,
-                    &alloc.gpus.clone(),
-                    &request,
-                )?),
+                Some(alloc) => Some(request::shared(inner, &spec, &alloc.gpus, &request)?),
                 None => None,
             };
             let start = std::time::Instant::now();
