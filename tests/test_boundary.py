@@ -45,7 +45,9 @@ def test_place_crosses_once_and_returns_a_typed_cost_report():
     topo = gpuplace.Topology.preset("h100-superpod", nodes=4)
     state = gpuplace.ClusterState(topo)
     job = gpuplace.Job(name="j", tp=8, dp=2, model=DEFAULT_MODEL)
-    gpus, report = _core.place(state._core, job.compile(topo), "greedy")
+    placed = _core.place(state._core, job.compile(topo), "greedy")
+    assert isinstance(placed, _core.PlaceResult)
+    gpus, report = placed.gpus, placed.cost
     assert isinstance(report, _core.CostReport)
     assert report.confinement_ok and report.violations == []
     assert len(report.class_seconds) == len(job.compile(topo).class_names)

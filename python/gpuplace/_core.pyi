@@ -25,7 +25,10 @@ __all__ = [
     "JobSpec",
     "LevelCrossing",
     "MoveReason",
+    "PlaceResult",
+    "RankMapping",
     "RankMove",
+    "RefineResult",
     "RepairPlan",
     "ShareDistribution",
     "ShareScheduler",
@@ -60,6 +63,7 @@ __all__ = [
     "rust_solvers",
     "set_fence",
     "share_policies",
+    "solve",
     "topology_with_fabric",
     "uplinks",
     "uplinks_by_level",
@@ -159,6 +163,41 @@ class CostReport:
     def tokens_per_second(self) -> float | None: ...
     @property
     def peak_tflops(self) -> float | None: ...
+    @property
+    def alone_seconds(self) -> float | None: ...
+    @property
+    def hot_uplinks(self) -> list[HotUplink]: ...
+    @property
+    def io_seconds(self) -> float: ...
+
+@final
+class PlaceResult:
+    @property
+    def gpus(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def cost(self) -> CostReport: ...
+
+@final
+class RefineResult:
+    @property
+    def gpus(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def cost(self) -> CostReport: ...
+    @property
+    def iterations(self) -> int: ...
+    @property
+    def accepted(self) -> int: ...
+
+@final
+class RankMapping:
+    @property
+    def perm(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def cost(self) -> float: ...
+    @property
+    def iterations(self) -> int: ...
+    @property
+    def elapsed_s(self) -> float: ...
 
 @final
 class RankMove:
@@ -191,6 +230,8 @@ class RepairPlan:
     def report_after(self) -> CostReport: ...
     @property
     def evaluations(self) -> int: ...
+    @property
+    def repair_seconds(self) -> float: ...
 
 def rank_groups(sizes: list[int], d: int) -> npt.NDArray[np.int64]: ...
 def class_names(
@@ -307,6 +348,7 @@ class ClusterState:
         spares: SparePolicy = ...,
         max_evaluations: int = 24,
         time_limit: float | None = None,
+        io: list[tuple[int, int, float, float, float, float]] | None = None,
     ) -> RepairPlan: ...
 
 def admit(
@@ -315,12 +357,14 @@ def admit(
     gpus: npt.NDArray[np.int64],
     solver: str,
     confining: bool,
+    io: list[tuple[int, int, float, float, float, float]] | None = None,
 ) -> CostReport: ...
 def evaluate(
     topology: Topology,
     job: JobSpec,
     gpus: npt.NDArray[np.int64],
     state: ClusterState | None = None,
+    io: list[tuple[int, int, float, float, float, float]] | None = None,
 ) -> CostReport: ...
 
 # Used only by tests (tests/bindings/): the fence as it stands, to check it is lifted.
@@ -338,7 +382,7 @@ def map_ranks(
     threads: int = 1,
     initial: npt.NDArray[np.int64] | None = None,
     max_iterations: int | None = None,
-) -> tuple[npt.NDArray[np.int64], float, int, float]: ...
+) -> RankMapping: ...
 def place(
     state: ClusterState,
     job: JobSpec,
@@ -346,7 +390,16 @@ def place(
     seed: int = 0,
     time_limit: float | None = None,
     neighbours: bool = True,
-) -> tuple[npt.NDArray[np.int64], CostReport]: ...
+    io: list[tuple[int, int, float, float, float, float]] | None = None,
+) -> PlaceResult: ...
+def solve(
+    state: ClusterState,
+    job: JobSpec,
+    solver: str,
+    seed: int = 0,
+    time_limit: float | None = None,
+    neighbours: bool = True,
+) -> npt.NDArray[np.int64]: ...
 def refine(
     state: ClusterState,
     job: JobSpec,
@@ -354,7 +407,8 @@ def refine(
     time_limit: float = 0.5,
     seed: int = 0,
     max_iterations: int = 200000,
-) -> tuple[npt.NDArray[np.int64], CostReport, float, int, int]: ...
+    io: list[tuple[int, int, float, float, float, float]] | None = None,
+) -> RefineResult: ...
 def rust_solvers() -> list[tuple[str, str, bool]]: ...
 
 # Fabric: uplink capacities, the running jobs' load, contention (rust/py/src/fabric.rs).

@@ -34,6 +34,7 @@ __all__ = [
     "LevelCrossing",
     "collisions",
     "contention",
+    "hot_uplinks",
     "hottest_uplinks",
     "jobs_hurt",
     "uplink_capacity",
@@ -114,17 +115,30 @@ def contention(state: ClusterState, job: Job, gpus: Any) -> Contention:
     return Contention(
         alone_seconds=raw.alone_seconds,
         contended_seconds=raw.contended_seconds,
-        uplinks=tuple(
-            HotUplink(
-                uplink=uplink_name(topology, u.uplink),
-                direction=_DIRECTIONS[u.direction],
-                capacity_gbps=u.capacity_gbps,
-                own_gbps=u.own_gbps,
-                others_gbps=u.others_gbps,
-                jobs=dict(u.jobs),
-            )
-            for u in raw.uplinks
-        ),
+        uplinks=hot_uplinks(topology, raw.uplinks),
+    )
+
+
+def hot_uplinks(topology: Topology, raw: Any) -> tuple[HotUplink, ...]:
+    """The core's hot uplinks (``_core.HotUplink``), named in the topology's words."""
+    if not raw:
+        return ()
+    levels, domains, _ = _core.uplinks(topology._core)
+
+    def name(uplink: int) -> str:
+        level = int(levels[uplink])
+        return f"{topology.levels[level].name}:{topology.domain_names[level][int(domains[uplink])]}"
+
+    return tuple(
+        HotUplink(
+            uplink=name(u.uplink),
+            direction=_DIRECTIONS[u.direction],
+            capacity_gbps=u.capacity_gbps,
+            own_gbps=u.own_gbps,
+            others_gbps=u.others_gbps,
+            jobs=dict(u.jobs),
+        )
+        for u in raw
     )
 
 

@@ -162,6 +162,10 @@ class Topology:
             matrices.append(None if m is None else np.asarray(m, dtype=np.float64))
         host_type_ids = np.array([type_index[t] for t in self.host_types], dtype=np.int64)
         self._host_of_gpu = host_of_gpu
+        #: Host type of every GPU (an index into ``_type_names``): the slowest type of a
+        #: placement without a walk over its hosts.
+        self._type_of_gpu = host_type_ids[host_of_gpu]
+        self._type_names = tuple(type_names)
         self._gpu_local = local
         core = _core.Topology(
             [lv.name for lv in self.levels],

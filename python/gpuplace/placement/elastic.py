@@ -78,7 +78,8 @@ def place_elastic(
     """Place an elastic job at its best layout and size now (see the module docstring);
     ``place(state, concrete_job)`` is the solver. ``precheck``: rule sizes out with the greedy
     solver on the GPUs the job's own policy allows before calling ``place`` (turn it off when
-    ``place`` may borrow or preempt, which can fit what the precheck cannot). Raises
+    ``place`` may borrow or preempt, which can fit what the precheck cannot, and when ``place``
+    runs the greedy solver itself, so that no size is solved twice). Raises
     Infeasible listing every layout's reason when none fits at any size."""
     spec = job.elastic
     assert spec is not None
@@ -118,7 +119,7 @@ def place_elastic(
         raise Infeasible(f"elastic job {job.name!r} fits at no size or layout now: {reasons}")
     chosen.sort(key=lambda c: -c[0])
     best_rate, best, best_job = chosen[0]
-    ideal = _ideal_rate(state, job.name, layouts, place)
+    ideal = _ideal_rate(state, job.name, layouts, place, precheck)
     relative = best_rate / ideal if ideal else 1.0
     for rate, _, candidate in chosen[1:]:
         rejected.append(
@@ -147,6 +148,7 @@ def _ideal_rate(
     name: str,
     layouts: list[tuple[Job, Elastic]],
     place: Callable[[ClusterState, Job], Placement],
+    precheck: bool,
 ) -> float:
     """The best throughput of any layout at its largest size on the cluster with nothing
     else running (same hardware health, MIG-mode GPUs still out), the reference of the
@@ -160,7 +162,7 @@ def _ideal_rate(
     for layout, rng in layouts:
         for size in rng.sizes() if rng.dim is not None else (0,):
             candidate = _concrete(layout, rng.dim, size, name)
-            if _fits(empty, candidate) is None:
+            if not precheck or _fits(empty, candidate) is None:
                 try:
                     best = max(best, throughput(place(empty, candidate)))
                 except Infeasible:

@@ -87,7 +87,7 @@ def map_ranks(
     if threads is not None and threads < 1:
         raise InvalidJob(f"threads must be >= 1, got {threads}")
     start = time.perf_counter()
-    perm, cost, iterations, _ = _core.map_ranks(
+    mapping = _core.map_ranks(
         dist,
         n,
         time_limit=float(time_limit),
@@ -97,5 +97,8 @@ def map_ranks(
         **kwargs,
     )
     return Mapping(
-        perm=perm, cost=float(cost), elapsed_s=time.perf_counter() - start, iterations=iterations
+        perm=mapping.perm,
+        cost=float(mapping.cost),
+        elapsed_s=time.perf_counter() - start,
+        iterations=mapping.iterations,
     )

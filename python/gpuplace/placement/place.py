@@ -2,22 +2,28 @@
 
 Every solver shares one signature and returns the GPU of each rank; :func:`place` then gates
 the result and prices it with the one cost model in the Rust core, so costs are comparable
-across solvers.
+across solvers. One request goes into the core (the compiled job, the state with the policy's
+fence and the running jobs, the job's storage traffic) and one report comes out (the gate's
+verdict, communication alone and among the running jobs, hot uplinks, storage seconds, step
+time): a Rust solver, its gate and its pricing are one call; a Python solver's placement
+passes the gate once.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gpuplace import _core
-from gpuplace.cluster.fabric import contention
 from gpuplace.cluster.power import place_within_power
 from gpuplace.cluster.state import ClusterState
-from gpuplace.cluster.storage import io_seconds, near_data_views
+from gpuplace.cluster.storage import near_data_views
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
+from gpuplace.model.storage import io_demands
 from gpuplace.placement.elastic import place_elastic
 from gpuplace.placement.registry import SolverInfo, solver_info
 from gpuplace.placement.result import CostReport, Placement, SolveResult, cost_report
@@ -28,7 +34,7 @@ if TYPE_CHECKING:
     from gpuplace.model.job import Job
     from gpuplace.model.topology import Topology
 
-__all__ = ["evaluate", "place", "place_near_data", "refine", "shared_costs"]
+__all__ = ["evaluate", "place", "place_near_data", "refine"]
 
 
 def evaluate(
@@ -39,24 +45,33 @@ def evaluate(
     with its running jobs on the fabric (the report then gives the slowdown from contention
     and the uplinks responsible)."""
     spec = job.compile(topology)
+    io = io_demands(topology, job)
+    if io and state is None:
+        # Storage seconds are priced on a state: an empty one prices as the topology does.
+        state = ClusterState(topology)
     core_state = None if state is None else state._core
-    raw = _core.evaluate(topology._core, spec, np.asarray(gpus, dtype=np.int64), core_state)
-    return cost_report(topology, job, gpus, spec, raw, **shared_costs(topology, job, gpus, state))
+    gpus = np.asarray(gpus, dtype=np.int64)
+    raw = _core.evaluate(topology._core, spec, gpus, core_state, io or None)
+    return cost_report(topology, job, gpus, spec, raw)
 
 
 def shared_costs(
     topology: Topology, job: Job, gpus: Any, state: ClusterState | None
 ) -> dict[str, Any]:
-    """What a placement shares with others: priced in a state whose running jobs load the
-    fabric, its seconds alone and the hot uplinks on its paths; with stores, its storage I/O."""
+    """Deprecated (the report of :func:`evaluate` carries these; removed in the next
+    release): what a placement shares with others, as keyword arguments of the report."""
+    warnings.warn(
+        "shared_costs is deprecated: evaluate(..., state=) reports alone_seconds, hot_uplinks "
+        "and io_seconds",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    report = evaluate(topology, job, gpus, state=state)
     shared: dict[str, Any] = {}
-    if state is not None and state.fabric_loaded():
-        seen = contention(state, job, gpus)
-        shared = {"alone_seconds": seen.alone_seconds, "hot_uplinks": seen.uplinks}
+    if report.alone_seconds is not None:
+        shared = {"alone_seconds": report.alone_seconds, "hot_uplinks": report.hot_uplinks}
     if getattr(job, "data", None) is not None and topology.stores:
-        shared["io_seconds"] = io_seconds(
-            state if state is not None else ClusterState(topology), job, gpus
-        )
+        shared["io_seconds"] = report.io_seconds
     return shared
 
 
@@ -80,31 +95,26 @@ def refine(
         allowed_gpus(state, placement.job) if has_rules(state, placement.job) else None
     )
     spec = placement.job.compile(state.topology)
-    gpus, raw, _, iterations, accepted = _core.refine(
+    refined = _core.refine(
         view._core,
         spec,
         np.asarray(placement.gpus, dtype=np.int64),
         float(time_limit),
         int(seed),
         int(max_iterations),
+        io_demands(state.topology, placement.job) or None,
     )
     elapsed = time.perf_counter() - start
+    gpus = refined.gpus
     return Placement(
         job=placement.job,
         topology=state.topology,
-        gpus=np.asarray(gpus, dtype=np.int64),
-        # Priced on the state in the same call into the core.
-        cost=cost_report(
-            state.topology,
-            placement.job,
-            gpus,
-            spec,
-            raw,
-            **shared_costs(state.topology, placement.job, gpus, state),
-        ),
+        gpus=gpus,
+        # Priced on the state, contention and storage included, in the same call.
+        cost=cost_report(state.topology, placement.job, gpus, spec, refined.cost),
         solver=f"{placement.solver}+refine",
         elapsed_s=placement.elapsed_s + elapsed,
-        details={"refine_iterations": iterations, "refine_accepted": accepted},
+        details={"refine_iterations": refined.iterations, "refine_accepted": refined.accepted},
     )
 
 
@@ -156,13 +166,30 @@ def place(
                 neighbours=neighbours,
                 preempt=preempt,
             ),
-            precheck=not (preempt or can_borrow(state, job)),
+            # The greedy probe rules sizes out before a costlier solver runs; for greedy
+            # itself the placement is the probe, and no size is solved twice.
+            precheck=info.name != "greedy" and not (preempt or can_borrow(state, job)),
         )
 
     def solve(view: ClusterState) -> Placement:
         return _solve(view, job, info, seed, time_limit, neighbours)
 
     return place_within(state, job, solve, preempt=preempt)
+
+
+@dataclass(frozen=True)
+class _Gated:
+    """A solver's answer after the gate: what it returned, its GPUs, the core's report."""
+
+    result: SolveResult
+    gpus: np.ndarray
+    raw: _core.CostReport
+
+    @property
+    def seconds(self) -> float:
+        """Communication (among the running jobs) plus storage seconds per step: what
+        placements of one job are compared by."""
+        return float(self.raw.comm_seconds + self.raw.io_seconds)
 
 
 def _solve(
@@ -177,62 +204,65 @@ def _solve(
     start = time.perf_counter()
     solver = info.name
     spec = job.compile(state.topology)
+    io = io_demands(state.topology, job) or None
     has_data = getattr(job, "data", None) is not None and bool(state.topology.stores)
-    if info.rust and not state.topology.power_domains and not has_data:
-        # Solver and gate in one call into the core.
-        gpus, raw = _core.place(state._core, spec, solver, seed, time_limit, neighbours)
-        result = SolveResult(gpus=gpus)
+
+    def solve_here(view: ClusterState) -> _Gated:
+        """The solver on ``view``, then the gate on that view, once: a placement it admits is
+        free and healthy in ``state`` too (a view only holds GPUs back), and priced alike
+        (holding GPUs back changes no path's price)."""
+        if info.rust:
+            # Solver, gate and pricing in one call into the core.
+            placed = _core.place(view._core, spec, solver, seed, time_limit, neighbours, io)
+            gpus = placed.gpus
+            return _Gated(SolveResult(gpus=gpus), gpus, placed.cost)
+        found = info.func(view, job, seed, time_limit)
+        gpus = _gpu_ids(solver, found.gpus)
+        raw = _core.admit(view._core, spec, gpus, solver, info.confining, io)
+        return _Gated(found, gpus, raw)
+
+    def solve(view: ClusterState) -> _Gated:
+        found = solve_here(view)
+        if has_data:
+            found = place_near_data(view, job, solve_here, found)
+        return found
+
+    if info.rust and not has_data and not state.topology.power_domains:
+        # The common case: solver, gate and pricing in one call into the core.
+        placed = _core.place(state._core, spec, solver, seed, time_limit, neighbours, io)
+        gpus = placed.gpus
+        return Placement(
+            job=job,
+            topology=state.topology,
+            gpus=gpus,
+            cost=cost_report(state.topology, job, gpus, spec, placed.cost),
+            solver=solver,
+            elapsed_s=time.perf_counter() - start,
+        )
+    if state.topology.power_domains:
+        # Every phase slot is tried and the cheapest placement kept: a later slot inside
+        # one rack beats slot 0 split across racks.
+        gated, slot = place_within_power(
+            state,
+            job,
+            solve,
+            cost=lambda found: found.seconds,
+            enough=lambda found: _tightest(state.topology, job, found.gpus),
+        )
+        phases = state.topology.power_phases
+        if phases > 1:
+            extra = {"phase_slot": slot, "phase_offset": slot / phases}
+            details = {**gated.result.details, **extra}
+            gated = replace(gated, result=replace(gated.result, details=details))
     else:
-
-        def solve_here(view: ClusterState) -> SolveResult:
-            if info.rust:
-                found, _ = _core.place(view._core, spec, solver, seed, time_limit, neighbours)
-                return SolveResult(gpus=found)
-            found_result = info.func(view, job, seed, time_limit)
-            if view is not state:
-                # The gate on the view the solver was given (on the state itself, below).
-                gpus = _gpu_ids(solver, found_result.gpus)
-                _core.admit(view._core, spec, gpus, solver, info.confining)
-            return found_result
-
-        def solve(view: ClusterState) -> SolveResult:
-            found = solve_here(view)
-            if has_data:
-                found = place_near_data(view, job, solve_here, found)
-            return found
-
-        if state.topology.power_domains:
-            # Every phase slot is tried and the cheapest placement kept: a later slot inside
-            # one rack beats slot 0 split across racks.
-            result, slot = place_within_power(
-                state,
-                job,
-                solve,
-                cost=lambda found: _total_seconds(state, job, found.gpus),
-                enough=lambda found: _tightest(state.topology, job, found.gpus),
-            )
-            phases = state.topology.power_phases
-            extra = {"phase_slot": slot, "phase_offset": slot / phases} if phases > 1 else {}
-            result = SolveResult(
-                gpus=result.gpus,
-                optimal=result.optimal,
-                bound=result.bound,
-                solver=result.solver,
-                details={**result.details, **extra},
-            )
-        else:
-            result = solve(state)
-        gpus = _gpu_ids(solver, result.gpus)
-        # The gate: length, no GPU twice, free and healthy GPUs, confinement as promised.
-        raw = _core.admit(state._core, spec, gpus, solver, info.confining)
+        gated = solve(state)
+    result = gated.result
     elapsed = time.perf_counter() - start
     return Placement(
         job=job,
         topology=state.topology,
-        gpus=np.asarray(gpus, dtype=np.int64),
-        cost=cost_report(
-            state.topology, job, gpus, spec, raw, **shared_costs(state.topology, job, gpus, state)
-        ),
+        gpus=gated.gpus,
+        cost=cost_report(state.topology, job, gated.gpus, spec, gated.raw),
         solver=result.solver or solver,
         elapsed_s=elapsed,
         optimal=result.optimal,
@@ -263,29 +293,15 @@ def _tightest(topology: Topology, job: Job, gpus: Any) -> bool:
     return True
 
 
-def _total_seconds(state: ClusterState, job: Job, gpus: Any) -> float:
-    """Communication (among the running jobs) plus storage I/O seconds per step of ``job`` on
-    ``gpus`` in ``state``: what placements of one job are compared by."""
-    seconds = evaluate(state.topology, job, _gpu_ids("place", gpus), state=state).comm_seconds
-    if getattr(job, "data", None) is not None and state.topology.stores:
-        seconds += io_seconds(state, job, gpus)
-    return seconds
-
-
 def place_near_data(state: ClusterState, job: Job, solve: Any, first: Any) -> Any:
-    """The cheaper, by ``comm_seconds + io_seconds`` in ``state``, of ``first`` and the
-    placements ``solve`` finds on the near-data views."""
-
-    def total(result: Any) -> float:
-        return _total_seconds(state, job, result.gpus)
-
-    best, best_cost = first, total(first)
+    """The cheaper, by communication plus storage seconds per step (``seconds``), of
+    ``first`` and the placements ``solve`` finds on the near-data views."""
+    best = first
     for view in near_data_views(state, job):
         try:
             candidate = solve(view)
         except Infeasible:
             continue
-        cost = total(candidate)
-        if cost < best_cost * (1 - 1e-12):
-            best, best_cost = candidate, cost
+        if candidate.seconds < best.seconds * (1 - 1e-12):
+            best = candidate
     return best

@@ -19,7 +19,7 @@ def why_not_fits(state: ClusterState, job: Job) -> str | None:
     """None when the greedy solver places ``job`` on the free GPUs of ``state`` (a fenced
     view, for a job with rules), else the solver's reason."""
     try:
-        _core.place(state._core, job.compile(state.topology), "greedy", 0, None)
+        _core.solve(state._core, job.compile(state.topology), "greedy", 0, None)
     except Infeasible as exc:
         return str(exc)
     return None

@@ -33,7 +33,8 @@ class SolverInfo:
     #: The solver promises to keep the job's confinement rules; the placement gate refuses a
     #: placement of it that breaks them.
     confining: bool = False
-    #: Implemented in Rust: :func:`place` runs it and the gate in one call into the core.
+    #: Implemented in Rust: :func:`place` runs it, the gate and the pricing in one call into
+    #: the core.
     rust: bool = False
 
 
@@ -60,7 +61,8 @@ def solvers() -> dict[str, str]:
 
 def _rust_solver(name: str) -> Solver:
     def run(state: ClusterState, job: Job, seed: int, time_limit: float | None) -> SolveResult:
-        gpus, _ = _core.place(state._core, job.compile(state.topology), name, seed, time_limit)
+        # The solver alone: the placement passes the gate once, in gpuplace.place.
+        gpus = _core.solve(state._core, job.compile(state.topology), name, seed, time_limit)
         return SolveResult(gpus=gpus)
 
     return run

@@ -13,7 +13,6 @@ missing, and the state is left as it was.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from gpuplace.cluster.power import power_report
 from gpuplace.enums import Health, MoveReason, SparePolicy
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
 from gpuplace.model.job import Job
-from gpuplace.placement.place import shared_costs
+from gpuplace.model.storage import io_demands
 from gpuplace.placement.result import CostReport, Placement, cost_report
 from gpuplace.policy.fence import allowed_gpus, can_borrow, has_rules
 
@@ -143,17 +142,17 @@ def repair(
     topology = state.topology
     health = state.health()
     spec = job.compile(topology)
-    # What the old placement shares with others, seen before it moves; the core prices both
-    # placements in the repair itself.
-    shared_before = shared_costs(topology, job, old, state)
-    start = time.perf_counter()
     before = state._core.copy() if topology.power_domains else None
     allowed = (
         allowed_gpus(state, job, borrow=can_borrow(state, job)) if has_rules(state, job) else None
     )
     with state.fenced(allowed):
-        plan = state._core.repair(spec, name, max_moves, policy, 24, time_limit)
-    elapsed = time.perf_counter() - start
+        # One call: the repair, and the full reports of both placements (what the old one
+        # shared with the running jobs and its stores, seen before it moved, and the new one's).
+        plan = state._core.repair(
+            spec, name, max_moves, policy, 24, time_limit, io_demands(topology, job) or None
+        )
+    elapsed = plan.repair_seconds
     if before is not None:
         # All or nothing: a repair that would exceed a power budget changes nothing.
 
@@ -166,19 +165,10 @@ def repair(
             )
     state.specs[name] = job
     gpus = np.asarray(plan.gpus, dtype=np.int64)
-    cost_before = cost_report(topology, job, old, spec, plan.report_before, **shared_before)
+    cost_before = cost_report(topology, job, old, spec, plan.report_before)
     # Nothing moved: the state and the placement are as they were, and so is the cost.
     cost_after = (
-        cost_report(
-            topology,
-            job,
-            gpus,
-            spec,
-            plan.report_after,
-            **shared_costs(topology, job, gpus, state),
-        )
-        if plan.moves
-        else cost_before
+        cost_report(topology, job, gpus, spec, plan.report_after) if plan.moves else cost_before
     )
     confined = {d: topology.level_index(lv) for d, lv in job.confine.items() if getattr(job, d) > 1}
     unhealthy = {(c["kind"], c["name"]): c for c in state.unhealthy()}

@@ -7,6 +7,7 @@ details by their names in the job and the topology.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ import numpy as np
 
 from gpuplace import _core
 from gpuplace._util.hostlist import compress
+from gpuplace.cluster.fabric import hot_uplinks
 from gpuplace.errors import InvalidTopology
 from gpuplace.model.step import flops_and_tokens, step_args
 
@@ -67,7 +69,8 @@ class CostReport:
     class_algorithms: dict[str, str] = field(default_factory=dict)
     #: Priced in a state whose running jobs load the fabric: the same placement's seconds
     #: with nobody else on it, and the uplinks over capacity on its paths
-    #: (``gpuplace.cluster.fabric``); ``comm_seconds`` is then the contended time.
+    #: (``gpuplace.cluster.fabric``); ``comm_seconds`` is then the contended time. The core
+    #: prices them in the same call as the rest of the report.
     alone_seconds: float | None = None
     hot_uplinks: tuple[Any, ...] = ()
     #: Seconds per step reading the job's dataset and writing its checkpoints over the path
@@ -230,9 +233,9 @@ def peak_of_gpus(topology: Topology, gpus: Any) -> tuple[float, str]:
     """The peak (TFLOPS) a synchronous job on ``gpus`` runs at: the slowest host type's (a
     type's ``peak_tflops``, else its ``gpu_model`` in the table), with the model it came from.
     Raises InvalidTopology naming the host type when a type has neither."""
-    hosts = np.unique(topology._host_of_gpu[np.asarray(gpus, dtype=np.int64)])
+    used = np.unique(topology._type_of_gpu[np.asarray(gpus, dtype=np.int64)])
     best: tuple[float, str] | None = None
-    for t in sorted({topology.host_types[int(h)] for h in hosts}):
+    for t in sorted(topology._type_names[int(i)] for i in used):
         nt = topology.node_types[t]
         peak = nt.peak_tflops
         if peak is None and nt.gpu_model:
@@ -281,27 +284,103 @@ def cost_report(
     gpus: Any,
     spec: _core.JobSpec,
     raw: _core.CostReport,
-    **shared: Any,
 ) -> CostReport:
-    """The core's cost report with level and class names, the step details, and what the
-    placement shares."""
-    names = topology.level_names
-    span = raw.span_level
-    return CostReport(
-        comm_seconds=raw.comm_seconds,
-        class_seconds=dict(zip(spec.class_names, raw.class_seconds, strict=True)),
-        traffic_seconds=raw.traffic_seconds,
-        bytes_by_level={n: float(b) for n, b in zip(names, raw.bytes_by_level, strict=True)},
-        span_level=None if span is None else names[span],
-        confinement_ok=raw.confinement_ok,
-        violations=raw.violations,
-        nvlink_level=names[topology.nvlink_level],
-        class_algorithms=dict(zip(spec.class_names, raw.class_algorithms, strict=True)),
-        step_seconds=raw.step_seconds,
-        exposed_comm_seconds=raw.exposed_comm_seconds,
-        compute_seconds=raw.compute_seconds,
-        mfu=raw.mfu,
-        tokens_per_second=raw.tokens_per_second,
-        step_details=step_details(topology, job, gpus, spec.class_names, raw),
-        **shared,
+    """The core's one report (``_core.CostReport``: the cost model's verdict, the contention
+    with the running jobs and the storage seconds, priced in one call) as a
+    :class:`CostReport`, named in the words of the topology and the job when read."""
+    return _CoreCostReport._of(raw, topology, job, gpus, spec.class_names)
+
+
+class _CoreCostReport(CostReport):
+    """A :class:`CostReport` that reads the core's report: the numbers stay in the core's
+    object, and the named fields (level, class and uplink names, the step details) are made
+    once, when first read. A placement nobody inspects (a scheduler's place + allocate) pays
+    for no names. Copies, ``dataclasses.replace`` and pickles are plain :class:`CostReport`
+    objects with the same fields."""
+
+    _raw: _core.CostReport
+    _source: tuple[Topology, Job, Any, list[str]]
+    _named: dict[str, Any] | None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # dataclasses.replace() and copies construct from the fields: give a plain report.
+        return CostReport(*args, **kwargs)
+
+    @classmethod
+    def _of(
+        cls,
+        raw: _core.CostReport,
+        topology: Topology,
+        job: Job,
+        gpus: Any,
+        class_names: list[str],
+    ) -> _CoreCostReport:
+        made: _CoreCostReport = object.__new__(cls)
+        object.__setattr__(made, "_raw", raw)
+        object.__setattr__(made, "_source", (topology, job, gpus, class_names))
+        object.__setattr__(made, "_named", None)
+        return made
+
+    def _fields(self) -> dict[str, Any]:
+        named = self._named
+        if named is None:
+            topology, job, gpus, class_names = self._source
+            raw = self._raw
+            names = topology.level_names
+            span = raw.span_level
+            named = {
+                "class_seconds": dict(zip(class_names, raw.class_seconds, strict=True)),
+                "bytes_by_level": dict(zip(names, raw.bytes_by_level.tolist(), strict=True)),
+                "span_level": None if span is None else names[span],
+                "violations": raw.violations,
+                "nvlink_level": names[topology.nvlink_level],
+                "step_details": step_details(topology, job, gpus, class_names, raw),
+                "class_algorithms": dict(zip(class_names, raw.class_algorithms, strict=True)),
+                "hot_uplinks": hot_uplinks(topology, raw.hot_uplinks),
+            }
+            object.__setattr__(self, "_named", named)
+        return named
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(CostReport))
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return CostReport, self._values()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CostReport):
+            return NotImplemented
+        return self._values() == tuple(
+            getattr(other, f.name) for f in dataclasses.fields(CostReport)
+        )
+
+    __hash__ = CostReport.__hash__
+
+    def __repr__(self) -> str:
+        return repr(CostReport(*self._values()))
+
+
+def _read(name: str) -> property:
+    """A field read from the core's report as it is."""
+    return property(lambda self: getattr(self._raw, name))
+
+
+def _name(name: str) -> property:
+    """A field named in the topology's and the job's words, made on first read."""
+    return property(lambda self: self._fields()[name])
+
+
+for _field in dataclasses.fields(CostReport):
+    _direct = _field.name in (
+        "comm_seconds",
+        "traffic_seconds",
+        "confinement_ok",
+        "step_seconds",
+        "exposed_comm_seconds",
+        "compute_seconds",
+        "mfu",
+        "tokens_per_second",
+        "alone_seconds",
+        "io_seconds",
     )
+    setattr(_CoreCostReport, _field.name, (_read if _direct else _name)(_field.name))

@@ -18,6 +18,7 @@ pub mod pricing;
 pub mod qap;
 pub mod refine;
 pub mod repair;
+pub mod request;
 pub mod share;
 pub mod solvers;
 pub mod state;

@@ -202,21 +202,12 @@ pub(crate) struct PyContentionReport {
     uplinks: Vec<Py<PyHotUplink>>,
 }
 
-/// A job priced with its neighbours: alone and contended seconds, and the uplinks over
-/// capacity on its paths.
-#[pyfunction]
-fn contention(
+/// The bindings' form of the core's hot uplinks.
+pub(crate) fn hot_uplinks(
     py: Python<'_>,
-    state: PyRef<'_, PyClusterState>,
-    job: &PyJobSpec,
-    gpus: PyReadonlyArray1<'_, i64>,
-) -> PyResult<PyContentionReport> {
-    job.check_state(&state)?;
-    let gpus = gpus_from(&gpus)?;
-    let (inner, spec) = (&state.inner, job.inner.clone());
-    let report = enter(py, Stop::Never, || fabric::contention(inner, &spec, &gpus))?;
-    let uplinks = report
-        .uplinks
+    uplinks: Vec<fabric::HotUplink>,
+) -> PyResult<Vec<Py<PyHotUplink>>> {
+    uplinks
         .into_iter()
         .map(|u| {
             Py::new(
@@ -231,7 +222,23 @@ fn contention(
                 },
             )
         })
-        .collect::<PyResult<_>>()?;
+        .collect()
+}
+
+/// A job priced with its neighbours: alone and contended seconds, and the uplinks over
+/// capacity on its paths.
+#[pyfunction]
+fn contention(
+    py: Python<'_>,
+    state: PyRef<'_, PyClusterState>,
+    job: &PyJobSpec,
+    gpus: PyReadonlyArray1<'_, i64>,
+) -> PyResult<PyContentionReport> {
+    job.check_state(&state)?;
+    let gpus = gpus_from(&gpus)?;
+    let (inner, spec) = (&state.inner, job.inner.clone());
+    let report = enter(py, Stop::Never, || fabric::contention(inner, &spec, &gpus))?;
+    let uplinks = hot_uplinks(py, report.uplinks)?;
     Ok(PyContentionReport {
         alone_seconds: report.alone_seconds,
         contended_seconds: report.contended_seconds,

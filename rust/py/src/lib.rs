@@ -47,9 +47,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<state::PyRepairPlan>()?;
     m.add_class::<state::PyRankMove>()?;
     m.add_class::<solve::PyCostReport>()?;
+    m.add_class::<solve::PyPlaceResult>()?;
+    m.add_class::<solve::PyRefineResult>()?;
+    m.add_class::<solve::PyRankMapping>()?;
     enums::register(m)?;
     m.add_function(wrap_pyfunction!(solve::evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(solve::place, m)?)?;
+    m.add_function(wrap_pyfunction!(solve::solve, m)?)?;
     m.add_function(wrap_pyfunction!(solve::admit, m)?)?;
     m.add_function(wrap_pyfunction!(solve::refine, m)?)?;
     m.add_function(wrap_pyfunction!(solve::map_ranks, m)?)?;

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use gpuplace_core::request::{self, Report, Request};
 use gpuplace_core::solvers::{self, SolveOptions};
 use gpuplace_core::{CoreError, CostReport};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
@@ -10,18 +11,74 @@ use pyo3::prelude::*;
 
 use crate::convert::{f64s, gpus_from, id_array, ids};
 use crate::errors::{enter, invalid_job, invalid_state, Stop};
+use crate::fabric::{hot_uplinks, io_demands, IoTuple, PyHotUplink};
 use crate::job::PyJobSpec;
 use crate::state::PyClusterState;
 use crate::topology::PyTopology;
 
-/// The cost model's verdict on one placement (see `cost::CostReport` in the core).
+/// Everything one placement costs (see `request::Report` in the core): the cost model's
+/// report, and what the placement shares with the running jobs and its stores.
 #[pyclass(frozen, module = "gpuplace._core", name = "CostReport")]
 pub(crate) struct PyCostReport {
     pub(crate) inner: CostReport,
+    alone_seconds: Option<f64>,
+    hot_uplinks: Vec<Py<PyHotUplink>>,
+    io_seconds: f64,
+}
+
+impl PyCostReport {
+    /// A report with nothing shared (priced without a state).
+    pub(crate) fn plain(inner: CostReport) -> PyCostReport {
+        PyCostReport {
+            inner,
+            alone_seconds: None,
+            hot_uplinks: Vec::new(),
+            io_seconds: 0.0,
+        }
+    }
+
+    /// The bindings' form of the core's one report.
+    pub(crate) fn from_report(py: Python<'_>, report: Report) -> PyResult<PyCostReport> {
+        let (alone_seconds, hot_uplinks) = match report.contention {
+            Some(seen) => (Some(seen.alone_seconds), hot_uplinks(py, seen.uplinks)?),
+            None => (None, Vec::new()),
+        };
+        Ok(PyCostReport {
+            inner: report.cost,
+            alone_seconds,
+            hot_uplinks,
+            io_seconds: report.io_seconds,
+        })
+    }
+}
+
+/// The request's storage traffic in the core's form.
+fn request_of(state: &PyClusterState, io: Option<Vec<IoTuple>>) -> PyResult<Request> {
+    Ok(Request {
+        io: io_demands(&state.inner, io.unwrap_or_default())?,
+    })
 }
 
 #[pymethods]
 impl PyCostReport {
+    /// In a state whose running jobs load the fabric: the same placement's communication
+    /// seconds per step with nobody else on it (`comm_seconds` is then the contended time);
+    /// None when nobody loads the fabric.
+    #[getter]
+    fn alone_seconds(&self) -> Option<f64> {
+        self.alone_seconds
+    }
+    /// The uplink directions over capacity on the placement's paths, most oversubscribed
+    /// first (empty unless the fabric is loaded).
+    #[getter]
+    fn hot_uplinks(&self, py: Python<'_>) -> Vec<Py<PyHotUplink>> {
+        self.hot_uplinks.iter().map(|u| u.clone_ref(py)).collect()
+    }
+    /// Seconds per step of the job's storage traffic (not part of `comm_seconds`).
+    #[getter]
+    fn io_seconds(&self) -> f64 {
+        self.io_seconds
+    }
     /// Communication time per step (s).
     #[getter]
     fn comm_seconds(&self) -> f64 {
@@ -113,15 +170,17 @@ impl PyCostReport {
 }
 
 /// Evaluate a placement with the one cost model, on the hardware of `state` (degraded
-/// components included) and against its running jobs' load on the fabric, when given.
+/// components included) and against its running jobs' load on the fabric, when given; with
+/// a state, the report also carries the contention and the storage seconds of `io`.
 #[pyfunction]
-#[pyo3(signature = (topology, job, gpus, state=None))]
+#[pyo3(signature = (topology, job, gpus, state=None, io=None))]
 pub(crate) fn evaluate<'py>(
     py: Python<'py>,
     topology: &PyTopology,
     job: &PyJobSpec,
     gpus: PyReadonlyArray1<'_, i64>,
     state: Option<PyRef<'py, PyClusterState>>,
+    io: Option<Vec<IoTuple>>,
 ) -> PyResult<PyCostReport> {
     let gpus = gpus_from(&gpus)?;
     if !Arc::ptr_eq(&topology.inner, &job.topology) {
@@ -134,25 +193,35 @@ pub(crate) fn evaluate<'py>(
         }
     }
     // In a state: its degraded hardware and its running jobs' load on the fabric.
-    let report = match &state {
+    match &state {
         Some(st) => {
+            let request = request_of(st, io)?;
             let inner = &st.inner;
-            enter(py, Stop::Never, || {
-                gpuplace_core::cost::evaluate_in(inner, &spec, &gpus)
-            })?
+            let report = enter(py, Stop::Never, || {
+                request::price(inner, &spec, &gpus, &request)
+            })?;
+            PyCostReport::from_report(py, report)
         }
-        None => enter(py, Stop::Never, || {
-            gpuplace_core::cost::evaluate(&topo, &spec, &gpus)
-        })?,
-    };
-    Ok(PyCostReport { inner: report })
+        None => {
+            if io.is_some_and(|io| !io.is_empty()) {
+                return Err(invalid_state(
+                    "storage seconds need a state to price them in",
+                ));
+            }
+            let report = enter(py, Stop::Never, || {
+                gpuplace_core::cost::evaluate(&topo, &spec, &gpus)
+            })?;
+            Ok(PyCostReport::plain(report))
+        }
+    }
 }
 
 /// The placement gate: check `gpus` proposed by `solver` against the state (length, no GPU
 /// twice, free and healthy GPUs, confinement when the solver promises it) and price them on
-/// the state's hardware. Raises InvalidState naming what is wrong.
+/// the state's hardware, among its running jobs, with the storage seconds of `io`, in the
+/// same call. Raises InvalidState naming what is wrong.
 #[pyfunction]
-#[pyo3(signature = (state, job, gpus, solver, confining))]
+#[pyo3(signature = (state, job, gpus, solver, confining, io=None))]
 pub(crate) fn admit<'py>(
     py: Python<'py>,
     state: PyRef<'py, PyClusterState>,
@@ -160,24 +229,36 @@ pub(crate) fn admit<'py>(
     gpus: PyReadonlyArray1<'_, i64>,
     solver: &str,
     confining: bool,
+    io: Option<Vec<IoTuple>>,
 ) -> PyResult<PyCostReport> {
     job.check_state(&state)?;
     let what = format!("solver '{solver}' returned an invalid placement: GPU id");
     let gpus = ids(&what, &gpus, CoreError::InvalidState)?;
+    let request = request_of(&state, io)?;
     let spec = job.inner.clone();
     let inner = &state.inner;
     let report = enter(py, Stop::Never, || {
-        gpuplace_core::gate::admit(inner, &spec, &gpus, solver, confining)
+        request::admit(inner, &spec, &gpus, solver, confining, &request)
     })?;
-    Ok(PyCostReport { inner: report })
+    PyCostReport::from_report(py, report)
+}
+
+/// What `place` returns: the GPU of each rank and its full cost report.
+#[pyclass(frozen, get_all, module = "gpuplace._core", name = "PlaceResult")]
+pub(crate) struct PyPlaceResult {
+    /// The GPU of each rank.
+    gpus: Py<PyArray1<i64>>,
+    /// The placement's cost report (contention and storage included).
+    cost: Py<PyCostReport>,
 }
 
 /// Run a Rust solver and pass its placement through the gate; returns the GPU of each rank
-/// and its cost report, in one call. The state is not changed. Ctrl-C stops a search.
-/// Where running jobs load the fabric, a candidate is priced with that load and, with
-/// `neighbours`, with the time it adds to the running jobs.
+/// and its full cost report (contention, storage seconds of `io`), in one call. The state is
+/// not changed. Ctrl-C stops a search. Where running jobs load the fabric, a candidate is
+/// priced with that load and, with `neighbours`, with the time it adds to the running jobs.
 #[pyfunction]
-#[pyo3(signature = (state, job, solver, seed=0, time_limit=None, neighbours=true))]
+#[pyo3(signature = (state, job, solver, seed=0, time_limit=None, neighbours=true, io=None))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn place<'py>(
     py: Python<'py>,
     state: PyRef<'py, PyClusterState>,
@@ -186,8 +267,10 @@ pub(crate) fn place<'py>(
     seed: u64,
     time_limit: Option<f64>,
     neighbours: bool,
-) -> PyResult<(Bound<'py, PyArray1<i64>>, PyCostReport)> {
+    io: Option<Vec<IoTuple>>,
+) -> PyResult<PyPlaceResult> {
     job.check_state(&state)?;
+    let request = request_of(&state, io)?;
     let spec = job.inner.clone();
     let inner = &state.inner;
     let opts = SolveOptions {
@@ -202,19 +285,64 @@ pub(crate) fn place<'py>(
         Stop::Never
     };
     let (gpus, report) = enter(py, stop, || {
-        gpuplace_core::gate::place(inner, &spec, solver, &opts)
+        request::place(inner, &spec, solver, &opts, &request)
     })?;
-    Ok((id_array(py, &gpus), PyCostReport { inner: report }))
+    Ok(PyPlaceResult {
+        gpus: id_array(py, &gpus).unbind(),
+        cost: Py::new(py, PyCostReport::from_report(py, report)?)?,
+    })
 }
 
-/// What `refine` returns: (gpus, start seconds, final seconds, iterations, accepted moves).
-type RefineOut<'py> = (Bound<'py, PyArray1<i64>>, PyCostReport, f64, u64, u64);
-
-/// Improve a placement by local search; returns (gpus, their cost report on the state's
-/// hardware among its running jobs, start seconds, iterations, accepted moves). The GPUs of
-/// `start` count as usable even if allocated. Ctrl-C stops the search.
+/// Run a Rust solver without the gate or pricing: the GPU of each rank. What a solver
+/// written in Python calls to start from a Rust solver's answer (the placement then passes the
+/// gate once, in `gpuplace.place`), and what asks whether a job fits now.
 #[pyfunction]
-#[pyo3(signature = (state, job, start, time_limit=0.5, seed=0, max_iterations=200_000))]
+#[pyo3(signature = (state, job, solver, seed=0, time_limit=None, neighbours=true))]
+pub(crate) fn solve<'py>(
+    py: Python<'py>,
+    state: PyRef<'py, PyClusterState>,
+    job: &PyJobSpec,
+    solver: &str,
+    seed: u64,
+    time_limit: Option<f64>,
+    neighbours: bool,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    job.check_state(&state)?;
+    let spec = job.inner.clone();
+    let inner = &state.inner;
+    let opts = SolveOptions {
+        seed,
+        time_limit,
+        ignore_neighbours: !neighbours,
+    };
+    let stop = if solvers::searches(solver) {
+        Stop::OnSignal
+    } else {
+        Stop::Never
+    };
+    let gpus = enter(py, stop, || solvers::solve(solver, inner, &spec, &opts))?;
+    Ok(id_array(py, &gpus))
+}
+
+/// What `refine` returns: the improved placement, its report, and how the search went.
+#[pyclass(frozen, get_all, module = "gpuplace._core", name = "RefineResult")]
+pub(crate) struct PyRefineResult {
+    /// The GPU of each rank.
+    gpus: Py<PyArray1<i64>>,
+    /// The cost report of the result on the state (contention and storage included).
+    cost: Py<PyCostReport>,
+    /// Moves tried and accepted.
+    iterations: u64,
+    accepted: u64,
+}
+
+/// Improve a placement by local search; returns the GPUs, their full cost report on the
+/// state (its hardware, its running jobs, the storage seconds of `io`), the iterations and
+/// the accepted moves. The GPUs of `start` count as usable even if
+/// allocated. Ctrl-C stops the search.
+#[pyfunction]
+#[pyo3(signature = (state, job, start, time_limit=0.5, seed=0, max_iterations=200_000, io=None))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn refine<'py>(
     py: Python<'py>,
     state: PyRef<'py, PyClusterState>,
@@ -223,9 +351,11 @@ pub(crate) fn refine<'py>(
     time_limit: f64,
     seed: u64,
     max_iterations: u64,
-) -> PyResult<RefineOut<'py>> {
+    io: Option<Vec<IoTuple>>,
+) -> PyResult<PyRefineResult> {
     job.check_state(&state)?;
     let start = gpus_from(&start)?;
+    let request = request_of(&state, io)?;
     let spec = job.inner.clone();
     let inner = &state.inner;
     let opts = gpuplace_core::refine::RefineOptions {
@@ -235,16 +365,27 @@ pub(crate) fn refine<'py>(
     };
     let (out, report) = enter(py, Stop::OnSignal, || {
         let out = gpuplace_core::refine::refine(inner, &spec, &start, &opts)?;
-        let report = gpuplace_core::cost::evaluate_in(inner, &spec, &out.gpus)?;
+        let report = request::price(inner, &spec, &out.gpus, &request)?;
         Ok((out, report))
     })?;
-    Ok((
-        id_array(py, &out.gpus),
-        PyCostReport { inner: report },
-        out.start_seconds,
-        out.iterations,
-        out.accepted,
-    ))
+    Ok(PyRefineResult {
+        gpus: id_array(py, &out.gpus).unbind(),
+        cost: Py::new(py, PyCostReport::from_report(py, report)?)?,
+        iterations: out.iterations,
+        accepted: out.accepted,
+    })
+}
+
+/// What `map_ranks` returns: the slot of each rank and what the search found.
+#[pyclass(frozen, get_all, module = "gpuplace._core", name = "RankMapping")]
+pub(crate) struct PyRankMapping {
+    /// `perm[rank]` = the slot (row of the distance matrix) of each rank.
+    perm: Py<PyArray1<i64>>,
+    /// sum_ij traffic[i, j] * distance[perm[i], perm[j]].
+    cost: f64,
+    iterations: u64,
+    /// Seconds the search ran.
+    elapsed_s: f64,
 }
 
 /// Bandwidth factor of a path with packet loss rate `loss` (0.01 = 1 %), per the cost model.
@@ -255,7 +396,7 @@ pub(crate) fn loss_factor(loss: f64) -> f64 {
 
 /// Quadratic assignment: minimise sum_ij traffic[i,j] * distance[perm[i], perm[j]]. Traffic is
 /// either dense (`n x n`) or sparse rows (src, dst, weight) with `n`; distance is `m x m`.
-/// Returns (perm, cost, iterations, elapsed seconds).
+/// Returns a `RankMapping` (perm, cost, iterations, elapsed seconds).
 #[pyfunction]
 #[pyo3(signature = (distance, n, traffic_dense=None, traffic_src=None, traffic_dst=None, traffic_weight=None, time_limit=1.0, seed=0, threads=1, initial=None, max_iterations=None))]
 #[allow(clippy::too_many_arguments)]
@@ -272,7 +413,7 @@ pub(crate) fn map_ranks<'py>(
     threads: usize,
     initial: Option<PyReadonlyArray1<'_, i64>>,
     max_iterations: Option<u64>,
-) -> PyResult<(Bound<'py, PyArray1<i64>>, f64, u64, f64)> {
+) -> PyResult<PyRankMapping> {
     use gpuplace_core::qap::{QapOptions, Traffic};
     let shape = distance.shape();
     if shape[0] != shape[1] {
@@ -350,12 +491,12 @@ pub(crate) fn map_ranks<'py>(
         .map(|p| p as i64)
         .collect::<Vec<_>>()
         .into_pyarray(py);
-    Ok((
-        perm,
-        mapping.cost,
-        mapping.iterations,
-        mapping.elapsed.as_secs_f64(),
-    ))
+    Ok(PyRankMapping {
+        perm: perm.unbind(),
+        cost: mapping.cost,
+        iterations: mapping.iterations,
+        elapsed_s: mapping.elapsed.as_secs_f64(),
+    })
 }
 
 /// The solvers implemented in Rust: (name, description, keeps confinement).

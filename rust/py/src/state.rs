@@ -2,6 +2,7 @@
 //! health of every component, spares, and repair of a running job.
 
 use gpuplace_core::repair::{self, MoveReason as CoreMoveReason, RepairOptions};
+use gpuplace_core::request::{self, Report, Request};
 use gpuplace_core::state::{Component, ComponentHealth};
 use gpuplace_core::ClusterState;
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
@@ -95,6 +96,10 @@ pub(crate) struct PyRepairPlan {
     report_after: Py<PyCostReport>,
     #[pyo3(get)]
     evaluations: usize,
+    /// Seconds the repair itself took inside the core (pricing what the placements share
+    /// with the running jobs and the stores, done in the same call, not included).
+    #[pyo3(get)]
+    repair_seconds: f64,
 }
 
 #[pymethods]
@@ -217,9 +222,10 @@ impl PyClusterState {
         enter(py, Stop::Never, || inner.check())
     }
 
-    /// Repair job `name` in place (all or nothing); returns what it did. Ctrl-C stops it
-    /// (the state is then unchanged).
-    #[pyo3(signature = (job, name, max_moves=0, spares=SparePolicy::Allow, max_evaluations=24, time_limit=None))]
+    /// Repair job `name` in place (all or nothing); returns what it did, with the full
+    /// reports (contention, the storage seconds of `io`) of the placement before and after.
+    /// Ctrl-C stops it (the state is then unchanged).
+    #[pyo3(signature = (job, name, max_moves=0, spares=SparePolicy::Allow, max_evaluations=24, time_limit=None, io=None))]
     #[allow(clippy::too_many_arguments)]
     fn repair(
         &mut self,
@@ -230,8 +236,12 @@ impl PyClusterState {
         spares: SparePolicy,
         max_evaluations: usize,
         time_limit: Option<f64>,
+        io: Option<Vec<IoTuple>>,
     ) -> PyResult<PyRepairPlan> {
         job.check_state(self)?;
+        let request = Request {
+            io: io_demands(&self.inner, io.unwrap_or_default())?,
+        };
         let time_limit = match time_limit {
             None => None,
             Some(t) if t.is_finite() && t > 0.0 => Some(std::time::Duration::from_secs_f64(t)),
@@ -249,9 +259,32 @@ impl PyClusterState {
         };
         let spec = job.inner.clone();
         let inner = &mut self.inner;
-        let plan = enter(py, Stop::OnSignal, || {
-            repair::repair(inner, &spec, name, &opts)
+        let (plan, before, seconds, after) = enter(py, Stop::OnSignal, || {
+            // What the old placement shares with the others, seen before it moves.
+            let shared = match inner.job(name) {
+                Some(alloc) => Some(request::shared(inner, &spec, &alloc.gpus, &request)?),
+                None => None,
+            };
+            let start = std::time::Instant::now();
+            let plan = repair::repair(inner, &spec, name, &opts)?;
+            let seconds = start.elapsed().as_secs_f64();
+            let (contention, io_seconds) = shared.unwrap_or_default();
+            let before = Report {
+                cost: plan.report_before.clone(),
+                contention,
+                io_seconds,
+            };
+            // Nothing moved: the placement and its costs are as they were.
+            let after = if plan.moves.is_empty() {
+                before.clone()
+            } else {
+                let cost = plan.report_after.clone();
+                request::complete(inner, &spec, &plan.gpus, cost, &request)?
+            };
+            Ok((plan, before, seconds, after))
         })?;
+        let before = PyCostReport::from_report(py, before)?;
+        let after = PyCostReport::from_report(py, after)?;
         let moves = plan
             .moves
             .iter()
@@ -282,19 +315,10 @@ impl PyClusterState {
             moves,
             cost_before: plan.cost_before,
             cost_after: plan.cost_after,
-            report_before: Py::new(
-                py,
-                PyCostReport {
-                    inner: plan.report_before,
-                },
-            )?,
-            report_after: Py::new(
-                py,
-                PyCostReport {
-                    inner: plan.report_after,
-                },
-            )?,
+            report_before: Py::new(py, before)?,
+            report_after: Py::new(py, after)?,
             evaluations: plan.evaluations,
+            repair_seconds: seconds,
         })
     }
 

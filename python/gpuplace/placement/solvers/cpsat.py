@@ -139,7 +139,7 @@ import numpy as np
 from gpuplace import _core
 from gpuplace._util.lazy import LazyModule
 from gpuplace.errors import GpuplaceError, Infeasible
-from gpuplace.placement.place import evaluate, place
+from gpuplace.placement.place import evaluate
 from gpuplace.placement.registry import register_solver
 from gpuplace.placement.result import SolveResult
 from gpuplace.placement.solvers import cpsat_gpus
@@ -1009,7 +1009,8 @@ def solve(
     greedy_gpus: np.ndarray | None = None
     greedy_error: str | None = None
     try:
-        greedy_gpus = np.asarray(place(state, job, "greedy").gpus, dtype=np.int64)
+        # The greedy solver alone (the gate runs once, on the placement cpsat returns).
+        greedy_gpus = _core.solve(state._core, job.compile(state.topology), "greedy", seed)
     except Infeasible as exc:
         greedy_error = str(exc)
 
@@ -1163,11 +1164,12 @@ def _solve_blocks(
         )
     # The model's prices above the NVLink domain are lower bounds (see _collective_price):
     # polish on the evaluator's cost by the core's local search, which never makes it worse.
-    polished, _, _, _, accepted = _core.refine(
+    refined = _core.refine(
         state._core, job.compile(topo), np.asarray(gpus, dtype=np.int64), 0.2, seed, 20_000
     )
+    polished = refined.gpus
     if (
-        accepted
+        refined.accepted
         and evaluate(topo, job, polished).comm_seconds < evaluate(topo, job, gpus).comm_seconds
     ):
         gpus, chosen = np.asarray(polished, dtype=np.int64), f"{chosen}+refine"
@@ -1348,8 +1350,8 @@ def _solve_degraded(
                 options.append((real_cost(healthy.gpus), healthy.gpus, "cpsat-healthy"))
         except GpuplaceError as exc:
             details["healthy_model"] = str(exc)
-        refined = place(state, job, "refine", seed=seed)
-        options.append((real_cost(refined.gpus), refined.gpus, "refine"))
+        refined = _core.solve(state._core, job.compile(state.topology), "refine", seed)
+        options.append((real_cost(refined), refined, "refine"))
     options = [o for o in options if math.isfinite(o[0])]
     if not options:
         raise GpuplaceError(

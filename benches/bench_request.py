@@ -1,0 +1,257 @@
+"""One request in, one report out: what a placement costs through the Python API, measured
+against a previous version of gpuplace in the same run.
+
+    python benches/bench_request.py                      # this checkout against the installed gpuplace
+    python benches/bench_request.py --peer ../old/python # against another checkout's python/
+    python benches/bench_request.py --runs 3 --quick     # a smoke run
+
+Every figure is measured in a fresh process per run (so imports and cluster construction are
+not timed), alternating this checkout and the peer run by run, and reported as the median of
+``--runs`` runs with the ratio to the peer's median:
+
+- ``place + allocate``: ``gpuplace.place`` then ``state.allocate`` of small training jobs (1 to
+  32 GPUs, sizes drawn uniformly from 1, 2, 4, 8, 16, 32, seeded) on a 16,384-GPU
+  ``h100-superpod``, the oldest job released once 600 run (about 40 % occupancy), per second.
+  Two workloads: jobs that declare only their parallelism (no communication volume, so the
+  fabric stays unloaded), and jobs that declare a model (their data-parallel traffic loads the
+  fabric's uplinks, so every placement is priced against its neighbours). Also per second of
+  the calling thread's CPU time, which other work on a shared machine inflates less.
+- ``repair``: the 405B case of ``bench_repair.py`` (tp8 pp16 dp128 on 16,896 GPUs, a NIC at
+  1 % loss under rank 800, ``max_moves=8``): wall time of ``gpuplace.repair`` through the API,
+  the CPU time of the calling thread in that call (which other work on a shared machine does
+  not inflate), and the time inside the core (``Repair.elapsed_s``: on a version before the
+  one-call report this included the repair binding's fencing; now it is the repair alone),
+  median over repeats on fresh copies.
+- ``greedy``: ``gpuplace.place(state, job)`` of 8-, 256- and 4,096-GPU training jobs on empty
+  16,384- and 131,072-GPU clusters (median of repeats, the state unchanged between them).
+- ``philly``: wall time of the simulator replaying the first ``--philly-jobs`` jobs of the
+  Philly trace on 16,384 GPUs with the greedy solver (``gpuplace.sim.simulate``).
+
+Targets (issue 21): place + allocate >= 20,000 per second; repair < 10 ms through the API;
+nothing slower than the peer. This script only measures and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SIZES = (1, 2, 4, 8, 16, 32)
+WINDOW = 600
+
+
+# ------------------------------------------------------------------ the measurements
+def _small_jobs(count: int, model: bool) -> list[Any]:
+    import gpuplace
+    from gpuplace.sim.workload import training_job
+
+    rng = random.Random(0)
+    jobs = []
+    for i in range(count):
+        size = rng.choice(SIZES)
+        if model:
+            jobs.append(training_job(f"j{i}", size))
+        else:
+            tp = min(size, 8)
+            jobs.append(gpuplace.Job(name=f"j{i}", tp=tp, dp=size // tp))
+    return jobs
+
+
+def place_allocate(model: bool, count: int) -> dict[str, float]:
+    """Jobs per second through place + allocate (after a warm-up of WINDOW jobs)."""
+    import gpuplace
+
+    state = gpuplace.ClusterState(gpuplace.Topology.preset("h100-superpod", nodes=2048))
+    jobs = _small_jobs(count + WINDOW, model)
+    running: list[str] = []
+
+    def run(batch: list[Any]) -> None:
+        for job in batch:
+            state.allocate(gpuplace.place(state, job))
+            running.append(job.name)
+            if len(running) > WINDOW:
+                state.release(running.pop(0))
+
+    run(jobs[:WINDOW])
+    start, start_cpu = time.perf_counter(), time.thread_time()
+    run(jobs[WINDOW:])
+    return {
+        "per_s": count / (time.perf_counter() - start),
+        "per_cpu_s": count / (time.thread_time() - start_cpu),
+    }
+
+
+def repair(repeats: int) -> dict[str, float]:
+    """The 405B NIC-loss evacuation: API and core milliseconds."""
+    import gpuplace
+
+    topo = gpuplace.Topology.preset("h100-superpod", nodes=2112)
+    base = gpuplace.ClusterState(topo)
+    job = gpuplace.Job(
+        name="llama",
+        tp=8,
+        pp=16,
+        dp=128,
+        model=gpuplace.TransformerModel(
+            parameters=405e9,
+            layers=126,
+            hidden_size=16384,
+            sequence_length=8192,
+            micro_batches=16,
+        ),
+    )
+    base.allocate(gpuplace.place(base, job))
+    base.degrade(nic=f"{topo.host_of(int(base.jobs['llama'][800]))}:mlx5_0", loss="1%")
+    copies = [base.copy() for _ in range(repeats)]
+    api, cpu, core = [], [], []
+    for state in copies:
+        start, start_cpu = time.perf_counter(), time.thread_time()
+        result = gpuplace.repair(state, "llama", max_moves=8)
+        api.append(time.perf_counter() - start)
+        cpu.append(time.thread_time() - start_cpu)
+        core.append(result.elapsed_s)
+    return {
+        "api_ms": statistics.median(api) * 1e3,
+        "api_cpu_ms": statistics.median(cpu) * 1e3,
+        "core_ms": statistics.median(core) * 1e3,
+    }
+
+
+def greedy(nodes: int, repeats: int) -> dict[str, float]:
+    """Milliseconds of gpuplace.place(state, job) per job size on an empty cluster."""
+    import gpuplace
+    from gpuplace.sim.workload import training_job
+
+    state = gpuplace.ClusterState(gpuplace.Topology.preset("h100-superpod", nodes=nodes))
+    out = {}
+    for size in (8, 256, 4096):
+        job = training_job(f"g{size}", size, pp=4 if size >= 256 else 1)
+        gpuplace.place(state, job)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            gpuplace.place(state, job)
+            times.append(time.perf_counter() - start)
+        out[f"{size}_ms"] = statistics.median(times) * 1e3
+    return out
+
+
+def philly(jobs: int) -> dict[str, float]:
+    """Wall seconds of the simulator replaying the first ``jobs`` Philly jobs with greedy."""
+    import gpuplace
+    from gpuplace.sim.engine import SimConfig, simulate
+    from gpuplace.sim.traces import philly as philly_trace
+
+    workload = philly_trace().head(jobs)
+    topology = gpuplace.Topology.preset("h100-superpod", nodes=2048)
+    start = time.perf_counter()
+    simulate(topology, workload, SimConfig(solver="greedy"))
+    return {"wall_s": time.perf_counter() - start}
+
+
+def worker(name: str, args: argparse.Namespace) -> dict[str, float]:
+    if name == "place-bare":
+        return place_allocate(False, args.jobs)
+    if name == "place-model":
+        return place_allocate(True, args.model_jobs)
+    if name == "repair":
+        return repair(args.repeats)
+    if name == "greedy-16k":
+        return greedy(2048, args.repeats)
+    if name == "greedy-131k":
+        return greedy(16384, args.repeats)
+    if name == "philly":
+        return philly(args.philly_jobs)
+    raise SystemExit(f"unknown measurement {name!r}")
+
+
+# ------------------------------------------------------------------ the driver
+def _run(name: str, pythonpath: str | None, args: argparse.Namespace) -> dict[str, float]:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    cmd = [sys.executable, __file__, "--worker", name]
+    cmd += ["--jobs", str(args.jobs), "--model-jobs", str(args.model_jobs)]
+    cmd += ["--repeats", str(args.repeats), "--philly-jobs", str(args.philly_jobs)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{name} ({pythonpath or 'installed'}) failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+ROWS = [
+    ("place-bare", "per_s", "place + allocate /s, 1-32 GPUs, parallelism only", True),
+    ("place-bare", "per_cpu_s", "  the same per CPU second", True),
+    ("place-model", "per_s", "place + allocate /s, 1-32 GPUs, with a model", True),
+    ("place-model", "per_cpu_s", "  the same per CPU second", True),
+    ("repair", "api_ms", "repair 405B NIC loss, API ms", False),
+    ("repair", "api_cpu_ms", "repair 405B NIC loss, API CPU ms", False),
+    ("repair", "core_ms", "repair 405B NIC loss, core ms", False),
+    ("greedy-16k", "8_ms", "greedy 8 GPUs on 16k, ms", False),
+    ("greedy-16k", "256_ms", "greedy 256 GPUs on 16k, ms", False),
+    ("greedy-16k", "4096_ms", "greedy 4096 GPUs on 16k, ms", False),
+    ("greedy-131k", "8_ms", "greedy 8 GPUs on 131k, ms", False),
+    ("greedy-131k", "256_ms", "greedy 256 GPUs on 131k, ms", False),
+    ("greedy-131k", "4096_ms", "greedy 4096 GPUs on 131k, ms", False),
+    ("philly", "wall_s", "Philly replay wall s", False),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--jobs", type=int, default=6000, help="jobs timed, parallelism only")
+    ap.add_argument("--model-jobs", type=int, default=1500, help="jobs timed, with a model")
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--philly-jobs", type=int, default=20_000)
+    ap.add_argument(
+        "--peer",
+        default="",
+        help="PYTHONPATH of the version to compare against (default: the installed gpuplace)",
+    )
+    ap.add_argument("--only", default="", help="comma-separated measurements to run")
+    ap.add_argument("--quick", action="store_true", help="fewer jobs, a short replay")
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args)))
+        return
+    if args.quick:
+        args.jobs, args.model_jobs, args.philly_jobs, args.repeats = 2000, 300, 3000, 5
+    here = str(Path(__file__).resolve().parents[1] / "python")
+    names = list(dict.fromkeys(name for name, *_ in ROWS))
+    if args.only:
+        names = [n for n in names if n in args.only.split(",")]
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for run in range(args.runs):
+        for name in names:
+            # Alternate which version goes first, so drift on a shared machine hits both.
+            order = [("this", here), ("peer", args.peer)]
+            for label, path in order if run % 2 == 0 else order[::-1]:
+                results.setdefault((name, label), []).append(_run(name, path, args))
+        print(f"run {run + 1}/{args.runs} done", file=sys.stderr)
+    header = f"{'measurement':48} {'peer':>12} {'this':>12} {'this/peer':>10} {'faster':>7}"
+    print(f"median of {args.runs} runs, each in a fresh process, alternating")
+    print(header)
+    print("-" * len(header))
+    for name, key, title, higher_better in ROWS:
+        if (name, "this") not in results:
+            continue
+        this = statistics.median(r[key] for r in results[(name, "this")])
+        peer = statistics.median(r[key] for r in results[(name, "peer")])
+        ratio = this / peer if peer else float("nan")
+        speedup = ratio if higher_better else (1 / ratio if ratio else float("nan"))
+        print(f"{title:48} {peer:12.3f} {this:12.3f} {ratio:10.3f} {speedup:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()

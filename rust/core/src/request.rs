@@ -1,0 +1,194 @@
+//! One request in, one report out: a placement request and everything a caller needs to know
+//! about the answer, computed in one call.
+//!
+//! A [`Request`] is the job's storage traffic (its stores and bytes per step); the state it is
+//! placed on carries the policy's fence, the running jobs (for contention), the health and the
+//! spares. [`place`] runs a Rust solver and the placement gate ([`crate::gate`]); [`admit`]
+//! gates a placement another solver made; [`price`] prices a placement without gating it.
+//! Each returns one [`Report`]: the cost model's [`CostReport`] (which carries the step time
+//! and the GPU peak it was priced at), and, in a state whose running jobs load the fabric, the
+//! same placement's seconds alone and the uplinks over capacity on its paths
+//! ([`crate::fabric::contention`]), and the seconds per step its storage traffic takes
+//! ([`crate::storage::io_seconds`]). Nothing is priced twice on the caller's side.
+
+use crate::cost::CostReport;
+use crate::error::Result;
+use crate::fabric::{self, ContentionReport};
+use crate::gate;
+use crate::job::JobSpec;
+use crate::solvers::SolveOptions;
+use crate::state::ClusterState;
+use crate::storage::{self, IoDemand};
+
+/// What a placement request carries besides the job and the state.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// The job's storage traffic per step, one entry per store it reads or writes.
+    pub io: Vec<IoDemand>,
+}
+
+/// Everything one placement costs, from one call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// The cost model's report: communication (contended, in a loaded state), per class,
+    /// per level, confinement, and the step time at the slowest host type's GPU peak.
+    pub cost: CostReport,
+    /// Priced in a state whose running jobs load the fabric: alone and contended seconds and
+    /// the hot uplinks on the job's paths; None when nobody loads the fabric.
+    pub contention: Option<ContentionReport>,
+    /// Seconds per step of the job's storage traffic over the paths to its stores (not part
+    /// of `cost.comm_seconds`); 0 without storage traffic.
+    pub io_seconds: f64,
+}
+
+/// Whether any running job loads a fabric uplink (so that a placement here contends).
+pub fn fabric_loaded(state: &ClusterState) -> bool {
+    state
+        .fabric_load()
+        .is_some_and(|load| load.iter().any(|&v| v > 0.0))
+}
+
+/// What `gpus` share on `state`: the contention with the running jobs (None when nobody
+/// loads the fabric) and the storage seconds of the request.
+pub fn shared(
+    state: &ClusterState,
+    job: &JobSpec,
+    gpus: &[u32],
+    request: &Request,
+) -> Result<(Option<ContentionReport>, f64)> {
+    let contention = if fabric_loaded(state) {
+        Some(fabric::contention(state, job, gpus)?)
+    } else {
+        None
+    };
+    let mut io_seconds = 0.0;
+    for demand in &request.io {
+        io_seconds += storage::io_seconds(
+            state,
+            &demand.store,
+            demand.read_bytes,
+            demand.write_bytes,
+            gpus,
+        )?;
+    }
+    Ok((contention, io_seconds))
+}
+
+/// Complete `cost` (the report of `gpus` on `state`) with what the placement shares: its
+/// contention with the running jobs and its storage seconds.
+pub fn complete(
+    state: &ClusterState,
+    job: &JobSpec,
+    gpus: &[u32],
+    cost: CostReport,
+    request: &Request,
+) -> Result<Report> {
+    let (contention, io_seconds) = shared(state, job, gpus, request)?;
+    Ok(Report {
+        cost,
+        contention,
+        io_seconds,
+    })
+}
+
+/// Price `gpus` on `state` (its hardware and running jobs) without gating them.
+pub fn price(
+    state: &ClusterState,
+    job: &JobSpec,
+    gpus: &[u32],
+    request: &Request,
+) -> Result<Report> {
+    let cost = crate::cost::evaluate_in(state, job, gpus)?;
+    complete(state, job, gpus, cost, request)
+}
+
+/// The placement gate ([`gate::admit`]) and the full report of the placement it admits.
+pub fn admit(
+    state: &ClusterState,
+    job: &JobSpec,
+    gpus: &[u32],
+    solver: &str,
+    confining: bool,
+    request: &Request,
+) -> Result<Report> {
+    let cost = gate::admit(state, job, gpus, solver, confining)?;
+    complete(state, job, gpus, cost, request)
+}
+
+/// Run a Rust solver, pass its placement through the gate, and report it: the GPU of each
+/// rank and the full report, in one call.
+pub fn place(
+    state: &ClusterState,
+    job: &JobSpec,
+    solver: &str,
+    opts: &SolveOptions,
+    request: &Request,
+) -> Result<(Vec<u32>, Report)> {
+    let (gpus, cost) = gate::place(state, job, solver, opts)?;
+    let report = complete(state, job, &gpus, cost, request)?;
+    Ok((gpus, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::testing::tp_dp_job;
+    use crate::storage::{Attach, Store};
+    use crate::topology::tests::tree;
+    use std::sync::Arc;
+
+    #[test]
+    fn one_call_gives_the_gated_placement_its_contention_and_its_storage_seconds() {
+        let topo = Arc::new(tree(8, 8, 2));
+        let job = Arc::new(tp_dp_job(&topo, 8, 2));
+        let mut state = ClusterState::new(topo.clone());
+        let empty = Request::default();
+        // Nobody on the fabric: no contention part, no storage.
+        let (gpus, report) = place(&state, &job, "greedy", &SolveOptions::default(), &empty)
+            .expect("an empty cluster fits 16 GPUs");
+        assert!(report.contention.is_none());
+        assert_eq!(report.io_seconds, 0.0);
+        assert_eq!(
+            report.cost,
+            crate::cost::evaluate_in(&state, &job, &gpus).unwrap()
+        );
+
+        // A running job across two leaves loads the fabric: the report prices a new
+        // placement against it, alone and contended, in the same call.
+        let running: Vec<u32> = (0..8).chain(16..24).collect();
+        state
+            .allocate_job("running", &running, Some(job.clone()))
+            .unwrap();
+        assert!(fabric_loaded(&state));
+        let store = Store::new(
+            &topo,
+            Attach::Domain {
+                level: 1,
+                domain: 0,
+            },
+            10.0,
+            10.0,
+        )
+        .unwrap();
+        let request = Request {
+            io: vec![IoDemand {
+                store,
+                read_bytes: 1e9,
+                write_bytes: 0.0,
+            }],
+        };
+        let far: Vec<u32> = (32..40).chain(48..56).collect();
+        let report = admit(&state, &job, &far, "test", false, &request).unwrap();
+        let seen = report.contention.clone().expect("the fabric is loaded");
+        assert_eq!(seen, fabric::contention(&state, &job, &far).unwrap());
+        assert_eq!(report.cost.comm_seconds, seen.contended_seconds);
+        let io = storage::io_seconds(&state, &request.io[0].store, 1e9, 0.0, &far).unwrap();
+        assert!(io > 0.0);
+        assert_eq!(report.io_seconds, io);
+        assert_eq!(price(&state, &job, &far, &request).unwrap(), report);
+
+        // The gate still refuses what it refused.
+        let err = admit(&state, &job, &running, "test", false, &request).unwrap_err();
+        assert!(err.to_string().contains("allocated to job 'running'"));
+    }
+}
