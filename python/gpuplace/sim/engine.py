@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuplace.cluster.fabric import contention
 from gpuplace.cluster.state import ClusterState, nics_of
 from gpuplace.enums import Health
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
@@ -56,6 +57,7 @@ from gpuplace.model.topology import Topology
 from gpuplace.placement.place import evaluate, place
 from gpuplace.placement.registry import solvers
 from gpuplace.placement.repair import repair
+from gpuplace.placement.result import gpu_peak_tflops
 from gpuplace.sim.failures import Cause, FailureModel
 from gpuplace.sim.speed import JobProfile, Speed, job_profile, job_speed, peak_flops
 from gpuplace.sim.traces import SimJob, Workload, job_template
@@ -67,6 +69,8 @@ __all__ = [
     "JobRecord",
     "SimConfig",
     "SimResult",
+    "cluster_peak_flops",
+    "reference_gpus",
     "simulate",
 ]
 
@@ -140,6 +144,34 @@ class JobRecord:
     reason: str = ""
     #: The cause of the last interruption: its restart cost is lost to it.
     restart_cause: str = ""
+    #: Productive running time (s, restarts excluded) and the integrals over it of the step
+    #: time's factors from contention and from degraded hardware (see :class:`_Run`).
+    running_s: float = 0.0
+    contention_s: float = 0.0
+    degraded_s: float = 0.0
+    #: Peak FLOPs of the GPUs it held, over the time it held them (FLOP): the denominator of
+    #: its MFU, at the peak of the GPUs it got.
+    peak_flop: float = 0.0
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOPs of its kept work over the peak FLOPs of the GPUs it held while it held
+        them (None without a model)."""
+        return (
+            self.model_flops / self.peak_flop if self.model_flops > 0 and self.peak_flop else None
+        )
+
+    @property
+    def contention_slowdown(self) -> float | None:
+        """Time-weighted mean factor by which neighbours' traffic lengthened the job's step
+        (1.0: never slowed; None if it never ran)."""
+        return self.contention_s / self.running_s if self.running_s > 0 else None
+
+    @property
+    def degraded_slowdown(self) -> float | None:
+        """Time-weighted mean factor by which degraded hardware under the job lengthened its
+        step (1.0: never slowed; None if it never ran)."""
+        return self.degraded_s / self.running_s if self.running_s > 0 else None
 
     @property
     def queue_s(self) -> float | None:
@@ -154,10 +186,15 @@ class _Run:
     """A running segment of a job: from ``start`` (restart cost first) on ``gpus``."""
 
     __slots__ = (
+        "base_comm",
+        "base_step",
         "bytes_per_step",
         "cause",
+        "crossing",
+        "factors",
         "gpus",
         "name",
+        "peak",
         "profile",
         "record",
         "restart",
@@ -179,6 +216,15 @@ class _Run:
         self.work_left = record.job.work_s - record.kept_work_s
         # (time, speed) from which each speed holds; speed 0 during the restart.
         self.timeline: list[tuple[float, float]] = []
+        #: (contention, degraded) step-time factors from each timeline point on.
+        self.factors: list[tuple[float, float]] = []
+        #: Step time (s) of this placement alone on healthy hardware, when needed.
+        self.base_step: float | None = None
+        self.base_comm = 0.0
+        #: Whether the job's traffic leaves its NVLink domain (so it can load the fabric).
+        self.crossing = False
+        #: Peak FLOP/s of one GPU of this placement (its slowest host type's).
+        self.peak = 0.0
         self.version = 0
         self.profile: JobProfile | None = None
         self.bytes_per_step: np.ndarray | None = None
@@ -193,12 +239,101 @@ class _Run:
                 done += speed * (hi - lo)
         return done
 
+    def slowdown_integrals(self, a: float, b: float) -> tuple[float, float, float]:
+        """Running time (speed > 0) in [a, b] and the integrals of the contention and
+        degraded factors over it."""
+        running = cont = degr = 0.0
+        points = self.timeline
+        for i, (t, speed) in enumerate(points):
+            end = points[i + 1][0] if i + 1 < len(points) else math.inf
+            lo, hi = max(a, t), min(b, end)
+            if hi > lo and speed > 0:
+                c, d = self.factors[i]
+                running += hi - lo
+                cont += c * (hi - lo)
+                degr += d * (hi - lo)
+        return running, cont, degr
+
     def finish_time(self, now: float) -> float:
         t, speed = self.timeline[-1]
         left = self.work_left - self.work_between(self.start, max(now, t))
         if speed <= 0:
             return math.inf
         return max(now, t) + max(left, 0.0) / speed
+
+
+def _type_peak(topology: Topology, host_type: str) -> float | None:
+    """Peak FLOP/s of one GPU of a host type: its ``peak_tflops``, else its ``gpu_model`` in
+    the core's table; None if unknown."""
+    node_type = topology.node_types[host_type]
+    peak = node_type.peak_tflops
+    if peak is None and node_type.gpu_model:
+        peak = gpu_peak_tflops(node_type.gpu_model)
+    return None if peak is None else float(peak) * 1e12
+
+
+def _gpus_by_type(topology: Topology) -> dict[str, np.ndarray]:
+    host_of_gpu = topology.path[:, topology.node_level]
+    host_types = np.asarray(topology.host_types)
+    type_of_gpu = host_types[host_of_gpu]
+    return {str(t): np.flatnonzero(type_of_gpu == t) for t in np.unique(type_of_gpu)}
+
+
+def reference_gpus(topology: Topology) -> np.ndarray | None:
+    """On a cluster whose host types differ in GPU peak: a mask of the GPUs of the most common
+    peak (by GPU count, ties to the faster), where a job's work is defined (its runtime there,
+    see :mod:`gpuplace.sim.speed`); on faster GPUs it runs faster, on slower ones slower.
+    None on a cluster whose GPUs all have the same peak."""
+    by_peak: dict[float, list[int]] = {}
+    for host_type, gpus in _gpus_by_type(topology).items():
+        peak = _type_peak(topology, host_type)
+        if peak is not None:
+            by_peak.setdefault(peak, []).extend(gpus.tolist())
+    if len(by_peak) <= 1:
+        return None
+    peak = max(by_peak, key=lambda p: (len(by_peak[p]), p))
+    mask = np.zeros(topology.num_gpus, dtype=bool)
+    mask[by_peak[peak]] = True
+    return mask
+
+
+def cluster_peak_flops(topology: Topology) -> float:
+    """Mean peak FLOP/s per GPU of the cluster (each host type at its own peak; a type whose
+    peak is unknown at :func:`gpuplace.sim.speed.peak_flops`)."""
+    fallback = peak_flops(topology)
+    total = 0.0
+    for host_type, gpus in _gpus_by_type(topology).items():
+        peak = _type_peak(topology, host_type)
+        total += len(gpus) * (fallback if peak is None else peak)
+    return total / topology.num_gpus
+
+
+def _slowdown_factors(
+    step: float, report: Any, base_step: float, base_comm: float
+) -> tuple[float, float]:
+    """Split the lengthening of a job's step over the same placement alone on healthy
+    hardware (``base_step``, ``base_comm`` s) between contention and degraded hardware.
+
+    The core prices the placement on the state (``step``, contended ``comm_seconds``) and
+    alone on the state's hardware (``alone_seconds``); the communication added by degraded
+    links is ``alone - base_comm`` and by neighbours ``contended - alone``. The step time
+    added (``step - base_step``, after overlap with compute) is split between them in that
+    proportion. Returns (contention, degraded) factors, each >= 1: the step with that cause
+    over the step without it."""
+    extra = max(0.0, step - base_step)
+    if extra <= 0.0 or base_step <= 0.0:
+        return 1.0, 1.0
+    contended = float(report.comm_seconds)
+    alone = contended if report.alone_seconds is None else float(report.alone_seconds)
+    by_degraded = max(0.0, alone - base_comm)
+    by_neighbours = max(0.0, contended - alone)
+    total = by_degraded + by_neighbours
+    # Without a communication difference (a slow GPU) it is all degraded hardware.
+    share = by_neighbours / total if total > 0 else 0.0
+    extra_contention = extra * share
+    contention_factor = step / (step - extra_contention)
+    degraded_factor = (base_step + extra - extra_contention) / base_step
+    return contention_factor, degraded_factor
 
 
 @dataclass
@@ -266,10 +401,14 @@ class _Simulator:
         self.lost: dict[str, float] = {}
         self.failure_counts: dict[str, int] = {}
         self.drained_for: dict[tuple[str, int], list[str]] = {}
+        #: Running jobs to re-price at the end of this instant (their neighbours changed).
+        self.dirty: set[str] = set()
+        #: Degraded NICs now (their jobs' steps are lengthened by degraded hardware).
+        self.degraded: set[str] = set()
         nvl = topology.nvlink_level
         self.nvl_level = nvl
         self.node_level = topology.node_level
-        self.peak = 0.0
+        self.peak = cluster_peak_flops(topology)
         sizes = np.array([j.gpus for j in workload.jobs] or [1])
         ks, counts = np.unique(sizes, return_counts=True)
         self.fgd_sizes, self.fgd_weights = ks, counts / counts.sum()
@@ -291,23 +430,26 @@ class _Simulator:
         if template is None:
             template = self.templates[key] = job_template(job)
             self.profiles[key] = self._profile(template)
-            self.peak = self.profiles[key].peak_flops
         return template, self.profiles[key]
 
     def _profile(self, template: Job) -> JobProfile:
         """The job's reference step: alone on the empty reference cluster (this one unless a
-        what-if names another), placed by greedy; this cluster if it does not fit there."""
+        what-if names another), placed by greedy on its most common GPU type (see
+        :func:`reference_gpus`); anywhere on it if it does not fit there; this cluster if it
+        does not fit on the reference."""
         for reference_topology in dict.fromkeys((self.reference, self.topology)):
             if reference_topology is None:
                 continue
             empty = self.empty.get(id(reference_topology))
             if empty is None:
                 empty = self.empty[id(reference_topology)] = ClusterState(reference_topology)
-            try:
-                report = place(empty, template, "greedy").cost
-            except Infeasible:
-                continue
-            return job_profile(template, self.topology, report, reference_topology)
+            typical = reference_gpus(reference_topology)
+            for view in (empty.fenced_view(typical), empty):
+                try:
+                    report = place(view, template, "greedy").cost
+                except Infeasible:
+                    continue
+                return job_profile(template, self.topology, report, reference_topology)
         return JobProfile(0.0, 0.0, peak_flops(self.topology), 0.0)
 
     def _queue_key(self, job: SimJob) -> tuple[Any, ...]:
@@ -335,21 +477,56 @@ class _Simulator:
         self.state.reserve_spares(gpus=gpus)
 
     # ------------------------------------------------------------------ running jobs
-    def _set_speed(self, run: _Run, now: float, speed: Speed) -> None:
+    def _set_speed(
+        self, run: _Run, now: float, speed: Speed, factors: tuple[float, float] = (1.0, 1.0)
+    ) -> None:
         t0 = run.start + run.restart
         if now < t0:
-            run.timeline = (
-                [(run.start, 0.0), (t0, speed.speed)]
-                if run.restart > 0
-                else [(run.start, speed.speed)]
-            )
+            if run.restart > 0:
+                run.timeline = [(run.start, 0.0), (t0, speed.speed)]
+                run.factors = [(1.0, 1.0), factors]
+            else:
+                run.timeline = [(run.start, speed.speed)]
+                run.factors = [factors]
         else:
             run.timeline.append((now, speed.speed))
+            run.factors.append(factors)
         # Unique across segments, so a finish event of an earlier segment never matches.
         run.version = self.seq + 1
         finish = run.finish_time(now)
         if finish < math.inf:
             self._push(finish, _FINISH, (run.name, run.version))
+
+    def _price(
+        self, run: _Run, now: float, template: Job, profile: JobProfile, report: Any
+    ) -> None:
+        """Set ``run``'s speed from ``report`` (its placement priced on the state), with the
+        factors by which contention and degraded hardware lengthen its step."""
+        speed = job_speed(report, profile)
+        if speed.mfu is not None and speed.mfu > 1.0 + 1e-9:
+            raise InvalidState(
+                f"job {run.name}: MFU {speed.mfu:.1%} on its GPUs, above 100 %: the step time "
+                "is shorter than the model FLOPs allow at the GPUs' peak"
+            )
+        factors = (1.0, 1.0)
+        if report.hot_uplinks or (self.degraded and run.crossing):
+            if run.base_step is None:
+                # The same placement alone on healthy hardware: what the job would run at
+                # without neighbours and without degraded links.
+                base = evaluate(self.topology, template, run.gpus)
+                run.base_step = job_speed(base, profile).step_seconds
+                run.base_comm = float(base.comm_seconds)
+            factors = _slowdown_factors(speed.step_seconds, report, run.base_step, run.base_comm)
+        last = run.timeline[-1] if run.timeline else None
+        if last is not None and last[1] == speed.speed and run.factors[-1] == factors:
+            return
+        self._set_speed(run, now, speed, factors)
+
+    def _mark_neighbours(self, name: str, report_uplinks: Iterable[Any]) -> None:
+        """Re-price, at the end of this instant, the jobs sharing a hot uplink with ``name``."""
+        for uplink in report_uplinks:
+            self.dirty.update(uplink.jobs)
+        self.dirty.discard(name)
 
     def _start(
         self,
@@ -364,19 +541,30 @@ class _Simulator:
         *,
         allocate: bool = True,
     ) -> None:
+        name = record.job.name
         if allocate:
-            self.state.allocate(name=record.job.name, gpus=gpus)
+            # With its spec, so its collectives load the fabric's uplinks and its neighbours
+            # see it (gpuplace.cluster.fabric). The spec is the shape's shared template (its
+            # compiled arrays are cached; a copy named after the job would compile again).
+            self.state.allocate(name=name, gpus=gpus, job=template)
         self.allocated += len(gpus)
         run = _Run(record, gpus, now, restart, cause)
         run.profile = profile
         run.bytes_per_step = np.fromiter(
             report.bytes_by_level.values(), dtype=np.float64, count=len(self.names)
         )
+        run.crossing = bool(run.bytes_per_step[self.nvl_level + 1 :].any())
+        peak_tflops = report.step_details.get("peak_tflops")
+        run.peak = profile.peak_flops if peak_tflops is None else float(peak_tflops) * 1e12
+        if run.crossing:
+            # Priced again now that it runs: with its neighbours' load and theirs with it.
+            report = evaluate(self.topology, template, gpus, state=self.state)
+            self._mark_neighbours(name, report.hot_uplinks)
         if record.first_start is None:
             record.first_start = now
         self.running[run.name] = run
         run.timeline = []
-        self._set_speed(run, now, job_speed(report, profile))
+        self._price(run, now, template, profile, report)
 
     def _end_segment(
         self, run: _Run, now: float, kept_until: float, *, release: bool = True
@@ -387,6 +575,7 @@ class _Simulator:
         gpus = len(run.gpus)
         held = gpus * (now - run.start)
         record.held_gpu_s += held
+        record.peak_flop += held * run.peak
         restart_end = min(now, run.start + run.restart)
         if restart_end > run.start:
             self._lose(record, run.cause, gpus * (restart_end - run.start))
@@ -395,6 +584,12 @@ class _Simulator:
         productive_kept = max(0.0, kept_until - restart_end) if kept_until > run.start else 0.0
         record.kept_gpu_s += gpus * productive_kept
         record.kept_work_s += kept
+        running, cont, degr = run.slowdown_integrals(run.start, now)
+        record.running_s += running
+        record.contention_s += cont
+        record.degraded_s += degr
+        if run.crossing and release:
+            self._release_neighbours(run)
         profile = run.profile
         if profile is not None and profile.reference_step_seconds > 0:
             assert run.bytes_per_step is not None
@@ -408,6 +603,12 @@ class _Simulator:
         self.release_epoch += 1
         del self.running[run.name]
         return kept
+
+    def _release_neighbours(self, run: _Run) -> None:
+        """Before ``run`` gives its GPUs back: its neighbours on hot uplinks speed up."""
+        spec = self.state.specs.get(run.name)
+        if spec is not None:
+            self._mark_neighbours(run.name, contention(self.state, spec, run.gpus).uplinks)
 
     def _lose(self, record: JobRecord, cause: str, gpu_s: float) -> None:
         if gpu_s <= 0:
@@ -553,6 +754,7 @@ class _Simulator:
                         self._respond(run, now, cause.name, hardware=True, force_repair=True)
             else:
                 state.degrade(nic=nic, loss=cause.loss, reason=cause.name)
+                self.degraded.add(nic)
                 self._push(now + cause.repair_s, _RECOVER, ("nic", nic))
                 self._reprice({state.owner_of(int(g)) for g in gpus}, now)
             return
@@ -592,6 +794,8 @@ class _Simulator:
             template, profile = self._shape(record.job)
             named = replace(template, name=record.job.name)
             checkpoint = self._last_checkpoint(run, now)
+            if run.crossing:
+                self._release_neighbours(run)
             try:
                 fixed = repair(self.state, named, max_moves=self.config.max_moves)
             except (Infeasible, InvalidState):
@@ -625,9 +829,7 @@ class _Simulator:
                 continue
             template, profile = self._shape(run.record.job)
             report = evaluate(self.topology, template, run.gpus, state=self.state)
-            speed = job_speed(report, profile)
-            if speed.speed != run.timeline[-1][1]:
-                self._set_speed(run, now, speed)
+            self._price(run, now, template, profile, report)
 
     def _reprice_fabric_jobs(self, now: float) -> None:
         """Re-price every running job whose traffic leaves its NVLink domain."""
@@ -649,6 +851,8 @@ class _Simulator:
                 gpus = np.flatnonzero(nics.gpu_nic == nics.index[n])
                 affected_before |= {self.state.owner_of(int(g)) for g in gpus}
         self.state.recover(**{kind: name})
+        if kind == "nic":
+            self.degraded.difference_update(name if isinstance(name, list) else [name])
         self.unusable = int(np.count_nonzero(self.state.health() != int(Health.Ok)))
         self.release_epoch += 1
         self._reprice(affected_before, now)
@@ -739,6 +943,9 @@ class _Simulator:
                 if self.progress is not None and next_job % report_every == 0:
                     self.progress(next_job / total)
             self._schedule(now)
+            if self.dirty:
+                dirty, self.dirty = self.dirty, set()
+                self._reprice(dirty, now)
             if self.config.reprice_on_change and allocations != (
                 self.release_epoch,
                 self.allocated,

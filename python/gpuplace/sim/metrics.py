@@ -7,10 +7,15 @@ Definitions (GPU-seconds; the span is the makespan, first arrival to last finish
 * ``goodput``: useful GPU-time over all GPU-time of the cluster, where a job's useful GPU-time is
   its GPUs times its *kept* work (work at its reference step time; lost work, restarts and the
   slowdown of a worse placement are not useful);
-* ``mfu``: model FLOPs of kept work over the cluster's peak FLOPs in the span (jobs with a model);
+* ``mfu``: model FLOPs of kept work over the cluster's peak FLOPs in the span (each GPU at its
+  own host type's peak; jobs with a model); a job's MFU is over the peak of the GPUs it held;
 * ``jct``, ``queue``: completion and queueing times of the finished jobs, also by size class;
 * ``gpu_hours_lost``: held GPU-time whose work was lost to failures (since the last checkpoint)
-  or spent restarting, per cause.
+  or spent restarting, per cause;
+* ``contention_slowdown``, ``degraded_slowdown``: per job, the time-weighted mean factor by
+  which neighbours' traffic on shared uplinks, and degraded hardware under the job, lengthened
+  its step over the same placement alone on healthy hardware (1.0: never slowed); summarised
+  as mean and 95th percentile over the jobs that ran, and the share of jobs slowed by > 1 %.
 """
 
 from __future__ import annotations
@@ -53,6 +58,17 @@ def _stats(seconds: list[float | None]) -> dict[str, float | None]:
         "mean": float(arr.mean()),
         "p50": float(np.percentile(arr, 50)),
         "p99": float(np.percentile(arr, 99)),
+    }
+
+
+def _slowdowns(values: list[float | None]) -> dict[str, float | None]:
+    known = np.asarray([v for v in values if v is not None], dtype=np.float64)
+    if known.size == 0:
+        return {"mean": None, "p95": None, "share_slowed": None}
+    return {
+        "mean": float(known.mean()),
+        "p95": float(np.percentile(known, 95)),
+        "share_slowed": float(np.mean(known > 1.01)),
     }
 
 
@@ -113,6 +129,8 @@ def summary(result: SimResult) -> dict[str, Any]:
         "gpu_hours_lost_by_cause": {k: v / 3600.0 for k, v in result.lost_gpu_s.items()},
         "failure_events": result.failures,
         "fabric_bytes_by_level": result.fabric_bytes,
+        "contention_slowdown": _slowdowns([r.contention_slowdown for r in records]),
+        "degraded_slowdown": _slowdowns([r.degraded_slowdown for r in records]),
         "largest_tp8_mean": float(np.mean(result.largest_tp8)),
         "fgd_unallocated_mean": float(np.mean(result.fgd_unallocated)),
         "by_size": by_class,
@@ -123,11 +141,7 @@ def job_rows(result: SimResult) -> list[dict[str, Any]]:
     """One row per job: its submission, when it started and finished, GPU-time and MFU."""
     rows = []
     for r in result.records:
-        mfu = (
-            r.model_flops / (result.peak_flops * r.held_gpu_s)
-            if r.model_flops > 0 and r.held_gpu_s > 0
-            else None
-        )
+        mfu = r.mfu
         rows.append(
             {
                 "name": r.job.name,
@@ -145,6 +159,8 @@ def job_rows(result: SimResult) -> list[dict[str, Any]]:
                 "lost_gpu_s": sum(r.lost_gpu_s.values()),
                 "restarts": r.restarts,
                 "mfu": mfu,
+                "contention_slowdown": r.contention_slowdown,
+                "degraded_slowdown": r.degraded_slowdown,
                 "status": "finished" if r.finish is not None else (r.reason or "unfinished"),
             }
         )
