@@ -12,7 +12,9 @@ events of one instant the queue policy starts what it can:
   blocked it gets a reservation at the earliest time the running jobs' *estimated* ends free
   enough GPUs; a later job may start now if it fits and either ends (by its estimate) before
   the reservation or uses only GPUs the head will not need then. At most
-  :data:`BACKFILL_DEPTH` jobs are tried per pass (Slurm's ``bf_max_job_test`` default).
+  :data:`BACKFILL_DEPTH` jobs are tried per pass (Slurm's ``bf_max_job_test`` default), and a
+  pass runs at most every ``backfill_interval_s`` (Slurm's ``bf_interval``, 30 s), while the
+  head of the queue is started on every event, as Slurm's main scheduler does.
 
 A job's runtime is its work over its speed (:func:`gpuplace.sim.speed.job_speed`, the one speed
 model) on its placement; it is re-priced when the hardware under it degrades or recovers, and
@@ -78,7 +80,7 @@ POLICIES = ("fifo", "priority", "easy")
 RESPONSES = ("requeue", "repair")
 BACKFILL_DEPTH = 500
 
-_FINISH, _HARDWARE, _RECOVER = 0, 1, 2
+_FINISH, _HARDWARE, _RECOVER, _BACKFILL = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,10 @@ class SimConfig:
     checkpoint_interval_s: float = 1800.0
     restart_s: float = 300.0
     estimate_factor: float = 1.0
+    #: EASY backfill runs at most once per this many seconds (Slurm's ``bf_interval``
+    #: default, 30 s); the in-order start of the queue's head runs on every event. 0: on
+    #: every event.
+    backfill_interval_s: float = 30.0
     #: Seconds per placement for solvers that search (refine, cpsat, auto): short, since a
     #: replay places tens of thousands of jobs (refine's own default is 0.5 s).
     time_limit: float | None = 0.01
@@ -124,6 +130,8 @@ class SimConfig:
         for key in ("checkpoint_interval_s", "estimate_factor"):
             if not getattr(self, key) > 0:
                 raise InvalidJob(f"{key} must be > 0, got {getattr(self, key)!r}")
+        if not self.backfill_interval_s >= 0:
+            raise InvalidJob(f"backfill_interval_s must be >= 0, got {self.backfill_interval_s!r}")
         if self.restart_s < 0 or self.bins < 1 or self.max_moves < 0 or self.spares_per_leaf < 0:
             raise InvalidJob("restart_s, max_moves and spares_per_leaf must be >= 0 and bins >= 1")
 
@@ -149,6 +157,8 @@ class JobRecord:
     running_s: float = 0.0
     contention_s: float = 0.0
     degraded_s: float = 0.0
+    #: The most hosts it ran on at once (a Kubernetes pod: always 1).
+    hosts: int = 0
     #: Peak FLOPs of the GPUs it held, over the time it held them (FLOP): the denominator of
     #: its MFU, at the peak of the GPUs it got.
     peak_flop: float = 0.0
@@ -191,6 +201,7 @@ class _Run:
         "bytes_per_step",
         "cause",
         "crossing",
+        "exclusive_rest",
         "factors",
         "gpus",
         "name",
@@ -223,6 +234,8 @@ class _Run:
         self.base_comm = 0.0
         #: Whether the job's traffic leaves its NVLink domain (so it can load the fabric).
         self.crossing = False
+        #: GPUs of its nodes held with it but unused (an --exclusive job under Slurm).
+        self.exclusive_rest = 0
         #: Peak FLOP/s of one GPU of this placement (its slowest host type's).
         self.peak = 0.0
         self.version = 0
@@ -392,7 +405,9 @@ class _Simulator:
         self.seq = 0
         self.recoveries = 0
         self.release_epoch = 0
-        self.failed_epoch: dict[str, int] = {}
+        #: (job shape, solver) -> the release epoch at which it last failed to place.
+        self.failed_epoch: dict[tuple[Any, str], int] = {}
+        self.place_keys: dict[str, tuple[Any, str]] = {}
         self.series: list[tuple[float, int, int, int, int]] = []
         self.allocated = 0
         self.unusable = 0
@@ -401,6 +416,9 @@ class _Simulator:
         self.lost: dict[str, float] = {}
         self.failure_counts: dict[str, int] = {}
         self.drained_for: dict[tuple[str, int], list[str]] = {}
+        #: EASY: when the next backfill pass may run, and whether a wake-up for it is queued.
+        self.next_backfill = 0.0
+        self.backfill_pending = False
         #: Running jobs to re-price at the end of this instant (their neighbours changed).
         self.dirty: set[str] = set()
         #: Degraded NICs now (their jobs' steps are lengthened by degraded hardware).
@@ -413,6 +431,7 @@ class _Simulator:
         ks, counts = np.unique(sizes, return_counts=True)
         self.fgd_sizes, self.fgd_weights = ks, counts / counts.sum()
         self.node_capacity = np.asarray(topology.domain_sizes(topology.node_level))
+        self.host_of_gpu = topology.path[:, topology.node_level]
         self.frag: list[tuple[float, int, float]] = []
         self.over_capacity = {j.name for j in workload.jobs if j.gpus > topology.num_gpus}
         if config.spares_per_leaf:
@@ -549,6 +568,15 @@ class _Simulator:
             self.state.allocate(name=name, gpus=gpus, job=template)
         self.allocated += len(gpus)
         run = _Run(record, gpus, now, restart, cause)
+        if allocate and self._solver_for(record.job) == "slurm-tree-exclusive":
+            # Slurm gives an --exclusive job every resource of its nodes: the GPUs it does not
+            # use are held with it (and count as allocated), so nobody shares its nodes.
+            hosts = np.unique(self.host_of_gpu[gpus])
+            rest = np.flatnonzero(np.isin(self.host_of_gpu, hosts) & self.state.free_mask())
+            if rest.size:
+                self.state.allocate(name=f"{name}/exclusive", gpus=rest)
+                self.allocated += len(rest)
+                run.exclusive_rest = len(rest)
         run.profile = profile
         run.bytes_per_step = np.fromiter(
             report.bytes_by_level.values(), dtype=np.float64, count=len(self.names)
@@ -562,6 +590,8 @@ class _Simulator:
             self._mark_neighbours(name, report.hot_uplinks)
         if record.first_start is None:
             record.first_start = now
+        spanned = 1 if len(gpus) == 1 else len(np.unique(self.host_of_gpu[gpus]))
+        record.hosts = max(record.hosts, spanned)
         self.running[run.name] = run
         run.timeline = []
         self._price(run, now, template, profile, report)
@@ -574,8 +604,12 @@ class _Simulator:
         record = run.record
         gpus = len(run.gpus)
         held = gpus * (now - run.start)
-        record.held_gpu_s += held
+        record.held_gpu_s += held + run.exclusive_rest * (now - run.start)
         record.peak_flop += held * run.peak
+        if run.exclusive_rest:
+            self.state.release(f"{run.name}/exclusive")
+            self.allocated -= run.exclusive_rest
+            run.exclusive_rest = 0
         restart_end = min(now, run.start + run.restart)
         if restart_end > run.start:
             self._lose(record, run.cause, gpus * (restart_end - run.start))
@@ -645,25 +679,46 @@ class _Simulator:
     # ------------------------------------------------------------------ scheduling
     def _try_start(self, name: str, now: float, restart: float = 0.0, cause: str = "") -> bool:
         record = self.records[name]
-        if self.failed_epoch.get(name) == self.release_epoch:
-            return False  # nothing was freed since it last failed to place
+        if self._known_infeasible(record.job):
+            return False
         template, profile = self._shape(record.job)
+        solver = self._solver_for(record.job)
         try:
             placement = place(
                 self.state,
                 template,
-                self.config.solver,
+                solver,
                 seed=self.config.seed,
                 time_limit=self.config.time_limit,
             )
         except Infeasible:
-            self.failed_epoch[name] = self.release_epoch
+            self.failed_epoch[self.place_keys[name]] = self.release_epoch
             return False
-        self.failed_epoch.pop(name, None)
         if record.restarts:
             restart, cause = self.config.restart_s, record.restart_cause
         self._start(record, placement.gpus, now, template, profile, placement.cost, restart, cause)
         return True
+
+    def _known_infeasible(self, job: SimJob) -> bool:
+        """A job of the same shape failed to place since anything was last freed: it would
+        fail again (starting jobs only takes GPUs away). Without this a backfill pass would
+        ask the solver again for every queued job of a shape that cannot fit, hundreds of
+        times per event."""
+        key = self.place_keys.get(job.name)
+        if key is None:
+            key = self.place_keys[job.name] = (job.shape, self._solver_for(job))
+        return self.failed_epoch.get(key) == self.release_epoch
+
+    def _solver_for(self, job: SimJob) -> str:
+        """The configured solver, as its scheduler treats this job: ``slurm-tree`` gives an
+        ``--exclusive`` job whole nodes; the topology-blind peers bind a Kubernetes pod to one
+        node (kube-scheduler never splits a pod)."""
+        solver = self.config.solver
+        if job.exclusive and solver == "slurm-tree":
+            return "slurm-tree-exclusive"
+        if job.pod and solver in ("first-fit", "random"):
+            return f"{solver}-pod"
+        return solver
 
     def _reservation(self, gpus: int, now: float, free: int) -> tuple[float, int]:
         if not self.running:
@@ -693,6 +748,7 @@ class _Simulator:
         if not queue:
             return
         free = self.state.free_gpus
+        failed, keys, epoch = self.failed_epoch, self.place_keys, self.release_epoch
         i = 0
         shadow, extra, tested = math.inf, 0, 0
         blocked = False
@@ -708,14 +764,21 @@ class _Simulator:
                     continue
                 if self.config.policy != "easy":
                     return
+                # Slurm's backfill runs every bf_interval, not on every event (its main
+                # scheduler does): at most one backfill pass per interval.
+                if now < self.next_backfill:
+                    self._wake_for_backfill()
+                    return
+                self.next_backfill = now + self.config.backfill_interval_s
                 blocked = True
                 head_gpus = job.gpus
                 i += 1
                 continue
             tested += 1
-            if tested > BACKFILL_DEPTH:
-                return
-            if job.gpus <= free and self.failed_epoch.get(name) != self.release_epoch:
+            if tested > BACKFILL_DEPTH or free <= 0:
+                break
+            key = keys.get(name)
+            if job.gpus <= free and (key is None or failed.get(key) != epoch):
                 if not reserved:
                     shadow, extra = self._reservation(head_gpus, now, free)
                     reserved = True
@@ -727,6 +790,13 @@ class _Simulator:
                         extra -= job.gpus
                     continue
             i += 1
+
+    def _wake_for_backfill(self) -> None:
+        """A pass was put off by the interval: make sure it happens when the interval ends,
+        even if no event comes then."""
+        if not self.backfill_pending and self.next_backfill < math.inf:
+            self.backfill_pending = True
+            self._push(self.next_backfill, _BACKFILL, None)
 
     # ------------------------------------------------------------------ hardware
     def _hardware(self, now: float, cause: Cause, index: int) -> None:
@@ -870,7 +940,9 @@ class _Simulator:
                 f"{run.name} runs on failed hardware"
             )
         assert seen.max(initial=0) <= 1, "a GPU is held by two jobs"
-        assert int(seen.sum()) == self.allocated
+        assert int(seen.sum()) + sum(r.exclusive_rest for r in self.running.values()) == (
+            self.allocated
+        )
 
     # ------------------------------------------------------------------ main loop
     def _sample_fragmentation(self, t: float) -> None:
@@ -928,6 +1000,8 @@ class _Simulator:
                     self._finish(payload[0], payload[1], t)
                 elif kind == _HARDWARE:
                     self._hardware(t, *payload)
+                elif kind == _BACKFILL:
+                    self.backfill_pending = False  # the pass runs in _schedule below
                 else:
                     self.recoveries -= 1
                     self._recover(t, payload)

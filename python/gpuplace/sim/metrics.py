@@ -158,6 +158,7 @@ def job_rows(result: SimResult) -> list[dict[str, Any]]:
                 "held_gpu_s": r.held_gpu_s,
                 "lost_gpu_s": sum(r.lost_gpu_s.values()),
                 "restarts": r.restarts,
+                "hosts": r.hosts,
                 "mfu": mfu,
                 "contention_slowdown": r.contention_slowdown,
                 "degraded_slowdown": r.degraded_slowdown,
