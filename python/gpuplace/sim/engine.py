@@ -35,7 +35,9 @@ Accounting is exact in GPU-seconds: every job's held GPU-time is split into kept
 time, time lost to failures per cause (work since the last checkpoint, and restarts) and the
 rest; :mod:`gpuplace.sim.metrics` summarises it. Deterministic for a seed (``refine`` with a
 time limit is the one solver whose result depends on the machine's speed). Failures are drawn
-up to a horizon of the last arrival plus four times the longest job plus 30 days.
+up to a horizon of the last arrival plus four times the longest job plus 30 days (a job that
+failures interrupt faster than it checkpoints would otherwise never end); the result states the
+horizon and whether it covers the run (``failure_horizon_s``, ``failures_cover_run``).
 """
 
 from __future__ import annotations
@@ -157,6 +159,10 @@ class JobRecord:
     running_s: float = 0.0
     contention_s: float = 0.0
     degraded_s: float = 0.0
+    #: Interruptions by cause (failures that stopped or moved it).
+    interruptions: dict[str, int] = field(default_factory=dict)
+    #: Work (s at its reference step) kept inside the steady window, for the window's goodput.
+    kept_work_window_s: float = 0.0
     #: The most hosts it ran on at once (a Kubernetes pod: always 1).
     hosts: int = 0
     #: Peak FLOPs of the GPUs it held, over the time it held them (FLOP): the denominator of
@@ -170,6 +176,15 @@ class JobRecord:
         return (
             self.model_flops / self.peak_flop if self.model_flops > 0 and self.peak_flop else None
         )
+
+    @property
+    def ettr(self) -> float | None:
+        """Effective training time ratio (Kokolis et al., HPCA'25): the wall time from its
+        first start to its finish spent making progress it kept (not restarting, not redoing
+        lost work, not waiting to be placed again); None unless it finished."""
+        if self.finish is None or self.first_start is None or self.finish <= self.first_start:
+            return None
+        return min(1.0, self.kept_gpu_s / self.job.gpus / (self.finish - self.first_start))
 
     @property
     def contention_slowdown(self) -> float | None:
@@ -375,6 +390,10 @@ class SimResult:
     peak_flops: float
     elapsed_s: float
     end_s: float
+    #: Failures were drawn up to this time (s; None without a failure model).
+    failure_horizon_s: float | None = None
+    #: The steady window (s): the middle 80 % of the arrivals.
+    window: tuple[float, float] = (0.0, 0.0)
 
 
 class _Simulator:
@@ -416,6 +435,15 @@ class _Simulator:
         self.lost: dict[str, float] = {}
         self.failure_counts: dict[str, int] = {}
         self.drained_for: dict[tuple[str, int], list[str]] = {}
+        #: Failures are drawn up to here (s); arrivals and ended jobs for progress.
+        self.failure_until = 0.0
+        self.arrived = 0
+        self.ended = 0
+        self.next_report = 0
+        #: The steady window (s): the middle 80 % of the arrivals (10th to 90th percentile of
+        #: the submit times), without the ramp-up and the drain.
+        submits = np.array([j.submit_s for j in workload.jobs] or [0.0])
+        self.window = (float(np.percentile(submits, 10)), float(np.percentile(submits, 90)))
         #: EASY: when the next backfill pass may run, and whether a wake-up for it is queued.
         self.next_backfill = 0.0
         self.backfill_pending = False
@@ -618,6 +646,9 @@ class _Simulator:
         productive_kept = max(0.0, kept_until - restart_end) if kept_until > run.start else 0.0
         record.kept_gpu_s += gpus * productive_kept
         record.kept_work_s += kept
+        w0, w1 = max(self.window[0], run.start), min(self.window[1], kept_until)
+        if w1 > w0:
+            record.kept_work_window_s += run.work_between(w0, w1)
         running, cont, degr = run.slowdown_integrals(run.start, now)
         record.running_s += running
         record.contention_s += cont
@@ -666,6 +697,7 @@ class _Simulator:
         self._end_segment(run, now, checkpoint)
         run.record.restarts += 1
         run.record.restart_cause = cause
+        run.record.interruptions[cause] = run.record.interruptions.get(cause, 0) + 1
 
     def _finish(self, name: str, version: int, now: float) -> None:
         run = self.running.get(name)
@@ -675,6 +707,8 @@ class _Simulator:
         record = run.record
         record.kept_work_s = record.job.work_s  # exactly, not up to rounding
         record.finish = now
+        self.ended += 1
+        self._report_progress(len(self.workload.jobs))
 
     # ------------------------------------------------------------------ scheduling
     def _try_start(self, name: str, now: float, restart: float = 0.0, cause: str = "") -> bool:
@@ -877,6 +911,7 @@ class _Simulator:
                 self._lose(record, cause, len(run.gpus) * max(0.0, now - lost_from))
                 self._end_segment(run, now, checkpoint, release=False)
                 record.restarts += 1
+                record.interruptions[cause] = record.interruptions.get(cause, 0) + 1
                 self._start(
                     record,
                     gpus,
@@ -958,20 +993,37 @@ class _Simulator:
         )
         self.frag.append((t, largest, unallocated))
 
+    def _draw_failures(self, until: float) -> None:
+        """Draw the failures up to ``until`` (s)."""
+        assert self.config.failures is not None
+        counts = {
+            "gpu": self.topology.num_gpus,
+            "host": len(self.topology.hosts),
+            "nic": len(nics_of(self.topology).names),
+        }
+        for t, cause, index in self.config.failures.draw(counts, until, self.config.seed):
+            self._push(t, _HARDWARE, (cause, index))
+        self.failure_until = until
+
+    def _report_progress(self, total: int) -> None:
+        """Progress over the whole run: half for the arrivals, half for the jobs ended
+        (finished or given up), so the drain after the last arrival is counted."""
+        if self.progress is None or not total:
+            return
+        step = self.arrived + self.ended
+        if step >= self.next_report:
+            self.next_report = step + max(1, total // 50)
+            self.progress(min(1.0, step / (2 * total)))
+
     def run(self) -> SimResult:
         started = time.perf_counter()
         jobs = self.workload.jobs
         horizon = (
             (jobs[-1].submit_s + max(j.work_s for j in jobs) * 4 + 30 * 86_400) if jobs else 0.0
         )
+        self.failure_until = 0.0
         if self.config.failures is not None:
-            counts = {
-                "gpu": self.topology.num_gpus,
-                "host": len(self.topology.hosts),
-                "nic": len(nics_of(self.topology).names),
-            }
-            for t, cause, index in self.config.failures.draw(counts, horizon, self.config.seed):
-                self._push(t, _HARDWARE, (cause, index))
+            self._draw_failures(horizon)
         next_job = 0
         now = 0.0
         last_arrival = jobs[-1].submit_s if jobs else 0.0
@@ -981,15 +1033,12 @@ class _Simulator:
         sample_every = max(last_arrival + typical, 1.0) / self.config.bins
         next_sample = 0.0
         total = len(jobs)
-        report_every = max(1, total // 100)
         while True:
             if next_job >= total and not self.running and (not self.queue or not self.recoveries):
                 break  # done, or queued jobs that no recovery can ever start
             t_event = self.events[0][0] if self.events else math.inf
             t_arrival = jobs[next_job].submit_s if next_job < total else math.inf
             now = min(t_event, t_arrival)
-            if now == math.inf:
-                break  # queued jobs that can never start
             if next_sample <= now:
                 self._sample_fragmentation(now)
                 next_sample = max(next_sample + sample_every, now)
@@ -1012,10 +1061,12 @@ class _Simulator:
                     self.records[
                         job.name
                     ].reason = f"needs {job.gpus} GPUs, the cluster has {self.topology.num_gpus}"
+                    self.arrived = next_job
+                    self.ended += 1
                     continue
                 self._enqueue(job)
-                if self.progress is not None and next_job % report_every == 0:
-                    self.progress(next_job / total)
+                self.arrived = next_job
+                self._report_progress(total)
             self._schedule(now)
             if self.dirty:
                 dirty, self.dirty = self.dirty, set()
@@ -1062,6 +1113,8 @@ class _Simulator:
             peak_flops=self.peak,
             elapsed_s=time.perf_counter() - started,
             end_s=end,
+            failure_horizon_s=None if self.config.failures is None else self.failure_until,
+            window=self.window,
         )
 
 
