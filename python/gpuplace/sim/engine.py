@@ -618,7 +618,8 @@ class _Simulator:
             self._mark_neighbours(name, report.hot_uplinks)
         if record.first_start is None:
             record.first_start = now
-        spanned = 1 if len(gpus) == 1 else len(np.unique(self.host_of_gpu[gpus]))
+        on_hosts = self.host_of_gpu[gpus]
+        spanned = 1 if (on_hosts == on_hosts[0]).all() else len(np.unique(on_hosts))
         record.hosts = max(record.hosts, spanned)
         self.running[run.name] = run
         run.timeline = []
