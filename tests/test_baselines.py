@@ -3,6 +3,8 @@ solver keeps (no GPU twice, never a failed or drained GPU, Infeasible when it ca
 
 from __future__ import annotations
 
+import dataclasses
+
 import gpuplace
 import numpy as np
 import pytest
@@ -64,13 +66,41 @@ def test_slurm_tree_takes_the_best_fit_leaf_then_the_largest_and_the_closest():
     assert list(five.gpus[:9]) == [*topology.host_gpus("n03"), topology.host_gpus("n09")[0]]
 
 
-def test_slurm_tree_needs_whole_idle_nodes():
+def test_slurm_tree_exclusive_needs_whole_idle_nodes_and_slurm_tree_shares_them():
     topology = _tree(2, 2)
     state = gpuplace.ClusterState(topology)
     for host in topology.hosts:
         state.allocate(name=f"one-{host}", gpus=topology.host_gpus(host)[:1])
     with pytest.raises(gpuplace.Infeasible, match="idle nodes"):
-        gpuplace.place(state, gpuplace.Job(name="j", tp=2), "slurm-tree")
+        gpuplace.place(state, gpuplace.Job(name="j", tp=2), "slurm-tree-exclusive")
+    # cons_tres without --exclusive: the job shares a node, on its lowest free GPUs.
+    shared = gpuplace.place(state, gpuplace.Job(name="j", tp=2), "slurm-tree")
+    assert len(shared.nodes) == 1
+    host = shared.nodes[0]
+    assert list(shared.gpus) == list(topology.host_gpus(host)[1:3])
+    # A job of a node and a half takes two nodes with 6 free GPUs each (--gpus-per-node=6).
+    big = gpuplace.Job(name="k", dp=12)
+    with pytest.raises(gpuplace.Infeasible):
+        gpuplace.place(state, dataclasses.replace(big, dp=16), "slurm-tree")
+    two = gpuplace.place(state, big, "slurm-tree")
+    assert len(two.nodes) == 2 and len(set(two.gpus.tolist())) == 12
+
+
+def test_pods_never_span_hosts():
+    topology = _tree(2, 2)
+    state = gpuplace.ClusterState(topology)
+    # Every host has 5 free GPUs: first-fit would split a 6-GPU pod over two hosts.
+    for host in topology.hosts:
+        state.allocate(name=f"three-{host}", gpus=topology.host_gpus(host)[:3])
+    split = gpuplace.place(state, gpuplace.Job(name="p", dp=4), "first-fit")
+    assert len(split.nodes) == 1  # fits the first host
+    for solver in ("first-fit-pod", "random-pod"):
+        for seed in range(5):
+            pod = gpuplace.place(state, gpuplace.Job(name="p", dp=5), solver, seed=seed)
+            assert len(pod.nodes) == 1
+        with pytest.raises(gpuplace.Infeasible, match="one node"):
+            gpuplace.place(state, gpuplace.Job(name="p", dp=6), solver)
+    assert len(gpuplace.place(state, gpuplace.Job(name="p", dp=6), "first-fit").nodes) == 2
 
 
 def test_kueue_bestfit_takes_the_tightest_domain_at_the_lowest_level_that_fits():

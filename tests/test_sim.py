@@ -154,8 +154,13 @@ def test_fifo_blocks_and_easy_backfills():
     fifo = {r.job.name: r for r in simulate(topology, workload, SimConfig(policy="fifo")).records}
     easy = {r.job.name: r for r in simulate(topology, workload, SimConfig(policy="easy")).records}
     assert fifo["small"].first_start == pytest.approx(2000)  # after big
-    assert easy["small"].first_start == pytest.approx(2)  # backfilled
+    # Backfilled at the next pass: one ran at t=1 when big blocked, the next is due 30 s
+    # later (Slurm's bf_interval), not on small's arrival.
+    assert easy["small"].first_start == pytest.approx(31)
     assert easy["big"].first_start == pytest.approx(1000)  # the reservation held
+    every_event = SimConfig(policy="easy", backfill_interval_s=0)
+    eager = {r.job.name: r for r in simulate(topology, workload, every_event).records}
+    assert eager["small"].first_start == pytest.approx(2)
     # A backfill candidate that would delay the head is not started.
     late = Workload("w", (*jobs[:2], _job("long", 2, 8, 5000)))
     easy = {r.job.name: r for r in simulate(topology, late, SimConfig(policy="easy")).records}

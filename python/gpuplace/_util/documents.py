@@ -12,6 +12,7 @@ import fcntl
 import json
 import math
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -155,16 +156,38 @@ def read_document(path: str | os.PathLike[str], error: type[GpuplaceError]) -> A
         raise error(f"{path}: invalid YAML: {exc}") from None
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (``os.umask`` sets it, which would race
+    with other threads creating files): from ``/proc/self/status`` where there is one."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomically(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` so that a crash leaves either the old or the new file.
 
     The data goes to a temporary file in the same directory, is flushed and fsynced, then
-    renamed over the target; the directory is fsynced so the rename itself is durable.
+    renamed over the target; the directory is fsynced so the rename itself is durable. The
+    file gets the mode a plain ``open(path, "w")`` would give it: the old file's when it
+    replaces one, else 0666 less the umask (a temporary file alone would be 0600).
     """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

@@ -84,6 +84,8 @@ def _fmt(value: Any, kind: str) -> str:
         return f"{value:,.1f}"
     if kind == "s":
         return f"{value:.2f} s"
+    if kind == "x":
+        return f"{value:.3f}"
     if isinstance(value, int) or (kind == "n" and float(value).is_integer()):
         return f"{int(value):,}"
     return f"{value:,.1f}" if kind == "n" else f"{value:,.3f}"
@@ -95,7 +97,13 @@ _ROWS = (
     ("makespan_s", "makespan", "h"),
     ("utilization", "utilization", "pct"),
     ("goodput", "goodput", "pct"),
+    ("utilization_steady", "utilization, steady window", "pct"),
+    ("goodput_steady", "goodput, steady window", "pct"),
     ("mfu", "cluster MFU", "pct"),
+    ("ettr", "ETTR", "x"),
+    ("contention_slowdown_mean", "contention slowdown mean", "x"),
+    ("contention_slowdown_p95", "contention slowdown p95", "x"),
+    ("degraded_slowdown_mean", "degraded-hardware slowdown mean", "x"),
     ("jct_mean_s", "JCT mean", "h"),
     ("jct_p50_s", "JCT p50", "h"),
     ("jct_p99_s", "JCT p99", "h"),
@@ -103,6 +111,8 @@ _ROWS = (
     ("largest_tp8_mean", "largest tp-8 job (mean GPUs)", "n"),
     ("fgd_unallocated_mean", "FGD unallocated (mean GPUs)", "n"),
     ("gpu_hours_lost", "GPU-hours lost", "gpuh"),
+    ("jobs_interrupted", "jobs interrupted", "n"),
+    ("failure_horizon_s", "failures drawn up to", "h"),
     ("elapsed_s", "simulation wall time", "s"),
 )
 

@@ -10,7 +10,9 @@
   machines (6,742 GPUs) with their GPU types and counts; CPU-only machines are left out. The file
   has no network: machines are put 32 to a leaf in file order, leaves 8 to a spine (assumed),
   at 25 Gb/s (3.125 GB/s) per GPU; inside a host GPUs talk over PCIe Gen3 (12 GB/s), except
-  8-GPU V100 hosts, given NVLink 2 (2 links x 25 GB/s between each pair, assumed).
+  8-GPU V100 hosts, given NVLink 2 (2 links x 25 GB/s between each pair, assumed). Each host
+  type keeps its GPU model, so a job's step runs at the peak of the GPUs it gets (T4 65, P100
+  21.2, V100 125 TFLOPS; ``MISC``, unnamed in the file, assumed P100-class).
 
 Both files ship gzip-compressed in ``gpuplace/sim/data`` (provenance in its README), so
 ``gpuplace simulate --cluster lingjun`` and ``--cluster pai`` work from a clean install.
@@ -65,6 +67,9 @@ def lingjun(path: str | Path | None = None) -> Topology:
 
 
 _PCIE3_GBPS = 12.0
+#: PAI's ``MISC`` machines hold GPU models the trace does not name (the NSDI'22 paper lists
+#: them as older types besides T4, P100 and V100): assumed P100-class, 21.2 TFLOPS FP16.
+_MISC_PEAK_TFLOPS = 21.2
 _PAI_NIC_GBPS = 25 / 8
 
 
@@ -94,6 +99,8 @@ def pai(
         tname = f"{gpu_type.lower()}-{gpus}gpu"
         if tname not in node_types:
             node_type: dict[str, Any] = {"gpus": gpus, "gpu_model": gpu_type}
+            if gpu_type.upper() == "MISC":
+                node_type["peak_tflops"] = _MISC_PEAK_TFLOPS
             if gpu_type.upper().startswith("V100") and gpus == 8:
                 link = 2 * 25.0
                 node_type["bandwidth_gbps"] = [

@@ -12,7 +12,9 @@ events of one instant the queue policy starts what it can:
   blocked it gets a reservation at the earliest time the running jobs' *estimated* ends free
   enough GPUs; a later job may start now if it fits and either ends (by its estimate) before
   the reservation or uses only GPUs the head will not need then. At most
-  :data:`BACKFILL_DEPTH` jobs are tried per pass (Slurm's ``bf_max_job_test`` default).
+  :data:`BACKFILL_DEPTH` jobs are tried per pass (Slurm's ``bf_max_job_test`` default), and a
+  pass runs at most every ``backfill_interval_s`` (Slurm's ``bf_interval``, 30 s), while the
+  head of the queue is started on every event, as Slurm's main scheduler does.
 
 A job's runtime is its work over its speed (:func:`gpuplace.sim.speed.job_speed`, the one speed
 model) on its placement; it is re-priced when the hardware under it degrades or recovers, and
@@ -33,7 +35,9 @@ Accounting is exact in GPU-seconds: every job's held GPU-time is split into kept
 time, time lost to failures per cause (work since the last checkpoint, and restarts) and the
 rest; :mod:`gpuplace.sim.metrics` summarises it. Deterministic for a seed (``refine`` with a
 time limit is the one solver whose result depends on the machine's speed). Failures are drawn
-up to a horizon of the last arrival plus four times the longest job plus 30 days.
+up to a horizon of the last arrival plus four times the longest job plus 30 days (a job that
+failures interrupt faster than it checkpoints would otherwise never end); the result states the
+horizon and whether it covers the run (``failure_horizon_s``, ``failures_cover_run``).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuplace.cluster.fabric import contention
 from gpuplace.cluster.state import ClusterState, nics_of
 from gpuplace.enums import Health
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
@@ -56,6 +61,7 @@ from gpuplace.model.topology import Topology
 from gpuplace.placement.place import evaluate, place
 from gpuplace.placement.registry import solvers
 from gpuplace.placement.repair import repair
+from gpuplace.placement.result import gpu_peak_tflops
 from gpuplace.sim.failures import Cause, FailureModel
 from gpuplace.sim.speed import JobProfile, Speed, job_profile, job_speed, peak_flops
 from gpuplace.sim.traces import SimJob, Workload, job_template
@@ -67,6 +73,8 @@ __all__ = [
     "JobRecord",
     "SimConfig",
     "SimResult",
+    "cluster_peak_flops",
+    "reference_gpus",
     "simulate",
 ]
 
@@ -74,7 +82,7 @@ POLICIES = ("fifo", "priority", "easy")
 RESPONSES = ("requeue", "repair")
 BACKFILL_DEPTH = 500
 
-_FINISH, _HARDWARE, _RECOVER = 0, 1, 2
+_FINISH, _HARDWARE, _RECOVER, _BACKFILL = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,10 @@ class SimConfig:
     checkpoint_interval_s: float = 1800.0
     restart_s: float = 300.0
     estimate_factor: float = 1.0
+    #: EASY backfill runs at most once per this many seconds (Slurm's ``bf_interval``
+    #: default, 30 s); the in-order start of the queue's head runs on every event. 0: on
+    #: every event.
+    backfill_interval_s: float = 30.0
     #: Seconds per placement for solvers that search (refine, cpsat, auto): short, since a
     #: replay places tens of thousands of jobs (refine's own default is 0.5 s).
     time_limit: float | None = 0.01
@@ -120,6 +132,8 @@ class SimConfig:
         for key in ("checkpoint_interval_s", "estimate_factor"):
             if not getattr(self, key) > 0:
                 raise InvalidJob(f"{key} must be > 0, got {getattr(self, key)!r}")
+        if not self.backfill_interval_s >= 0:
+            raise InvalidJob(f"backfill_interval_s must be >= 0, got {self.backfill_interval_s!r}")
         if self.restart_s < 0 or self.bins < 1 or self.max_moves < 0 or self.spares_per_leaf < 0:
             raise InvalidJob("restart_s, max_moves and spares_per_leaf must be >= 0 and bins >= 1")
 
@@ -140,6 +154,49 @@ class JobRecord:
     reason: str = ""
     #: The cause of the last interruption: its restart cost is lost to it.
     restart_cause: str = ""
+    #: Productive running time (s, restarts excluded) and the integrals over it of the step
+    #: time's factors from contention and from degraded hardware (see :class:`_Run`).
+    running_s: float = 0.0
+    contention_s: float = 0.0
+    degraded_s: float = 0.0
+    #: Interruptions by cause (failures that stopped or moved it).
+    interruptions: dict[str, int] = field(default_factory=dict)
+    #: Work (s at its reference step) kept inside the steady window, for the window's goodput.
+    kept_work_window_s: float = 0.0
+    #: The most hosts it ran on at once (a Kubernetes pod: always 1).
+    hosts: int = 0
+    #: Peak FLOPs of the GPUs it held, over the time it held them (FLOP): the denominator of
+    #: its MFU, at the peak of the GPUs it got.
+    peak_flop: float = 0.0
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOPs of its kept work over the peak FLOPs of the GPUs it held while it held
+        them (None without a model)."""
+        return (
+            self.model_flops / self.peak_flop if self.model_flops > 0 and self.peak_flop else None
+        )
+
+    @property
+    def ettr(self) -> float | None:
+        """Effective training time ratio (Kokolis et al., HPCA'25): the wall time from its
+        first start to its finish spent making progress it kept (not restarting, not redoing
+        lost work, not waiting to be placed again); None unless it finished."""
+        if self.finish is None or self.first_start is None or self.finish <= self.first_start:
+            return None
+        return min(1.0, self.kept_gpu_s / self.job.gpus / (self.finish - self.first_start))
+
+    @property
+    def contention_slowdown(self) -> float | None:
+        """Time-weighted mean factor by which neighbours' traffic lengthened the job's step
+        (1.0: never slowed; None if it never ran)."""
+        return self.contention_s / self.running_s if self.running_s > 0 else None
+
+    @property
+    def degraded_slowdown(self) -> float | None:
+        """Time-weighted mean factor by which degraded hardware under the job lengthened its
+        step (1.0: never slowed; None if it never ran)."""
+        return self.degraded_s / self.running_s if self.running_s > 0 else None
 
     @property
     def queue_s(self) -> float | None:
@@ -154,10 +211,16 @@ class _Run:
     """A running segment of a job: from ``start`` (restart cost first) on ``gpus``."""
 
     __slots__ = (
+        "base_comm",
+        "base_step",
         "bytes_per_step",
         "cause",
+        "crossing",
+        "exclusive_rest",
+        "factors",
         "gpus",
         "name",
+        "peak",
         "profile",
         "record",
         "restart",
@@ -179,6 +242,17 @@ class _Run:
         self.work_left = record.job.work_s - record.kept_work_s
         # (time, speed) from which each speed holds; speed 0 during the restart.
         self.timeline: list[tuple[float, float]] = []
+        #: (contention, degraded) step-time factors from each timeline point on.
+        self.factors: list[tuple[float, float]] = []
+        #: Step time (s) of this placement alone on healthy hardware, when needed.
+        self.base_step: float | None = None
+        self.base_comm = 0.0
+        #: Whether the job's traffic leaves its NVLink domain (so it can load the fabric).
+        self.crossing = False
+        #: GPUs of its nodes held with it but unused (an --exclusive job under Slurm).
+        self.exclusive_rest = 0
+        #: Peak FLOP/s of one GPU of this placement (its slowest host type's).
+        self.peak = 0.0
         self.version = 0
         self.profile: JobProfile | None = None
         self.bytes_per_step: np.ndarray | None = None
@@ -193,12 +267,101 @@ class _Run:
                 done += speed * (hi - lo)
         return done
 
+    def slowdown_integrals(self, a: float, b: float) -> tuple[float, float, float]:
+        """Running time (speed > 0) in [a, b] and the integrals of the contention and
+        degraded factors over it."""
+        running = cont = degr = 0.0
+        points = self.timeline
+        for i, (t, speed) in enumerate(points):
+            end = points[i + 1][0] if i + 1 < len(points) else math.inf
+            lo, hi = max(a, t), min(b, end)
+            if hi > lo and speed > 0:
+                c, d = self.factors[i]
+                running += hi - lo
+                cont += c * (hi - lo)
+                degr += d * (hi - lo)
+        return running, cont, degr
+
     def finish_time(self, now: float) -> float:
         t, speed = self.timeline[-1]
         left = self.work_left - self.work_between(self.start, max(now, t))
         if speed <= 0:
             return math.inf
         return max(now, t) + max(left, 0.0) / speed
+
+
+def _type_peak(topology: Topology, host_type: str) -> float | None:
+    """Peak FLOP/s of one GPU of a host type: its ``peak_tflops``, else its ``gpu_model`` in
+    the core's table; None if unknown."""
+    node_type = topology.node_types[host_type]
+    peak = node_type.peak_tflops
+    if peak is None and node_type.gpu_model:
+        peak = gpu_peak_tflops(node_type.gpu_model)
+    return None if peak is None else float(peak) * 1e12
+
+
+def _gpus_by_type(topology: Topology) -> dict[str, np.ndarray]:
+    host_of_gpu = topology.path[:, topology.node_level]
+    host_types = np.asarray(topology.host_types)
+    type_of_gpu = host_types[host_of_gpu]
+    return {str(t): np.flatnonzero(type_of_gpu == t) for t in np.unique(type_of_gpu)}
+
+
+def reference_gpus(topology: Topology) -> np.ndarray | None:
+    """On a cluster whose host types differ in GPU peak: a mask of the GPUs of the most common
+    peak (by GPU count, ties to the faster), where a job's work is defined (its runtime there,
+    see :mod:`gpuplace.sim.speed`); on faster GPUs it runs faster, on slower ones slower.
+    None on a cluster whose GPUs all have the same peak."""
+    by_peak: dict[float, list[int]] = {}
+    for host_type, gpus in _gpus_by_type(topology).items():
+        peak = _type_peak(topology, host_type)
+        if peak is not None:
+            by_peak.setdefault(peak, []).extend(gpus.tolist())
+    if len(by_peak) <= 1:
+        return None
+    peak = max(by_peak, key=lambda p: (len(by_peak[p]), p))
+    mask = np.zeros(topology.num_gpus, dtype=bool)
+    mask[by_peak[peak]] = True
+    return mask
+
+
+def cluster_peak_flops(topology: Topology) -> float:
+    """Mean peak FLOP/s per GPU of the cluster (each host type at its own peak; a type whose
+    peak is unknown at :func:`gpuplace.sim.speed.peak_flops`)."""
+    fallback = peak_flops(topology)
+    total = 0.0
+    for host_type, gpus in _gpus_by_type(topology).items():
+        peak = _type_peak(topology, host_type)
+        total += len(gpus) * (fallback if peak is None else peak)
+    return total / topology.num_gpus
+
+
+def _slowdown_factors(
+    step: float, report: Any, base_step: float, base_comm: float
+) -> tuple[float, float]:
+    """Split the lengthening of a job's step over the same placement alone on healthy
+    hardware (``base_step``, ``base_comm`` s) between contention and degraded hardware.
+
+    The core prices the placement on the state (``step``, contended ``comm_seconds``) and
+    alone on the state's hardware (``alone_seconds``); the communication added by degraded
+    links is ``alone - base_comm`` and by neighbours ``contended - alone``. The step time
+    added (``step - base_step``, after overlap with compute) is split between them in that
+    proportion. Returns (contention, degraded) factors, each >= 1: the step with that cause
+    over the step without it."""
+    extra = max(0.0, step - base_step)
+    if extra <= 0.0 or base_step <= 0.0:
+        return 1.0, 1.0
+    contended = float(report.comm_seconds)
+    alone = contended if report.alone_seconds is None else float(report.alone_seconds)
+    by_degraded = max(0.0, alone - base_comm)
+    by_neighbours = max(0.0, contended - alone)
+    total = by_degraded + by_neighbours
+    # Without a communication difference (a slow GPU) it is all degraded hardware.
+    share = by_neighbours / total if total > 0 else 0.0
+    extra_contention = extra * share
+    contention_factor = step / (step - extra_contention)
+    degraded_factor = (base_step + extra - extra_contention) / base_step
+    return contention_factor, degraded_factor
 
 
 @dataclass
@@ -227,6 +390,10 @@ class SimResult:
     peak_flops: float
     elapsed_s: float
     end_s: float
+    #: Failures were drawn up to this time (s; None without a failure model).
+    failure_horizon_s: float | None = None
+    #: The steady window (s): the middle 80 % of the arrivals.
+    window: tuple[float, float] = (0.0, 0.0)
 
 
 class _Simulator:
@@ -257,7 +424,9 @@ class _Simulator:
         self.seq = 0
         self.recoveries = 0
         self.release_epoch = 0
-        self.failed_epoch: dict[str, int] = {}
+        #: (job shape, solver) -> the release epoch at which it last failed to place.
+        self.failed_epoch: dict[tuple[Any, str], int] = {}
+        self.place_keys: dict[str, tuple[Any, str]] = {}
         self.series: list[tuple[float, int, int, int, int]] = []
         self.allocated = 0
         self.unusable = 0
@@ -266,14 +435,31 @@ class _Simulator:
         self.lost: dict[str, float] = {}
         self.failure_counts: dict[str, int] = {}
         self.drained_for: dict[tuple[str, int], list[str]] = {}
+        #: Failures are drawn up to here (s); arrivals and ended jobs for progress.
+        self.failure_until = 0.0
+        self.arrived = 0
+        self.ended = 0
+        self.next_report = 0
+        #: The steady window (s): the middle 80 % of the arrivals (10th to 90th percentile of
+        #: the submit times), without the ramp-up and the drain.
+        submits = np.array([j.submit_s for j in workload.jobs] or [0.0])
+        self.window = (float(np.percentile(submits, 10)), float(np.percentile(submits, 90)))
+        #: EASY: when the next backfill pass may run, and whether a wake-up for it is queued.
+        self.next_backfill = 0.0
+        self.backfill_pending = False
+        #: Running jobs to re-price at the end of this instant (their neighbours changed).
+        self.dirty: set[str] = set()
+        #: Degraded NICs now (their jobs' steps are lengthened by degraded hardware).
+        self.degraded: set[str] = set()
         nvl = topology.nvlink_level
         self.nvl_level = nvl
         self.node_level = topology.node_level
-        self.peak = 0.0
+        self.peak = cluster_peak_flops(topology)
         sizes = np.array([j.gpus for j in workload.jobs] or [1])
         ks, counts = np.unique(sizes, return_counts=True)
         self.fgd_sizes, self.fgd_weights = ks, counts / counts.sum()
         self.node_capacity = np.asarray(topology.domain_sizes(topology.node_level))
+        self.host_of_gpu = topology.path[:, topology.node_level]
         self.frag: list[tuple[float, int, float]] = []
         self.over_capacity = {j.name for j in workload.jobs if j.gpus > topology.num_gpus}
         if config.spares_per_leaf:
@@ -291,23 +477,26 @@ class _Simulator:
         if template is None:
             template = self.templates[key] = job_template(job)
             self.profiles[key] = self._profile(template)
-            self.peak = self.profiles[key].peak_flops
         return template, self.profiles[key]
 
     def _profile(self, template: Job) -> JobProfile:
         """The job's reference step: alone on the empty reference cluster (this one unless a
-        what-if names another), placed by greedy; this cluster if it does not fit there."""
+        what-if names another), placed by greedy on its most common GPU type (see
+        :func:`reference_gpus`); anywhere on it if it does not fit there; this cluster if it
+        does not fit on the reference."""
         for reference_topology in dict.fromkeys((self.reference, self.topology)):
             if reference_topology is None:
                 continue
             empty = self.empty.get(id(reference_topology))
             if empty is None:
                 empty = self.empty[id(reference_topology)] = ClusterState(reference_topology)
-            try:
-                report = place(empty, template, "greedy").cost
-            except Infeasible:
-                continue
-            return job_profile(template, self.topology, report, reference_topology)
+            typical = reference_gpus(reference_topology)
+            for view in (empty.fenced_view(typical), empty):
+                try:
+                    report = place(view, template, "greedy").cost
+                except Infeasible:
+                    continue
+                return job_profile(template, self.topology, report, reference_topology)
         return JobProfile(0.0, 0.0, peak_flops(self.topology), 0.0)
 
     def _queue_key(self, job: SimJob) -> tuple[Any, ...]:
@@ -335,21 +524,56 @@ class _Simulator:
         self.state.reserve_spares(gpus=gpus)
 
     # ------------------------------------------------------------------ running jobs
-    def _set_speed(self, run: _Run, now: float, speed: Speed) -> None:
+    def _set_speed(
+        self, run: _Run, now: float, speed: Speed, factors: tuple[float, float] = (1.0, 1.0)
+    ) -> None:
         t0 = run.start + run.restart
         if now < t0:
-            run.timeline = (
-                [(run.start, 0.0), (t0, speed.speed)]
-                if run.restart > 0
-                else [(run.start, speed.speed)]
-            )
+            if run.restart > 0:
+                run.timeline = [(run.start, 0.0), (t0, speed.speed)]
+                run.factors = [(1.0, 1.0), factors]
+            else:
+                run.timeline = [(run.start, speed.speed)]
+                run.factors = [factors]
         else:
             run.timeline.append((now, speed.speed))
+            run.factors.append(factors)
         # Unique across segments, so a finish event of an earlier segment never matches.
         run.version = self.seq + 1
         finish = run.finish_time(now)
         if finish < math.inf:
             self._push(finish, _FINISH, (run.name, run.version))
+
+    def _price(
+        self, run: _Run, now: float, template: Job, profile: JobProfile, report: Any
+    ) -> None:
+        """Set ``run``'s speed from ``report`` (its placement priced on the state), with the
+        factors by which contention and degraded hardware lengthen its step."""
+        speed = job_speed(report, profile)
+        if speed.mfu is not None and speed.mfu > 1.0 + 1e-9:
+            raise InvalidState(
+                f"job {run.name}: MFU {speed.mfu:.1%} on its GPUs, above 100 %: the step time "
+                "is shorter than the model FLOPs allow at the GPUs' peak"
+            )
+        factors = (1.0, 1.0)
+        if report.hot_uplinks or (self.degraded and run.crossing):
+            if run.base_step is None:
+                # The same placement alone on healthy hardware: what the job would run at
+                # without neighbours and without degraded links.
+                base = evaluate(self.topology, template, run.gpus)
+                run.base_step = job_speed(base, profile).step_seconds
+                run.base_comm = float(base.comm_seconds)
+            factors = _slowdown_factors(speed.step_seconds, report, run.base_step, run.base_comm)
+        last = run.timeline[-1] if run.timeline else None
+        if last is not None and last[1] == speed.speed and run.factors[-1] == factors:
+            return
+        self._set_speed(run, now, speed, factors)
+
+    def _mark_neighbours(self, name: str, report_uplinks: Iterable[Any]) -> None:
+        """Re-price, at the end of this instant, the jobs sharing a hot uplink with ``name``."""
+        for uplink in report_uplinks:
+            self.dirty.update(uplink.jobs)
+        self.dirty.discard(name)
 
     def _start(
         self,
@@ -364,19 +588,42 @@ class _Simulator:
         *,
         allocate: bool = True,
     ) -> None:
+        name = record.job.name
         if allocate:
-            self.state.allocate(name=record.job.name, gpus=gpus)
+            # With its spec, so its collectives load the fabric's uplinks and its neighbours
+            # see it (gpuplace.cluster.fabric). The spec is the shape's shared template (its
+            # compiled arrays are cached; a copy named after the job would compile again).
+            self.state.allocate(name=name, gpus=gpus, job=template)
         self.allocated += len(gpus)
         run = _Run(record, gpus, now, restart, cause)
+        if allocate and self._solver_for(record.job) == "slurm-tree-exclusive":
+            # Slurm gives an --exclusive job every resource of its nodes: the GPUs it does not
+            # use are held with it (and count as allocated), so nobody shares its nodes.
+            hosts = np.unique(self.host_of_gpu[gpus])
+            rest = np.flatnonzero(np.isin(self.host_of_gpu, hosts) & self.state.free_mask())
+            if rest.size:
+                self.state.allocate(name=f"{name}/exclusive", gpus=rest)
+                self.allocated += len(rest)
+                run.exclusive_rest = len(rest)
         run.profile = profile
         run.bytes_per_step = np.fromiter(
             report.bytes_by_level.values(), dtype=np.float64, count=len(self.names)
         )
+        run.crossing = bool(run.bytes_per_step[self.nvl_level + 1 :].any())
+        peak_tflops = report.step_details.get("peak_tflops")
+        run.peak = profile.peak_flops if peak_tflops is None else float(peak_tflops) * 1e12
+        if run.crossing:
+            # Priced again now that it runs: with its neighbours' load and theirs with it.
+            report = evaluate(self.topology, template, gpus, state=self.state)
+            self._mark_neighbours(name, report.hot_uplinks)
         if record.first_start is None:
             record.first_start = now
+        on_hosts = self.host_of_gpu[gpus]
+        spanned = 1 if (on_hosts == on_hosts[0]).all() else len(np.unique(on_hosts))
+        record.hosts = max(record.hosts, spanned)
         self.running[run.name] = run
         run.timeline = []
-        self._set_speed(run, now, job_speed(report, profile))
+        self._price(run, now, template, profile, report)
 
     def _end_segment(
         self, run: _Run, now: float, kept_until: float, *, release: bool = True
@@ -386,7 +633,12 @@ class _Simulator:
         record = run.record
         gpus = len(run.gpus)
         held = gpus * (now - run.start)
-        record.held_gpu_s += held
+        record.held_gpu_s += held + run.exclusive_rest * (now - run.start)
+        record.peak_flop += held * run.peak
+        if run.exclusive_rest:
+            self.state.release(f"{run.name}/exclusive")
+            self.allocated -= run.exclusive_rest
+            run.exclusive_rest = 0
         restart_end = min(now, run.start + run.restart)
         if restart_end > run.start:
             self._lose(record, run.cause, gpus * (restart_end - run.start))
@@ -395,6 +647,15 @@ class _Simulator:
         productive_kept = max(0.0, kept_until - restart_end) if kept_until > run.start else 0.0
         record.kept_gpu_s += gpus * productive_kept
         record.kept_work_s += kept
+        w0, w1 = max(self.window[0], run.start), min(self.window[1], kept_until)
+        if w1 > w0:
+            record.kept_work_window_s += run.work_between(w0, w1)
+        running, cont, degr = run.slowdown_integrals(run.start, now)
+        record.running_s += running
+        record.contention_s += cont
+        record.degraded_s += degr
+        if run.crossing and release:
+            self._release_neighbours(run)
         profile = run.profile
         if profile is not None and profile.reference_step_seconds > 0:
             assert run.bytes_per_step is not None
@@ -408,6 +669,12 @@ class _Simulator:
         self.release_epoch += 1
         del self.running[run.name]
         return kept
+
+    def _release_neighbours(self, run: _Run) -> None:
+        """Before ``run`` gives its GPUs back: its neighbours on hot uplinks speed up."""
+        spec = self.state.specs.get(run.name)
+        if spec is not None:
+            self._mark_neighbours(run.name, contention(self.state, spec, run.gpus).uplinks)
 
     def _lose(self, record: JobRecord, cause: str, gpu_s: float) -> None:
         if gpu_s <= 0:
@@ -431,6 +698,7 @@ class _Simulator:
         self._end_segment(run, now, checkpoint)
         run.record.restarts += 1
         run.record.restart_cause = cause
+        run.record.interruptions[cause] = run.record.interruptions.get(cause, 0) + 1
 
     def _finish(self, name: str, version: int, now: float) -> None:
         run = self.running.get(name)
@@ -440,29 +708,52 @@ class _Simulator:
         record = run.record
         record.kept_work_s = record.job.work_s  # exactly, not up to rounding
         record.finish = now
+        self.ended += 1
+        self._report_progress(len(self.workload.jobs))
 
     # ------------------------------------------------------------------ scheduling
     def _try_start(self, name: str, now: float, restart: float = 0.0, cause: str = "") -> bool:
         record = self.records[name]
-        if self.failed_epoch.get(name) == self.release_epoch:
-            return False  # nothing was freed since it last failed to place
+        if self._known_infeasible(record.job):
+            return False
         template, profile = self._shape(record.job)
+        solver = self._solver_for(record.job)
         try:
             placement = place(
                 self.state,
                 template,
-                self.config.solver,
+                solver,
                 seed=self.config.seed,
                 time_limit=self.config.time_limit,
             )
         except Infeasible:
-            self.failed_epoch[name] = self.release_epoch
+            self.failed_epoch[self.place_keys[name]] = self.release_epoch
             return False
-        self.failed_epoch.pop(name, None)
         if record.restarts:
             restart, cause = self.config.restart_s, record.restart_cause
         self._start(record, placement.gpus, now, template, profile, placement.cost, restart, cause)
         return True
+
+    def _known_infeasible(self, job: SimJob) -> bool:
+        """A job of the same shape failed to place since anything was last freed: it would
+        fail again (starting jobs only takes GPUs away). Without this a backfill pass would
+        ask the solver again for every queued job of a shape that cannot fit, hundreds of
+        times per event."""
+        key = self.place_keys.get(job.name)
+        if key is None:
+            key = self.place_keys[job.name] = (job.shape, self._solver_for(job))
+        return self.failed_epoch.get(key) == self.release_epoch
+
+    def _solver_for(self, job: SimJob) -> str:
+        """The configured solver, as its scheduler treats this job: ``slurm-tree`` gives an
+        ``--exclusive`` job whole nodes; the topology-blind peers bind a Kubernetes pod to one
+        node (kube-scheduler never splits a pod)."""
+        solver = self.config.solver
+        if job.exclusive and solver == "slurm-tree":
+            return "slurm-tree-exclusive"
+        if job.pod and solver in ("first-fit", "random"):
+            return f"{solver}-pod"
+        return solver
 
     def _reservation(self, gpus: int, now: float, free: int) -> tuple[float, int]:
         if not self.running:
@@ -492,6 +783,7 @@ class _Simulator:
         if not queue:
             return
         free = self.state.free_gpus
+        failed, keys, epoch = self.failed_epoch, self.place_keys, self.release_epoch
         i = 0
         shadow, extra, tested = math.inf, 0, 0
         blocked = False
@@ -507,14 +799,21 @@ class _Simulator:
                     continue
                 if self.config.policy != "easy":
                     return
+                # Slurm's backfill runs every bf_interval, not on every event (its main
+                # scheduler does): at most one backfill pass per interval.
+                if now < self.next_backfill:
+                    self._wake_for_backfill()
+                    return
+                self.next_backfill = now + self.config.backfill_interval_s
                 blocked = True
                 head_gpus = job.gpus
                 i += 1
                 continue
             tested += 1
-            if tested > BACKFILL_DEPTH:
-                return
-            if job.gpus <= free and self.failed_epoch.get(name) != self.release_epoch:
+            if tested > BACKFILL_DEPTH or free <= 0:
+                break
+            key = keys.get(name)
+            if job.gpus <= free and (key is None or failed.get(key) != epoch):
                 if not reserved:
                     shadow, extra = self._reservation(head_gpus, now, free)
                     reserved = True
@@ -526,6 +825,13 @@ class _Simulator:
                         extra -= job.gpus
                     continue
             i += 1
+
+    def _wake_for_backfill(self) -> None:
+        """A pass was put off by the interval: make sure it happens when the interval ends,
+        even if no event comes then."""
+        if not self.backfill_pending and self.next_backfill < math.inf:
+            self.backfill_pending = True
+            self._push(self.next_backfill, _BACKFILL, None)
 
     # ------------------------------------------------------------------ hardware
     def _hardware(self, now: float, cause: Cause, index: int) -> None:
@@ -553,6 +859,7 @@ class _Simulator:
                         self._respond(run, now, cause.name, hardware=True, force_repair=True)
             else:
                 state.degrade(nic=nic, loss=cause.loss, reason=cause.name)
+                self.degraded.add(nic)
                 self._push(now + cause.repair_s, _RECOVER, ("nic", nic))
                 self._reprice({state.owner_of(int(g)) for g in gpus}, now)
             return
@@ -592,6 +899,8 @@ class _Simulator:
             template, profile = self._shape(record.job)
             named = replace(template, name=record.job.name)
             checkpoint = self._last_checkpoint(run, now)
+            if run.crossing:
+                self._release_neighbours(run)
             try:
                 fixed = repair(self.state, named, max_moves=self.config.max_moves)
             except (Infeasible, InvalidState):
@@ -603,6 +912,7 @@ class _Simulator:
                 self._lose(record, cause, len(run.gpus) * max(0.0, now - lost_from))
                 self._end_segment(run, now, checkpoint, release=False)
                 record.restarts += 1
+                record.interruptions[cause] = record.interruptions.get(cause, 0) + 1
                 self._start(
                     record,
                     gpus,
@@ -625,9 +935,7 @@ class _Simulator:
                 continue
             template, profile = self._shape(run.record.job)
             report = evaluate(self.topology, template, run.gpus, state=self.state)
-            speed = job_speed(report, profile)
-            if speed.speed != run.timeline[-1][1]:
-                self._set_speed(run, now, speed)
+            self._price(run, now, template, profile, report)
 
     def _reprice_fabric_jobs(self, now: float) -> None:
         """Re-price every running job whose traffic leaves its NVLink domain."""
@@ -649,6 +957,8 @@ class _Simulator:
                 gpus = np.flatnonzero(nics.gpu_nic == nics.index[n])
                 affected_before |= {self.state.owner_of(int(g)) for g in gpus}
         self.state.recover(**{kind: name})
+        if kind == "nic":
+            self.degraded.difference_update(name if isinstance(name, list) else [name])
         self.unusable = int(np.count_nonzero(self.state.health() != int(Health.Ok)))
         self.release_epoch += 1
         self._reprice(affected_before, now)
@@ -666,7 +976,9 @@ class _Simulator:
                 f"{run.name} runs on failed hardware"
             )
         assert seen.max(initial=0) <= 1, "a GPU is held by two jobs"
-        assert int(seen.sum()) == self.allocated
+        assert int(seen.sum()) + sum(r.exclusive_rest for r in self.running.values()) == (
+            self.allocated
+        )
 
     # ------------------------------------------------------------------ main loop
     def _sample_fragmentation(self, t: float) -> None:
@@ -682,20 +994,37 @@ class _Simulator:
         )
         self.frag.append((t, largest, unallocated))
 
+    def _draw_failures(self, until: float) -> None:
+        """Draw the failures up to ``until`` (s)."""
+        assert self.config.failures is not None
+        counts = {
+            "gpu": self.topology.num_gpus,
+            "host": len(self.topology.hosts),
+            "nic": len(nics_of(self.topology).names),
+        }
+        for t, cause, index in self.config.failures.draw(counts, until, self.config.seed):
+            self._push(t, _HARDWARE, (cause, index))
+        self.failure_until = until
+
+    def _report_progress(self, total: int) -> None:
+        """Progress over the whole run: half for the arrivals, half for the jobs ended
+        (finished or given up), so the drain after the last arrival is counted."""
+        if self.progress is None or not total:
+            return
+        step = self.arrived + self.ended
+        if step >= self.next_report:
+            self.next_report = step + max(1, total // 50)
+            self.progress(min(1.0, step / (2 * total)))
+
     def run(self) -> SimResult:
         started = time.perf_counter()
         jobs = self.workload.jobs
         horizon = (
             (jobs[-1].submit_s + max(j.work_s for j in jobs) * 4 + 30 * 86_400) if jobs else 0.0
         )
+        self.failure_until = 0.0
         if self.config.failures is not None:
-            counts = {
-                "gpu": self.topology.num_gpus,
-                "host": len(self.topology.hosts),
-                "nic": len(nics_of(self.topology).names),
-            }
-            for t, cause, index in self.config.failures.draw(counts, horizon, self.config.seed):
-                self._push(t, _HARDWARE, (cause, index))
+            self._draw_failures(horizon)
         next_job = 0
         now = 0.0
         last_arrival = jobs[-1].submit_s if jobs else 0.0
@@ -705,15 +1034,12 @@ class _Simulator:
         sample_every = max(last_arrival + typical, 1.0) / self.config.bins
         next_sample = 0.0
         total = len(jobs)
-        report_every = max(1, total // 100)
         while True:
             if next_job >= total and not self.running and (not self.queue or not self.recoveries):
                 break  # done, or queued jobs that no recovery can ever start
             t_event = self.events[0][0] if self.events else math.inf
             t_arrival = jobs[next_job].submit_s if next_job < total else math.inf
             now = min(t_event, t_arrival)
-            if now == math.inf:
-                break  # queued jobs that can never start
             if next_sample <= now:
                 self._sample_fragmentation(now)
                 next_sample = max(next_sample + sample_every, now)
@@ -724,6 +1050,8 @@ class _Simulator:
                     self._finish(payload[0], payload[1], t)
                 elif kind == _HARDWARE:
                     self._hardware(t, *payload)
+                elif kind == _BACKFILL:
+                    self.backfill_pending = False  # the pass runs in _schedule below
                 else:
                     self.recoveries -= 1
                     self._recover(t, payload)
@@ -734,11 +1062,16 @@ class _Simulator:
                     self.records[
                         job.name
                     ].reason = f"needs {job.gpus} GPUs, the cluster has {self.topology.num_gpus}"
+                    self.arrived = next_job
+                    self.ended += 1
                     continue
                 self._enqueue(job)
-                if self.progress is not None and next_job % report_every == 0:
-                    self.progress(next_job / total)
+                self.arrived = next_job
+                self._report_progress(total)
             self._schedule(now)
+            if self.dirty:
+                dirty, self.dirty = self.dirty, set()
+                self._reprice(dirty, now)
             if self.config.reprice_on_change and allocations != (
                 self.release_epoch,
                 self.allocated,
@@ -781,6 +1114,8 @@ class _Simulator:
             peak_flops=self.peak,
             elapsed_s=time.perf_counter() - started,
             end_s=end,
+            failure_horizon_s=None if self.config.failures is None else self.failure_until,
+            window=self.window,
         )
 
 

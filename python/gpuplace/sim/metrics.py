@@ -7,10 +7,23 @@ Definitions (GPU-seconds; the span is the makespan, first arrival to last finish
 * ``goodput``: useful GPU-time over all GPU-time of the cluster, where a job's useful GPU-time is
   its GPUs times its *kept* work (work at its reference step time; lost work, restarts and the
   slowdown of a worse placement are not useful);
-* ``mfu``: model FLOPs of kept work over the cluster's peak FLOPs in the span (jobs with a model);
+* ``mfu``: model FLOPs of kept work over the cluster's peak FLOPs in the span (each GPU at its
+  own host type's peak; jobs with a model); a job's MFU is over the peak of the GPUs it held;
 * ``jct``, ``queue``: completion and queueing times of the finished jobs, also by size class;
 * ``gpu_hours_lost``: held GPU-time whose work was lost to failures (since the last checkpoint)
-  or spent restarting, per cause.
+  or spent restarting, per cause;
+* ``utilization_steady``, ``goodput_steady``: the same over the steady window, the middle
+  80 % of the arrivals (10th to 90th percentile of submit times), without the ramp-up and the
+  drain that dominate the whole-run figures;
+* ``ettr``: effective training time ratio (Kokolis et al., HPCA'25): per job, the share of the
+  wall time from its first start to its finish spent on progress it kept; for the cluster,
+  the same GPU-weighted over the finished jobs;
+* ``interruptions_by_cause``: failures that stopped or moved a job (events on idle hardware
+  are in ``failure_events`` only); ``failure_horizon_s``: how far failures were drawn;
+* ``contention_slowdown``, ``degraded_slowdown``: per job, the time-weighted mean factor by
+  which neighbours' traffic on shared uplinks, and degraded hardware under the job, lengthened
+  its step over the same placement alone on healthy hardware (1.0: never slowed); summarised
+  as mean and 95th percentile over the jobs that ran, and the share of jobs slowed by > 1 %.
 """
 
 from __future__ import annotations
@@ -43,6 +56,14 @@ def _integral(times: np.ndarray, values: np.ndarray, end: float) -> float:
     return float(np.sum(values * widths))
 
 
+def _integral_between(times: np.ndarray, values: np.ndarray, a: float, b: float) -> float:
+    """Integral over [a, b] of the step function ``values`` changing at ``times``."""
+    if b <= a:
+        return 0.0
+    edges = np.clip(np.append(times, max(b, float(times[-1]))), a, b)
+    return float(np.sum(values * np.diff(edges)))
+
+
 def _stats(seconds: list[float | None]) -> dict[str, float | None]:
     """Mean, median and 99th percentile of the known values (None where none is known)."""
     values = [v for v in seconds if v is not None]
@@ -53,6 +74,17 @@ def _stats(seconds: list[float | None]) -> dict[str, float | None]:
         "mean": float(arr.mean()),
         "p50": float(np.percentile(arr, 50)),
         "p99": float(np.percentile(arr, 99)),
+    }
+
+
+def _slowdowns(values: list[float | None]) -> dict[str, float | None]:
+    known = np.asarray([v for v in values if v is not None], dtype=np.float64)
+    if known.size == 0:
+        return {"mean": None, "p95": None, "share_slowed": None}
+    return {
+        "mean": float(known.mean()),
+        "p95": float(np.percentile(known, 95)),
+        "share_slowed": float(np.mean(known > 1.01)),
     }
 
 
@@ -84,6 +116,25 @@ def summary(result: SimResult) -> dict[str, Any]:
             }
     jct_stats = _stats(jct)
     cfg = result.config
+    # The steady window: the middle 80 % of the arrivals (ramp-up and drain left out).
+    w0, w1 = result.window
+    window_s = max(0.0, w1 - w0)
+    held_window = _integral_between(result.times, result.allocated, w0, w1)
+    unusable_window = _integral_between(result.times, result.unusable, w0, w1)
+    available_window = result.num_gpus * window_s - unusable_window
+    useful_window = sum(r.job.gpus * r.kept_work_window_s for r in records)
+    interruptions: dict[str, int] = {}
+    for r in records:
+        for cause, n in r.interruptions.items():
+            interruptions[cause] = interruptions.get(cause, 0) + n
+    spans = [
+        (r, r.finish - r.first_start)
+        for r in finished
+        if r.finish is not None and r.first_start is not None and r.finish > r.first_start
+    ]
+    ettr_span = sum(r.job.gpus * span for r, span in spans)
+    contention = _slowdowns([r.contention_slowdown for r in records])
+    degraded = _slowdowns([r.degraded_slowdown for r in records])
     return {
         "jobs": len(records),
         "jobs_finished": len(finished),
@@ -98,6 +149,17 @@ def summary(result: SimResult) -> dict[str, Any]:
         "queue_mean_s": float(np.mean(queue)) if queue else None,
         "gpu_hours_lost": lost / 3600.0,
         "elapsed_s": result.elapsed_s,
+        "utilization_steady": held_window / available_window if available_window > 0 else None,
+        "goodput_steady": useful_window / (result.num_gpus * window_s) if window_s > 0 else None,
+        "steady_window_s": [w0, w1],
+        "ettr": sum(r.kept_gpu_s for r, _ in spans) / ettr_span if ettr_span > 0 else None,
+        "ettr_job": _stats([r.ettr for r in finished]),
+        "interruptions_by_cause": dict(sorted(interruptions.items())),
+        "jobs_interrupted": sum(1 for r in records if r.interruptions),
+        "failure_horizon_s": result.failure_horizon_s,
+        "failures_cover_run": None
+        if result.failure_horizon_s is None
+        else result.failure_horizon_s >= result.end_s,
         # Beyond the table:
         "solver": cfg.solver,
         "policy": cfg.policy,
@@ -113,6 +175,11 @@ def summary(result: SimResult) -> dict[str, Any]:
         "gpu_hours_lost_by_cause": {k: v / 3600.0 for k, v in result.lost_gpu_s.items()},
         "failure_events": result.failures,
         "fabric_bytes_by_level": result.fabric_bytes,
+        "contention_slowdown": contention,
+        "degraded_slowdown": degraded,
+        "contention_slowdown_mean": contention["mean"],
+        "contention_slowdown_p95": contention["p95"],
+        "degraded_slowdown_mean": degraded["mean"],
         "largest_tp8_mean": float(np.mean(result.largest_tp8)),
         "fgd_unallocated_mean": float(np.mean(result.fgd_unallocated)),
         "by_size": by_class,
@@ -123,11 +190,7 @@ def job_rows(result: SimResult) -> list[dict[str, Any]]:
     """One row per job: its submission, when it started and finished, GPU-time and MFU."""
     rows = []
     for r in result.records:
-        mfu = (
-            r.model_flops / (result.peak_flops * r.held_gpu_s)
-            if r.model_flops > 0 and r.held_gpu_s > 0
-            else None
-        )
+        mfu = r.mfu
         rows.append(
             {
                 "name": r.job.name,
@@ -144,7 +207,15 @@ def job_rows(result: SimResult) -> list[dict[str, Any]]:
                 "held_gpu_s": r.held_gpu_s,
                 "lost_gpu_s": sum(r.lost_gpu_s.values()),
                 "restarts": r.restarts,
+                "interruptions": sum(r.interruptions.values()),
+                "interruptions_by_cause": ";".join(
+                    f"{cause}:{n}" for cause, n in sorted(r.interruptions.items())
+                ),
+                "ettr": r.ettr,
+                "hosts": r.hosts,
                 "mfu": mfu,
+                "contention_slowdown": r.contention_slowdown,
+                "degraded_slowdown": r.degraded_slowdown,
                 "status": "finished" if r.finish is not None else (r.reason or "unfinished"),
             }
         )

@@ -9,7 +9,9 @@ without search). On a placement whose step time is ``step_seconds``, the job pro
     speed = reference_step_seconds / step_seconds      (work-seconds per wall second)
 
 so a job placed as well as on the empty cluster runs at speed 1 and a job whose step is twice
-as long takes twice as long. In a what-if between two clusters the reference is one of them
+as long takes twice as long. On a cluster whose host types differ in GPU peak the reference is
+placed on the most common peak's GPUs (``gpuplace.sim.engine.reference_gpus``), and the core
+prices every step at the peak of the GPUs the placement got. In a what-if between two clusters the reference is one of them
 (``simulate(..., reference=)``), so faster GPUs and fabrics run the same work faster. The step time comes from:
 
 1. ``report.step_seconds``, the core's step-time model (``rust/core/src/step.rs``), which also
@@ -74,7 +76,8 @@ COMPUTE_EFFICIENCY = 0.5
 
 def peak_flops(topology: Topology) -> float:
     """Dense BF16 peak of one GPU of ``topology`` (FLOP/s): its first host type's
-    ``gpu_model`` looked up in :data:`PEAK_FLOPS`."""
+    ``gpu_model`` looked up in :data:`PEAK_FLOPS`. Used only where the core's step model
+    knows no peak (the comm-based rule); steps and MFU otherwise use the placement's own."""
     for node_type in topology.node_types.values():
         model = (getattr(node_type, "gpu_model", None) or "").lower()
         for key, flops in PEAK_FLOPS.items():

@@ -65,7 +65,8 @@ class SimJob:
     """One submission. ``work_s``: runtime (s) at the job's reference step time;
     ``estimate_s``: the runtime the user declared (backfill), None to use ``work_s`` times the
     simulator's estimate factor; ``priority``: a class, higher first under the priority
-    policy; ``tp``/``pp``: layout (dp = gpus / (tp * pp)); ``model``: a key of :data:`MODELS`."""
+    policy; ``tp``/``pp``: layout (dp = gpus / (tp * pp)); ``model``: a key of :data:`MODELS`;
+    ``exclusive``: whole nodes under Slurm; ``pod``: one Kubernetes pod, on one host."""
 
     name: str
     submit_s: float
@@ -76,6 +77,12 @@ class SimJob:
     tp: int = 1
     pp: int = 1
     model: str = "llama2-13b"
+    #: The job asked for whole nodes (Slurm ``--exclusive``): ``slurm-tree`` then gives it idle
+    #: nodes only; other policies place it as any job.
+    exclusive: bool = False
+    #: The job is one Kubernetes pod (openb): it never spans hosts, and the topology-blind
+    #: peers place it as kube-scheduler binds a pod (``first-fit-pod``, ``random-pod``).
+    pod: bool = False
 
     @property
     def shape(self) -> tuple[int, int, int, str]:
@@ -223,7 +230,16 @@ def openb(path: str | Path | None = None, *, model: str = "llama2-13b") -> Workl
             ) from None
         tp, pp = trace_layout(gpus)
         jobs.append(
-            SimJob(row["name"], created, gpus, max(end - start, 1.0), tp=tp, pp=pp, model=model)
+            SimJob(
+                row["name"],
+                created,
+                gpus,
+                max(end - start, 1.0),
+                tp=tp,
+                pp=pp,
+                model=model,
+                pod=True,
+            )
         )
     return _sorted("openb", jobs)
 
@@ -232,7 +248,19 @@ def openb(path: str | Path | None = None, *, model: str = "llama2-13b") -> Workl
 # Files users write
 
 #: Columns of a workload file; ``name``, ``submit_s``, ``gpus`` and ``duration_s`` are required.
-COLUMNS = ("name", "submit_s", "gpus", "duration_s", "estimate_s", "priority", "tp", "pp", "model")
+COLUMNS = (
+    "name",
+    "submit_s",
+    "gpus",
+    "duration_s",
+    "estimate_s",
+    "priority",
+    "tp",
+    "pp",
+    "model",
+    "exclusive",
+)
+_TRUE, _FALSE = ("1", "true", "yes"), ("", "0", "false", "no")
 
 
 def _job_from_fields(fields: dict[str, Any], where: str) -> SimJob:
@@ -274,6 +302,10 @@ def _job_from_fields(fields: dict[str, Any], where: str) -> SimJob:
     if model not in MODELS:
         raise InvalidJob(f"{where}: model: expected one of {', '.join(MODELS)}, got {model!r}")
     estimate = fields.get("estimate_s")
+    exclusive = fields.get("exclusive")
+    flag = str(exclusive).strip().lower() if exclusive is not None else ""
+    if flag not in _TRUE + _FALSE:
+        raise InvalidJob(f"{where}: exclusive: expected true or false, got {exclusive!r}")
     return SimJob(
         name=name,
         submit_s=number("submit_s", need("submit_s"), minimum=0),
@@ -284,6 +316,7 @@ def _job_from_fields(fields: dict[str, Any], where: str) -> SimJob:
         tp=tp,
         pp=pp,
         model=model,
+        exclusive=flag in _TRUE,
     )
 
 

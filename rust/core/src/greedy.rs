@@ -354,7 +354,12 @@ pub fn place(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
 /// `neighbours`, what the job adds to the running jobs counts too.
 pub fn place_with(state: &ClusterState, job: &JobSpec, neighbours: bool) -> Result<Vec<u32>> {
     let plain = place_layouts(state, job)?;
-    if state.fabric_load().is_none() {
+    // A packing whose flows cross no uplink (a job inside one host) neither meets the
+    // running jobs' load nor adds to it: the views that hold hot domains back cannot make it
+    // cheaper, and building them costs more than the placement itself.
+    if state.fabric_load().is_none()
+        || crate::fabric::job_load(state.topology(), job, &plain).is_empty()
+    {
         return Ok(plain);
     }
     let cost = |gpus: &[u32]| crate::fabric::placement_cost(state, job, gpus, neighbours);

@@ -5,7 +5,10 @@ to its tie-breaking, so that a comparison with gpuplace's solvers is a compariso
 schedulers really do (``tests/test_slurm_tree.py`` checks ``slurm-tree`` against a running Slurm).
 None of them reads the job's communication: they see only its size, as their originals do.
 
-* ``slurm-tree``: Slurm's ``topology/tree`` plugin with ``select/cons_tres`` and ``--exclusive``.
+* ``slurm-tree``: Slurm's ``topology/tree`` plugin with ``select/cons_tres``, nodes shared;
+  ``slurm-tree-exclusive`` the same with ``--exclusive`` (whole nodes).
+* ``first-fit-pod``, ``random-pod``: kube-scheduler binding one pod to one node (the first, or
+  a random one, with enough free GPUs), the NVIDIA device plugin choosing GPUs inside it.
 * ``kueue-bestfit``: Kueue Topology Aware Scheduling, BestFit profile, with the NVIDIA device
   plugin choosing GPUs inside each node.
 * ``gpuallocator``: NVIDIA go-gpuallocator's best-effort policy inside a node, nodes first-fit.
@@ -234,10 +237,48 @@ def slurm_tree_nodes(tree: SwitchTree, idle: np.ndarray, nodes: int) -> np.ndarr
 
 @register_solver(
     "slurm-tree",
-    "peer baseline: Slurm 22.05 topology/tree with --exclusive (whole nodes; top switch, then "
-    "best-fit leaf switches by hop distance), ranks in node order",
+    "peer baseline: Slurm 22.05 select/cons_tres with topology/tree, nodes shared (a job "
+    "within a node takes the free GPUs of one node; larger jobs whole nodes' worth): top "
+    "switch, then best-fit leaf switches by hop distance, ranks in node order",
 )
 def slurm_tree(state: ClusterState, job: Job, seed: int, time_limit: float | None) -> SolveResult:
+    """Slurm's choice for ``sbatch -N n --gpus-per-node=k`` without ``--exclusive``
+    (``select/cons_tres`` shares nodes): ``n = ceil(gpus / gpus_per_node)`` nodes, ``k =
+    ceil(gpus / n)``. A node is available when it has ``k`` free, healthy GPUs; among those
+    :func:`slurm_tree_nodes` picks the nodes (``_eval_nodes_topo`` counts available nodes per
+    switch, as it counts idle ones for an exclusive job). On each node the GRES plugin gives
+    the lowest free GPU indices; ranks fill the nodes in node order, local index fastest, as
+    ``srun`` numbers tasks with the default block distribution."""
+    topology = state.topology
+    hosts = _hosts(topology)
+    per_node = int(hosts.gpus.max())
+    nodes = -(-job.gpus // per_node)
+    per_host = -(-job.gpus // nodes)
+    free_per_host = _host_free(state)
+    chosen = slurm_tree_nodes(_switch_tree(topology), free_per_host >= per_host, nodes)
+    free = state.free_mask()
+    gpus = np.concatenate(
+        [
+            hosts.first_gpu[h]
+            + np.flatnonzero(free[hosts.first_gpu[h] : hosts.first_gpu[h] + hosts.gpus[h]])[
+                :per_host
+            ]
+            for h in chosen
+        ]
+    )
+    if len(gpus) < job.gpus:  # hosts smaller than the largest: Slurm would need more nodes
+        raise Infeasible(f"slurm-tree: {nodes} nodes hold fewer than {job.gpus} free GPUs")
+    return SolveResult(gpus=gpus[: job.gpus].astype(np.int64), details={"nodes": nodes})
+
+
+@register_solver(
+    "slurm-tree-exclusive",
+    "peer baseline: Slurm 22.05 topology/tree with --exclusive (whole idle nodes; top switch, "
+    "then best-fit leaf switches by hop distance), ranks in node order",
+)
+def slurm_tree_exclusive(
+    state: ClusterState, job: Job, seed: int, time_limit: float | None
+) -> SolveResult:
     """Slurm's choice for ``sbatch --exclusive -N ceil(gpus / gpus_per_node)``: whole idle
     nodes (every GPU free and healthy) chosen by :func:`slurm_tree_nodes`; ranks fill the nodes'
     GPUs in node order, local index fastest, as ``srun`` numbers tasks with the default block
@@ -253,6 +294,43 @@ def slurm_tree(state: ClusterState, job: Job, seed: int, time_limit: float | Non
     if len(gpus) < job.gpus:  # hosts smaller than the largest: Slurm would need more nodes
         raise Infeasible(f"slurm-tree: {nodes} nodes hold fewer than {job.gpus} GPUs")
     return SolveResult(gpus=gpus[: job.gpus].astype(np.int64), details={"nodes": nodes})
+
+
+def _pod_host(state: ClusterState, job: Job, seed: int, *, at_random: bool) -> SolveResult:
+    """One pod on one node, as kube-scheduler binds it: a node with ``gpus`` free, healthy
+    GPUs (the first in node order, or one at random), the NVIDIA device plugin handing out its
+    lowest free GPU indices. A pod never spans nodes."""
+    hosts = _hosts(state.topology)
+    fits = np.flatnonzero(_host_free(state) >= job.gpus)
+    if fits.size == 0:
+        raise Infeasible(
+            f"a pod of {job.gpus} GPUs needs one node with {job.gpus} free GPUs; the most "
+            f"free on a node is {int(_host_free(state).max(initial=0))}"
+        )
+    # Random per call yet deterministic for a seed and a state.
+    rng = np.random.default_rng([seed, state.free_gpus, int(fits.size)])
+    host = int(rng.choice(fits)) if at_random else int(fits[0])
+    first = hosts.first_gpu[host]
+    free = np.flatnonzero(state.free_mask()[first : first + hosts.gpus[host]])[: job.gpus]
+    return SolveResult(gpus=(first + free).astype(np.int64), details={"node": host})
+
+
+@register_solver(
+    "first-fit-pod",
+    "peer baseline: a Kubernetes pod on the first node (in node order) with enough free GPUs",
+)
+def first_fit_pod(
+    state: ClusterState, job: Job, seed: int, time_limit: float | None
+) -> SolveResult:
+    return _pod_host(state, job, seed, at_random=False)
+
+
+@register_solver(
+    "random-pod",
+    "peer baseline: a Kubernetes pod on a random node with enough free GPUs",
+)
+def random_pod(state: ClusterState, job: Job, seed: int, time_limit: float | None) -> SolveResult:
+    return _pod_host(state, job, seed, at_random=True)
 
 
 # --------------------------------------------------------------------------- kueue-bestfit
