@@ -146,8 +146,11 @@ pub struct ClusterState {
     spare_free: Vec<Vec<u32>>,
     /// `free_degraded[l][d]`: free GPUs of the domain with a side factor below 1.
     free_degraded: Vec<Vec<u32>>,
-    jobs: Vec<Option<JobAllocation>>,
-    job_index: HashMap<String, u32>,
+    /// The running jobs, shared copy-on-write between a state and its copies: the views
+    /// solvers build (hot domains held back, a spread, a fence) clone the state but never
+    /// change its jobs, and copying every job's GPUs and flows cost more than the packing.
+    jobs: Arc<Vec<Option<JobAllocation>>>,
+    job_index: Arc<HashMap<String, u32>>,
     /// NIC of every GPU (`NO_NIC` for none) and the GPUs of every NIC.
     gpu_nic: Vec<u32>,
     nic_gpus: Csr,
@@ -219,8 +222,8 @@ impl ClusterState {
             free,
             spare_free: zeros.clone(),
             free_degraded: zeros,
-            jobs: Vec::new(),
-            job_index: HashMap::new(),
+            jobs: Arc::new(Vec::new()),
+            job_index: Arc::new(HashMap::new()),
             gpu_nic,
             nic_gpus,
             spare: vec![false; n],
@@ -474,7 +477,7 @@ impl ClusterState {
         let slot = match self.jobs.iter().position(Option::is_none) {
             Some(free_slot) => free_slot,
             None => {
-                self.jobs.push(None);
+                Arc::make_mut(&mut self.jobs).push(None);
                 self.jobs.len() - 1
             }
         };
@@ -485,14 +488,14 @@ impl ClusterState {
         }
         let load = self.flows_of(spec.as_deref(), &io, gpus);
         self.add_load(&load, 1.0);
-        self.jobs[slot] = Some(JobAllocation {
+        Arc::make_mut(&mut self.jobs)[slot] = Some(JobAllocation {
             name: name.to_string(),
             gpus: gpus.to_vec(),
             spec,
             io,
             load,
         });
-        self.job_index.insert(name.to_string(), slot as u32);
+        Arc::make_mut(&mut self.job_index).insert(name.to_string(), slot as u32);
         Ok(())
     }
 
@@ -544,7 +547,7 @@ impl ClusterState {
             self.spare[g] = false;
             self.settle(g, before);
         }
-        let (old_load, spec, io) = match self.jobs[slot as usize].as_mut() {
+        let (old_load, spec, io) = match Arc::make_mut(&mut self.jobs)[slot as usize].as_mut() {
             Some(alloc) => {
                 alloc.gpus = gpus.to_vec();
                 let old = std::mem::take(&mut alloc.load);
@@ -555,7 +558,7 @@ impl ClusterState {
         self.add_load(&old_load, -1.0);
         let load = self.flows_of(spec.as_deref(), &io, gpus);
         self.add_load(&load, 1.0);
-        if let Some(alloc) = self.jobs[slot as usize].as_mut() {
+        if let Some(alloc) = Arc::make_mut(&mut self.jobs)[slot as usize].as_mut() {
             alloc.load = load;
         }
         Ok(())
@@ -563,10 +566,10 @@ impl ClusterState {
 
     /// Free a job's GPUs; returns them. GPUs that failed meanwhile stay out of service.
     pub fn release(&mut self, name: &str) -> Result<Vec<u32>> {
-        let Some(slot) = self.job_index.remove(name) else {
+        let Some(slot) = Arc::make_mut(&mut self.job_index).remove(name) else {
             return Err(invalid(format!("no job named {name:?} is allocated")));
         };
-        let alloc = self.jobs[slot as usize]
+        let alloc = Arc::make_mut(&mut self.jobs)[slot as usize]
             .take()
             .ok_or_else(|| invalid(format!("job {name:?} has no allocation")))?;
         for &g in &alloc.gpus {
