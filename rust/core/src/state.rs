@@ -673,32 +673,35 @@ impl ClusterState {
         })
     }
 
-    /// A copy in which the GPUs under the given (level, domain)s are drained: what a solver
-    /// sees when it holds those domains back (e.g. behind hot uplinks).
+    /// A copy in which the free GPUs under the given (level, domain)s are fenced off: what a
+    /// solver sees when it holds those domains back (e.g. behind hot uplinks). Fenced, not
+    /// drained: the view's health stays the state's, so nothing is re-derived per GPU (the
+    /// domains behind hot uplinks can hold thousands of GPUs, and greedy builds such a view
+    /// for each load threshold it tries).
     pub fn holding_back(&self, domains: &[(usize, usize)]) -> Result<ClusterState> {
-        let node_level = self.topo.node_level();
-        let targets: Vec<Component> = domains
-            .iter()
-            .map(|&(level, domain)| {
-                if level == node_level {
-                    Component::Node(domain as u32)
-                } else {
-                    Component::Switch {
-                        level: level as u32,
-                        domain: domain as u32,
-                    }
-                }
-            })
+        let topo = &self.topo;
+        let mut marked: Vec<Vec<bool>> = (0..topo.num_levels()).map(|_| Vec::new()).collect();
+        for &(level, domain) in domains {
+            if level >= topo.num_levels() || domain >= topo.domain_count(level) {
+                return Err(invalid(format!(
+                    "no domain {domain} at level {level} to hold back"
+                )));
+            }
+            let row = &mut marked[level];
+            if row.is_empty() {
+                row.resize(topo.domain_count(level), false);
+            }
+            row[domain] = true;
+        }
+        let levels: Vec<usize> = (0..marked.len())
+            .filter(|&l| !marked[l].is_empty())
+            .collect();
+        let held: Vec<u32> = (0..topo.num_gpus())
+            .filter(|&g| self.is_free(g) && levels.iter().any(|&l| marked[l][topo.domain_of(g, l)]))
+            .map(|g| g as u32)
             .collect();
         let mut view = self.clone();
-        view.set_condition(
-            &targets,
-            Some(ComponentHealth {
-                condition: Condition::Drained,
-                factor: 1.0,
-                reason: "held back".into(),
-            }),
-        )?;
+        view.set_fence(&held, true)?;
         Ok(view)
     }
 
