@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -233,7 +234,10 @@ def peak_of_gpus(topology: Topology, gpus: Any) -> tuple[float, str]:
     """The peak (TFLOPS) a synchronous job on ``gpus`` runs at: the slowest host type's (a
     type's ``peak_tflops``, else its ``gpu_model`` in the table), with the model it came from.
     Raises InvalidTopology naming the host type when a type has neither."""
-    used = np.unique(topology._type_of_gpu[np.asarray(gpus, dtype=np.int64)])
+    if len(topology._type_names) == 1:  # one host type: no need to look at the GPUs
+        used = np.zeros(1, dtype=np.int64)
+    else:
+        used = np.unique(topology._type_of_gpu[np.asarray(gpus, dtype=np.int64)])
     best: tuple[float, str] | None = None
     for t in sorted(topology._type_names[int(i)] for i in used):
         nt = topology.node_types[t]
@@ -321,25 +325,17 @@ class _CoreCostReport(CostReport):
         object.__setattr__(made, "_named", None)
         return made
 
-    def _fields(self) -> dict[str, Any]:
+    def _field(self, name: str) -> Any:
+        """The named field ``name``, made on its first read (each on its own: a simulator
+        that reads the bytes per level and the step's peak pays for no uplink or class
+        names)."""
         named = self._named
         if named is None:
-            topology, job, gpus, class_names = self._source
-            raw = self._raw
-            names = topology.level_names
-            span = raw.span_level
-            named = {
-                "class_seconds": dict(zip(class_names, raw.class_seconds, strict=True)),
-                "bytes_by_level": dict(zip(names, raw.bytes_by_level.tolist(), strict=True)),
-                "span_level": None if span is None else names[span],
-                "violations": raw.violations,
-                "nvlink_level": names[topology.nvlink_level],
-                "step_details": step_details(topology, job, gpus, class_names, raw),
-                "class_algorithms": dict(zip(class_names, raw.class_algorithms, strict=True)),
-                "hot_uplinks": hot_uplinks(topology, raw.hot_uplinks),
-            }
+            named = {}
             object.__setattr__(self, "_named", named)
-        return named
+        if name not in named:
+            named[name] = _NAMED[name](self._raw, *self._source)
+        return named[name]
 
     def _values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, f.name) for f in dataclasses.fields(CostReport))
@@ -365,9 +361,31 @@ def _read(name: str) -> property:
     return property(lambda self: getattr(self._raw, name))
 
 
+#: How each named field of a :class:`_CoreCostReport` is made from the core's report and the
+#: placement's topology, job, GPUs and class names.
+_NAMED: dict[str, Callable[[_core.CostReport, Topology, Job, Any, list[str]], Any]] = {
+    "class_seconds": lambda raw, topo, job, gpus, names: dict(
+        zip(names, raw.class_seconds, strict=True)
+    ),
+    "bytes_by_level": lambda raw, topo, job, gpus, names: dict(
+        zip(topo.level_names, raw.bytes_by_level.tolist(), strict=True)
+    ),
+    "span_level": lambda raw, topo, job, gpus, names: (
+        None if raw.span_level is None else topo.level_names[raw.span_level]
+    ),
+    "violations": lambda raw, topo, job, gpus, names: raw.violations,
+    "nvlink_level": lambda raw, topo, job, gpus, names: topo.level_names[topo.nvlink_level],
+    "step_details": lambda raw, topo, job, gpus, names: step_details(topo, job, gpus, names, raw),
+    "class_algorithms": lambda raw, topo, job, gpus, names: dict(
+        zip(names, raw.class_algorithms, strict=True)
+    ),
+    "hot_uplinks": lambda raw, topo, job, gpus, names: hot_uplinks(topo, raw.hot_uplinks),
+}
+
+
 def _name(name: str) -> property:
     """A field named in the topology's and the job's words, made on first read."""
-    return property(lambda self: self._fields()[name])
+    return property(lambda self: self._field(name))
 
 
 for _field in dataclasses.fields(CostReport):
