@@ -114,6 +114,24 @@ def read_text(source: Source) -> tuple[str, str]:
 guarded = guard(InvalidState)
 
 
+def split_key_value(line: str) -> tuple[str, str] | None:
+    """``(key, value)`` of a ``key : value`` line, split at the first colon and stripped;
+    None when there is no colon or nothing before it. (A string split, not a regular
+    expression: a lazy key followed by ``\\s*:`` backtracks quadratically on a long line of
+    spaces without a colon.)"""
+    head, colon, tail = line.partition(":")
+    if not colon or not head:
+        return None
+    return head.strip(), tail.strip()
+
+
+def is_table_border(line: str) -> bool:
+    """Whether ``line`` is a table border such as ``+----+=====+`` or ``|  |`` (what
+    ``^\\s*[+|][-=+| ]*[+|]?\\s*$`` matches, in one linear pass)."""
+    stripped = line.strip()
+    return bool(stripped) and stripped[0] in "+|" and not stripped.strip("-=+| ")
+
+
 def count_lines(text: str) -> int:
     return text.count("\n") + (0 if not text or text.endswith("\n") else 1)
 
