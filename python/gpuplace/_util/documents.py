@@ -429,22 +429,27 @@ def csv_rows(
 def write_atomically(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` so that a crash leaves either the old or the new file.
 
-    The data goes to a temporary file in the same directory, is flushed and fsynced, then
-    renamed over the target; the directory is fsynced so the rename itself is durable.
+    The data goes to a temporary file in the same directory (``.<name>.<random>.tmp``), is
+    flushed and fsynced, then renamed over the target; the directory is fsynced so the rename
+    itself is durable. The writer holds an advisory lock on its temporary file until the
+    rename, so that the temporary files a killed writer left behind can be told from those of
+    a writer still at work: after its own rename, a successful write removes the leftovers of
+    the same file (:func:`_remove_leftovers`).
     """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        # Crash tests set this to hold the process between the write and the rename.
-        pause = os.environ.get("GPUPLACE_TEST_PAUSE_BEFORE_RENAME_S")
-        if pause:
-            time.sleep(float(pause))
-        os.replace(tmp, path)
+            # Crash tests set this to hold the process between the write and the rename.
+            pause = os.environ.get("GPUPLACE_TEST_PAUSE_BEFORE_RENAME_S")
+            if pause:
+                time.sleep(float(pause))
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -454,11 +459,46 @@ def write_atomically(path: str | Path, text: str) -> None:
     try:
         dir_fd = os.open(directory, os.O_RDONLY)
     except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        dir_fd = None
+    if dir_fd is not None:
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    _remove_leftovers(directory, path.name)
+
+
+#: A temporary file younger than this may belong to a writer between creating it and locking
+#: it; it is left for a later write.
+_LEFTOVER_AGE_S = 2.0
+
+
+def _remove_leftovers(directory: Path, name: str) -> None:
+    """Remove the temporary files (``.<name>.*.tmp``) that interrupted writes of ``name`` left
+    in ``directory``: those no process holds locked (a writer killed before its rename) and
+    older than a moment. Best effort: a file that cannot be examined is left alone."""
+    now = time.time()
+    for leftover in directory.glob(f".{glob_escape(name)}.*.tmp"):
+        try:
+            fd = os.open(leftover, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if now - os.fstat(fd).st_mtime < _LEFTOVER_AGE_S:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a writer is at work on it
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
+        finally:
+            os.close(fd)
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with the characters glob patterns treat specially escaped."""
+    return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in name)
 
 
 #: Locks the current thread holds (resolved path -> depth): re-entrant for the thread that
