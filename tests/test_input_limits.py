@@ -205,7 +205,8 @@ POLLUX_HEAD = "placement,local_bsz,step_time,sync_time\n"
     ("row", "needle"),
     [
         ("1²,32,0.1,0.05", "placement"),
-        ("2,32,0.1," + "1" * 140_000, "field larger"),
+        ("2,32,0.1," + "x" * 140_000, "field larger"),
+        ("2,32,0.1," + "1" * 140_000, "more than 1000 digits"),
         ("2,32,0.1,0.05\r3,32,0.1,0.05", "new-line"),
     ],
 )

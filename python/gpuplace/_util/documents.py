@@ -226,7 +226,16 @@ def source_text(
     return name, data
 
 
-_LONG_DIGITS = re.compile(rf"\d{{{MAX_INT_DIGITS + 1},}}")
+#: The start of a run of more than MAX_INT_DIGITS digits; the lookbehind makes the search
+#: linear (a match is tried only where a run starts).
+_LONG_DIGITS = re.compile(rf"(?<!\d)\d{{{MAX_INT_DIGITS + 1}}}")
+
+
+def long_number_line(text: str) -> int | None:
+    """The line of the first number of more than :data:`MAX_INT_DIGITS` digits in ``text``,
+    or None: readers of tool output refuse such a text before any ``int()`` sees it."""
+    found = _LONG_DIGITS.search(text)
+    return None if found is None else _line_of(text, found.start())
 
 
 class _TooManyDigits(ValueError):
@@ -372,11 +381,18 @@ _BoundedLoader.add_constructor(
 def parse_yaml(text: str, source: str | os.PathLike[str], error: type[GpuplaceError]) -> Any:
     """Parse YAML text safely and within the limits of this module, raising ``error`` with the
     source and line."""
-    loader = _BoundedLoader(text)
+    loader: _BoundedLoader | None = None
     try:
+        loader = _BoundedLoader(text)
         return loader.get_single_data()
     except RecursionError:
         raise error(f"{source}: invalid YAML: nested too deeply") from None
+    except yaml.reader.ReaderError as exc:
+        line = _line_of(text, exc.position) if isinstance(exc.position, int) else None
+        where = f"line {line}: " if line else ""
+        raise error(
+            f"{source}: {where}invalid YAML: character #x{exc.character:04x} is not allowed"
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -384,7 +400,8 @@ def parse_yaml(text: str, source: str | os.PathLike[str], error: type[GpuplaceEr
     except yaml.YAMLError as exc:
         raise error(f"{source}: invalid YAML: {exc}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def parse_document(

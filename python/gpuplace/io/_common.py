@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from typing import IO, Any, ParamSpec, TypeAlias, TypeVar
 
-from gpuplace._util.documents import MAX_DOCUMENT_BYTES
+from gpuplace._util.documents import MAX_DOCUMENT_BYTES, MAX_INT_DIGITS, long_number_line
 from gpuplace._util.hostlist import HostlistError, expand
 from gpuplace.errors import GpuplaceError, InvalidTopology
 
@@ -75,6 +75,9 @@ def read_source(source: Source, *, limit: int = MAX_INPUT_BYTES) -> tuple[str, s
     if "\x00" in text:
         line = text[: text.index("\x00")].count("\n") + 1
         raise fail(name, line, "expected text; found a NUL byte (binary file?)")
+    long_number = long_number_line(text)
+    if long_number is not None:
+        raise fail(name, long_number, f"a number of more than {MAX_INT_DIGITS} digits")
     return name, text
 
 

@@ -21,14 +21,14 @@ from gpuplace.model.mig import MODELS, MigModel, MigProfile, model_for
 __all__ = ["read_nvidia_smi_mig", "read_nvidia_smi_mig_instances"]
 
 _LGIP_ROW = re.compile(
-    r"^\|?\s*(\d+)\s+MIG\s+(\d+g\.\d+gb(?:\+me)?)\s+(\d+)\s+(\d+)\s*/\s*(\d+)\s+([\d.]+)\s",
+    r"^\|?\s*(\d{1,9})\s+MIG\s+(\d{1,2}g\.\d{1,4}gb(?:\+me)?)\s+(\d{1,9})\s+(\d{1,9})\s*/\s*(\d{1,9})\s+([\d.]{1,12})\s",
     re.IGNORECASE,
 )
 _LGIPP_ROW = re.compile(
-    r"^\s*GPU\s+(\d+)\s+Profile\s+ID\s+(\d+)\s+Placements?\s*:\s*\{([^}]*)\}\s*:\s*(\d+)",
+    r"^\s*GPU\s+(\d{1,9})\s+Profile\s+ID\s+(\d{1,9})\s+Placements?\s*:\s*\{([^}]*)\}\s*:\s*(\d{1,9})",
     re.IGNORECASE,
 )
-_NAME = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$", re.IGNORECASE)
+_NAME = re.compile(r"^(\d{1,9})g\.(\d{1,9})gb(\+me)?$", re.IGNORECASE)
 _MAX_SLICES = 64
 
 
@@ -71,7 +71,7 @@ def read_nvidia_smi_mig(
                 if gpu != gpu_seen:
                     continue
                 items = [s.strip() for s in row.group(3).split(",") if s.strip()]
-                if not items or not all(s.isdigit() for s in items):
+                if not items or not all(s.isascii() and s.isdigit() and len(s) <= 9 for s in items):
                     raise fail(
                         src, lineno, f"placements: expected {{n,n,...}}:size, got {line.strip()!r}"
                     )
@@ -161,7 +161,7 @@ def _builtin_for(
 
 
 _LGI_ROW = re.compile(
-    r"^\|?\s*(\d+)\s+MIG\s+(\d+g\.\d+gb(?:\+me)?)\s+(\d+)\s+(\d+)\s+(\d+)\s*:\s*(\d+)\s*\|?\s*$",
+    r"^\|?\s*(\d{1,9})\s+MIG\s+(\d{1,2}g\.\d{1,4}gb(?:\+me)?)\s+(\d{1,9})\s+(\d{1,9})\s+(\d{1,9})\s*:\s*(\d{1,9})\s*\|?\s*$",
     re.IGNORECASE,
 )
 

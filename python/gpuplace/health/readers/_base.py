@@ -11,6 +11,7 @@ mode, and is counted as malformed otherwise. Readers raise only
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -137,17 +138,19 @@ def count_lines(text: str) -> int:
 
 
 def number(text: str) -> float | None:
-    """A float from ``400``, ``25 GB/s``, ``3E-12``, ``0x00ff``; None when there is none."""
+    """A finite float from ``400``, ``25 GB/s``, ``3E-12``, ``0x00ff``; None when there is
+    none (``1e999`` is none: counters and rates are finite)."""
     text = text.strip()
     if text.lower().startswith("0x"):
         try:
-            return float(int(text, 16))
-        except ValueError:
+            return float(int(text[:66], 16))
+        except (ValueError, OverflowError):
             return None
     m = re.match(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?", text)
     if not m:
         return None
     try:
-        return float(m.group(0))
+        value = float(m.group(0))
     except ValueError:  # pragma: no cover - the pattern admits only floats
         return None
+    return value if math.isfinite(value) else None
