@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -24,8 +25,9 @@ from gpuplace.cli import main
 from gpuplace.cli.mig import read_requests
 from gpuplace.errors import GpuplaceError, InvalidJob, InvalidState, InvalidTopology
 from gpuplace.health.judge import load_rules
+from gpuplace.health.readers import read_evidence
 from gpuplace.integrations import slurm
-from gpuplace.io import read_nvidia_smi_mig, read_placement_table
+from gpuplace.io import read_nvidia_smi_mig, read_nvidia_smi_mig_instances, read_placement_table
 from gpuplace.sim.failures import load_failures
 from gpuplace.sim.traces import load_workload
 
@@ -272,16 +274,25 @@ def test_a_duplicate_nic_is_refused_at_load(tmp_path):
 
 
 # ------------------------------------------------------------------- 10. guarded fallback
-def test_mig_listing_with_a_huge_number_names_the_line():
-    text = (DATA / "mig" / "h100-80gb-hbm3.txt").read_text()
-    lines = text.splitlines()
-    row = next(i for i, line in enumerate(lines) if "MIG 1g" in line)
-    lines[row] = lines[row].replace(" 7 ", f" {BIG} ", 1) if " 7 " in lines[row] else lines[row]
-    mutated = "\n".join(lines) + "\n"
-    try:
-        read_nvidia_smi_mig(_named(mutated, "m.txt"))
-    except InvalidTopology as exc:
-        assert "unexpected" not in str(exc)
+@pytest.mark.parametrize(
+    ("sample", "read"),
+    [
+        ("mig/h100-80gb-hbm3.txt", read_nvidia_smi_mig),
+        ("mig/h100-80gb-lgi.txt", read_nvidia_smi_mig_instances),
+        (
+            "health/nvidia-smi-nvlink-s-a100-gpud.txt",
+            lambda s: read_evidence(s, format="nvidia-smi-nvlink"),
+        ),
+    ],
+)
+def test_tool_output_with_a_huge_number_names_the_line(sample, read):
+    """These escaped as 'unexpected parse failure' without a line (the int() limit)."""
+    lines = (DATA / sample).read_text().splitlines()
+    row = next(i for i, line in enumerate(lines) if re.search(r"\d", line) and i > 2)
+    lines[row] = re.sub(r"\d+", BIG, lines[row], count=1)
+    with pytest.raises(GpuplaceError) as info:
+        read(_named("\n".join(lines) + "\n", "m.txt"))
+    assert str(info.value).startswith(f"m.txt:{row + 1}: a number of more than 1000 digits")
 
 
 # ------------------------------------------------------------------- the CLI's error path
