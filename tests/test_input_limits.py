@@ -480,3 +480,21 @@ def test_failures_files_name_the_field(tmp_path, text, needle):
     path.write_bytes(text.encode("utf-8", errors="surrogateescape").replace(b"\xc3\xbf", b"\xff"))
     with pytest.raises(InvalidJob, match=rf"f\.yaml.*{needle}"):
         load_failures(str(path))
+
+
+def test_a_long_line_of_open_brackets_in_yaml_is_refused_quickly(tmp_path):
+    # Found by the fuzzer: PyYAML's scanner reads ahead over every open bracket, with work
+    # proportional to the brackets still open, before the composer's depth limit is reached.
+    path = tmp_path / "t.yaml"
+    path.write_text("name: a\nnodes: " + "[" * 100_000 + "\n")
+    out = bounded(
+        f"""
+        import gpuplace
+        try:
+            gpuplace.Topology.load({str(path)!r})
+        except gpuplace.errors.InvalidTopology as exc:
+            print(exc)
+        """,
+        seconds=10,
+    )
+    assert "t.yaml: line 2" in out and "nested too deeply" in out

@@ -378,9 +378,38 @@ _BoundedLoader.add_constructor(
 )
 
 
+_FLOW_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _deep_flow_line(text: str) -> int | None:
+    """The line where ``[`` and ``{`` first nest deeper than :data:`MAX_DEPTH`, or None.
+
+    Checked before PyYAML sees the text: its scanner does work proportional to the open
+    brackets for every token it reads ahead, so a line of thousands of ``[`` takes seconds
+    before the composer's own depth limit is reached. (Brackets inside quoted strings count
+    too; more than a hundred unclosed ones in a real file would be a mistake anyway.)"""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return None
+    depth = 0
+    for bracket in _FLOW_BRACKET.finditer(text):
+        if bracket.group() in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return _line_of(text, bracket.start())
+        elif depth:
+            depth -= 1
+    return None
+
+
 def parse_yaml(text: str, source: str | os.PathLike[str], error: type[GpuplaceError]) -> Any:
     """Parse YAML text safely and within the limits of this module, raising ``error`` with the
     source and line."""
+    deep = _deep_flow_line(text)
+    if deep is not None:
+        raise error(
+            f"{source}: line {deep}: invalid YAML: nested too deeply (more than {MAX_DEPTH} "
+            "levels of [ and {)"
+        )
     loader: _BoundedLoader | None = None
     try:
         loader = _BoundedLoader(text)
