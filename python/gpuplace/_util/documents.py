@@ -447,6 +447,18 @@ def read_document(path: str | os.PathLike[str], error: type[GpuplaceError]) -> A
     return parse_document(text, path, error, json_=path.suffix.lower() == ".json")
 
 
+def text_lines(text: str) -> Iterator[str]:
+    """The lines of ``text`` with their ends, one at a time (what ``io.StringIO(text)`` gives a
+    csv reader, without its copy of the whole text: four bytes a character for non-ASCII, and
+    a 64 MiB input must stay within the readers' memory)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end + 1
+        yield text[start:end]
+        start = end
+
+
 def csv_rows(
     reader: Iterable[Any],
     source: object,

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import io
 import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpuplace._util.documents import csv_rows, describe
+from gpuplace._util.documents import csv_rows, describe, text_lines
 from gpuplace.errors import InvalidJob, InvalidTopology
 from gpuplace.io._common import read_source
 
@@ -38,7 +37,7 @@ def read_placement_table(
         name, text = read_source(source)
     except InvalidTopology as exc:
         raise InvalidJob(str(exc)) from None
-    reader = csv.reader(io.StringIO(text))
+    reader = csv.reader(text_lines(text))
     rows = csv_rows(reader, name, InvalidJob, location=lambda line: f"{name}:{line}")
     _, header = next(rows, (1, None))
     if header is None or tuple(h.strip() for h in header) != _COLUMNS:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuplace._util.documents import csv_rows, describe, parse_document, read_text
+from gpuplace._util.documents import csv_rows, describe, parse_document, read_text, text_lines
 from gpuplace.errors import InvalidJob
 from gpuplace.model.job import Job, TransformerModel
 from gpuplace.sim.workload import DEFAULT_MODEL
@@ -313,7 +313,7 @@ def load_workload(path: str | Path) -> Workload:
                 raise InvalidJob(f"{p}: jobs[{i}]: expected a mapping")
             jobs.append(_job_from_fields(entry, f"{p}: jobs[{i}]"))
     else:
-        reader = csv.DictReader(io.StringIO(text))
+        reader = csv.DictReader(text_lines(text))
         try:
             fieldnames = reader.fieldnames
         except csv.Error as exc:
