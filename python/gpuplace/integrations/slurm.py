@@ -19,7 +19,6 @@ Tested against Slurm 22.05 (Debian's slurmctld/slurmd with munge) on loopback.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -32,7 +31,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuplace._util.documents import describe, parse_json, source_text, write_atomically
+from gpuplace._util.documents import (
+    describe,
+    parse_json,
+    source_text,
+    text_lines,
+    write_atomically,
+)
 from gpuplace._util.hostlist import HostlistError, compress, expand
 from gpuplace.cluster.state import ClusterState
 from gpuplace.enums import Condition
@@ -330,15 +335,26 @@ def read_topology(source: Any) -> Any:
     name, text = _text(source, "scontrol show topology", InvalidTopology)
     if "SwitchName=" in text and "Level=" in text:
         lines = []
-        for line in text.splitlines():
+        for line in text_lines(text):
             tokens = [t for t in line.split() if not t.startswith("Level=")]
             if any(t.startswith("Switches=") for t in tokens):
                 tokens = [t for t in tokens if not t.startswith("Nodes=")]
             lines.append(" ".join(tokens))
+        text = ""  # the original goes before the rewrite is joined
         text = "\n".join(lines) + "\n"
-    buffer = io.StringIO(text)
-    buffer.name = Path(name).name
-    return read_slurm_topology(buffer)
+    source_of_text: Any = _TextSource(text, Path(name).name)
+    return read_slurm_topology(source_of_text)
+
+
+class _TextSource:
+    """Text handed to a reader as an open file, without io.StringIO's copy of it (up to four
+    bytes a character; a 64 MiB topology must stay within the readers' memory)."""
+
+    def __init__(self, text: str, name: str):
+        self.text, self.name = text, name
+
+    def read(self, size: int = -1) -> str:
+        return self.text if size < 0 or size >= len(self.text) else self.text[:size]
 
 
 def _host_types() -> dict[str, dict[str, Any]]:
