@@ -493,3 +493,21 @@ def test_open_brackets_past_the_depth_limit_are_refused_before_yaml_scans_them(t
     assert str(info.value) == (
         f"{path}: line 2: invalid YAML: nested too deeply (more than 100 levels of [ and {{)"
     )
+
+
+def test_a_mig_instance_row_with_a_long_run_of_blanks_is_linear(tmp_path):
+    # Found by the fuzzer: two blank-matching runs around an optional '|' at the end of the
+    # -lgi row pattern backtracked quadratically (100,000 tabs: 39 s).
+    path = tmp_path / "lgi.txt"
+    rows = (DATA / "mig" / "h100-80gb-lgi.txt").read_text().splitlines()
+    row = next(i for i, line in enumerate(rows) if "MIG 1g" in line)
+    rows[row] = rows[row].rstrip(" |") + "\t" * 100_000 + "x"
+    path.write_text("\n".join(rows) + "\n")
+    out = bounded(
+        f"""
+        from gpuplace.io import read_nvidia_smi_mig_instances
+        print(sorted(read_nvidia_smi_mig_instances({str(path)!r})))
+        """,
+        seconds=10,
+    )
+    assert out.startswith("[0")
