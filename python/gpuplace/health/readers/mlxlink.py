@@ -24,7 +24,9 @@ from gpuplace.health.readers._base import (
 
 __all__ = ["read_mlxlink"]
 
-_RANGE = re.compile(r"^\s*(-?[\d.]+)\s*\[\s*(-?[\d.]+)\s*\.\.\s*(-?[\d.]+)\s*\]")
+_RANGE = re.compile(
+    r"^\s*(-?\d{1,9}(?:\.\d{1,9})?)\s*\[\s*(-?\d{1,9}(?:\.\d{1,9})?)\s*\.\.\s*(-?\d{1,9}(?:\.\d{1,9})?)\s*\]"
+)
 
 
 @guarded

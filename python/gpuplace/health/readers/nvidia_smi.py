@@ -163,7 +163,7 @@ def _gpu_evidence(result: ReadResult, name: str, index: int, gpu: dict[str, Any]
 
 _NVLINK_GPU = re.compile(r"^GPU\s+(\d+):\s*(.*?)(?:\s*\(UUID:\s*([^)]*)\))?\s*$")
 _NVLINK_SPEED = re.compile(
-    r"^Link\s+(\d+):\s*(?:(<inactive>|inactive)|([\d.]+)\s*GB/s)\s*$", re.IGNORECASE
+    r"^Link\s+(\d+):\s*(?:(<inactive>|inactive)|(\d{1,9}(?:\.\d{1,9})?)\s*GB/s)\s*$", re.IGNORECASE
 )
 _NVLINK_ERR = re.compile(
     r"^Link\s+(\d+):\s*(Replay|Recovery|CRC)\s+Errors:\s*(\d+)\s*$", re.IGNORECASE
