@@ -66,9 +66,14 @@ def test_kill_between_write_and_rename_keeps_old_state(
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
     assert gpuplace.ClusterState.load(topology, path).snapshot() == old
-    # The next command works on the old state; the stray temporary file is harmless.
+    # The next command works on the old state, and removes the temporary file the killed
+    # writer left (no process holds it locked; it is aged past the moment a writer may take
+    # between creating its file and locking it).
+    (leftover,) = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    os.utime(leftover, (time.time() - 60, time.time() - 60))
     _run("fail", "--state", str(path), "--node", "dgx002")
     assert gpuplace.ClusterState.load(topology, path).health().sum() == 16
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_kill_at_random_times_leaves_old_or_new(

@@ -218,7 +218,7 @@ def test_malformed_topology_files_name_the_file_and_field(tmp_path, suffix, edit
         ("tag.yaml", "!!python/object/apply:os.system [echo]\n", "line 1"),
         ("empty.yaml", "", "expected a mapping"),
         ("list.yaml", "- 1\n- 2\n", "expected a mapping"),
-        ("binary.yaml", b"\xff\xfe\x00\x01", "cannot read"),
+        ("binary.yaml", b"\xff\xfe\x00\x01", "line 1: expected UTF-8"),
         ("deep.json", "[" * 100_000 + "]" * 100_000, ""),
         ("deep.yaml", "[" * 20_000 + "]" * 20_000, ""),
         ("bigint.yaml", None, "bandwidth_gbps"),

@@ -68,6 +68,44 @@ def test_reader_on_an_early_driver_and_two_files():
     assert read.profiles["3g.20gb"].memory_gb == 19.62
 
 
+@pytest.mark.parametrize(
+    ("listing", "built_in", "names"),
+    [
+        (
+            (DATA / "a100-40gb-thetagpu-lgip.txt").read_text(),
+            "A100-40GB",
+            ["1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"],
+        ),
+        (
+            (DATA / "h100-nvl-94gb.txt").read_text().split("$ nvidia-smi mig -lgipp")[0],
+            "H100-94GB",
+            list(MODELS["H100-94GB"].profiles),
+        ),
+    ],
+)
+def test_an_lgip_listing_alone_falls_back_to_the_built_in_placements(
+    listing, built_in, names, tmp_path
+):
+    path = tmp_path / "lgip.txt"
+    path.write_text(listing)
+    read = read_nvidia_smi_mig(path)
+    assert read.model == built_in
+    assert sorted(read.profiles) == sorted(names)
+    built = shape(MODELS[built_in])
+    assert all(shape(read)[n] == built[n] for n in read.profiles)
+    assert "-lgip" in read.source and built_in in read.source
+    read.check()
+    # The GPU model named by the caller decides; an unknown one leaves nothing to fall back on.
+    assert (
+        read_nvidia_smi_mig(
+            path, model="A100-SXM4-40GB" if "A100" in built_in else "H100-NVL-94GB"
+        ).memory_slices
+        == 8
+    )
+    with pytest.raises(InvalidTopology, match="no `nvidia-smi mig -lgipp`"):
+        read_nvidia_smi_mig(path, model="A30-24GB")
+
+
 def test_reader_learns_a_gpu_with_four_slices_without_code():
     a30 = read_nvidia_smi_mig(DATA / "a30-24gb-r450.txt", model="A30-24GB")
     assert (a30.memory_slices, a30.compute_slices) == (4, 4)
@@ -92,7 +130,13 @@ LISTING = (DATA / "h100-nvl-94gb.txt").read_text()
         ),
         (lambda t: t.replace("{0,4}:4", "{0,6}:4"), "exceeds the 8 memory slices"),
         (lambda t: t.replace("{0,4}:4", "{0,x}:4"), "expected {n,n,...}:size"),
-        (lambda t: t.split("$ nvidia-smi mig -lgipp")[0], "no `nvidia-smi mig -lgipp`"),
+        (
+            # -lgip alone, with a profile ID no built-in model has: nothing to fall back on
+            lambda t: t.split("$ nvidia-smi mig -lgipp")[0].replace(
+                "3g.47gb        9", "3g.47gb       29"
+            ),
+            "no `nvidia-smi mig -lgipp`",
+        ),
         (lambda t: t.split("$ nvidia-smi mig -lgipp")[1], "no `nvidia-smi mig -lgip`"),
         (lambda t: t + "GPU  0 Profile ID 42 Placements: {0}:1\n", "profile ID 42"),
         (lambda t: t.replace("3g.47gb        9", "3g.47gb       14"), "named both"),

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
+import time
 
 import gpuplace
 import numpy as np
 import pytest
 from gpuplace import ClusterState, Topology
+from gpuplace._util.documents import write_atomically
 
 
 @pytest.fixture
@@ -273,3 +277,36 @@ def test_free_mask_matches_health_and_owners(pod):
     health = state.health()
     owners = np.array([state.owner_of(g) is not None for g in range(pod.num_gpus)])
     assert mask.tolist() == ((health == 0) & ~owners).tolist()
+
+
+def test_a_write_removes_the_leftovers_of_killed_writers_only(tmp_path):
+    """Temporary files of interrupted writes of the same file are removed by the next
+    successful write; one a live writer holds locked, a fresh one, and those of other files
+    are left."""
+    target = tmp_path / "s.json"
+    old = time.time() - 60
+    stale = [tmp_path / f".s.json.{tag}.tmp" for tag in ("a1b2", "zz_9")]
+    for leftover in stale:
+        leftover.write_text("{half")
+        os.utime(leftover, (old, old))
+    held = tmp_path / ".s.json.live.tmp"
+    held.write_text("{being written")
+    os.utime(held, (old, old))
+    fresh = tmp_path / ".s.json.new.tmp"
+    fresh.write_text("{just created")
+    other = tmp_path / ".t.json.x.tmp"
+    other.write_text("{another file")
+    os.utime(other, (old, old))
+    with open(held) as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        write_atomically(target, '{"ok": 1}\n')
+        assert target.read_text() == '{"ok": 1}\n'
+        assert not any(p.exists() for p in stale)
+        assert held.exists() and fresh.exists() and other.exists()
+    write_atomically(target, '{"ok": 2}\n')
+    assert not held.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".s.json.new.tmp",
+        ".t.json.x.tmp",
+        "s.json",
+    ]

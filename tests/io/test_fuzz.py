@@ -4,8 +4,11 @@ samples cut short, with bytes flipped or lines dropped."""
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
+import pytest
+from fuzz import engine
 from gpuplace import Topology
 from gpuplace.errors import InvalidTopology
 from gpuplace.io import (
@@ -160,3 +163,35 @@ def test_mutated_samples(name, cut, flips, drops):
 def test_samples_parse_clean():
     for name, reader in SAMPLES.items():
         reader(DATA / name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every reader under the mutation fuzzer (tests/fuzz/engine.py), each input in a worker process
+# with a time budget (1 s plus 30 µs per byte) and a memory budget (256 MB above the imports):
+# an exception that is not a gpuplace error, an error only the readers' safety net caught, a
+# hang or a blow-up fails the test. A few seconds per target keep all of them under 3 minutes
+# in CI; GPUPLACE_FUZZ_SECONDS deepens the run (`python tests/fuzz/engine.py` for long runs).
+FUZZ_SECONDS = float(os.environ.get("GPUPLACE_FUZZ_SECONDS", "3"))
+
+
+#: Targets with an open finding, left out of CI until it is fixed (named so that it is not
+#: forgotten): inputs of a few kB that take over 1 s in the dcgmi health-table reader.
+KNOWN_OPEN = {"dcgmi-health": "open finding: dcgmi -c tables of a few kB take over 1 s"}
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        pytest.param(name, marks=pytest.mark.skip(reason=KNOWN_OPEN[name]))
+        if name in KNOWN_OPEN
+        else name
+        for name in sorted(engine.TARGETS)
+    ],
+)
+def test_reader_under_the_fuzzer(target):
+    report = engine.fuzz(engine.TARGETS[target], seconds=FUZZ_SECONDS, seed=25)
+    assert report.inputs >= len(engine.seeds_of(engine.TARGETS[target]))
+    findings = "\n".join(
+        f"{outcome}: {detail.strip()[-600:]}" for outcome, detail, _ in report.findings[:3]
+    )
+    assert report.clean, f"{report.line()}\n{findings}"

@@ -1,28 +1,53 @@
-"""Small helpers that check user-supplied dictionaries and name the offending field.
+"""Reading and checking the documents users give gpuplace, with its input limits in one place.
 
-Every message has the form ``<source>: <field path>: <what was expected>, got <what>`` so a
-user can find the line to fix. The error class is chosen by the caller (InvalidTopology for
-topology files, InvalidJob for job files).
+Every message has the form ``<source>: <field path>: <what was expected>, got <what>`` (or
+``<source>: line N: ...`` while parsing) so a user can find the line to fix. The error class is
+chosen by the caller (InvalidTopology for topology files, InvalidJob for job files).
+
+The limits hold by construction, before any work proportional to a hostile value is done: a file
+is read up to :data:`MAX_DOCUMENT_BYTES` and no further; bytes that are not UTF-8 are an error
+naming the line; an integer literal has at most :data:`MAX_INT_DIGITS` digits (checked on the
+text, so Python's own int-from-string limit is never what stops it); JSON and YAML nest at most
+:data:`MAX_DEPTH` deep; YAML aliases may repeat at most :data:`MAX_ALIAS_NODES` nodes in all (a
+"billion laughs" file is refused after reading it once); and a message shows at most a short,
+bounded rendering of a value (:func:`describe`), never the ``repr`` of the whole.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import fcntl
 import json
 import math
 import os
+import re
+import reprlib
 import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gpuplace.errors import GpuplaceError
+
+#: Largest file or stream gpuplace reads. The biggest real input (a 40-switch SuperPOD
+#: ibnetdiscover dump) is 300 kB; 64 MiB leaves room for fabrics of ~100k ports.
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
+#: Most digits an integer literal may have: far beyond any count, id or size (2**64 has 20),
+#: far below Python's own int-from-string limit (4,300), which is never what stops a reader.
+MAX_INT_DIGITS = 1000
+#: Deepest nesting of lists and mappings in a JSON or YAML document (real files: under 10).
+MAX_DEPTH = 100
+#: Most nodes YAML aliases may repeat in one document: a file that reuses an anchor a few
+#: thousand times passes, one whose aliases multiply out (billion laughs) is refused.
+MAX_ALIAS_NODES = 1_000_000
+#: Every integer a document gives must fit the core's 64-bit integers.
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class Checker:
@@ -63,6 +88,8 @@ class Checker:
                 value = int(value)
             else:
                 raise self.fail(path, f"expected an integer, got {_describe(value)}")
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise self.fail(path, f"expected an integer that fits in 64 bits, got {_short(value)}")
         if minimum is not None and value < minimum:
             raise self.fail(path, f"expected an integer >= {minimum}, got {_short(value)}")
         if maximum is not None and value > maximum:
@@ -102,58 +129,360 @@ class Checker:
 
 
 def _short(value: int) -> str:
-    text = str(value)
-    return text if len(text) <= 20 else f"a {len(text)}-digit number"
+    # Counted from the bit length: str() of a huge int is slow, and refused past 4,300 digits.
+    if value.bit_length() > 64:
+        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
+    return str(value)
 
 
-def _describe(value: Any) -> str:
+class _BoundedRepr(reprlib.Repr):
+    """reprlib's bounded repr (a few items per level, two levels), with integers shortened
+    without ``str()`` of the whole."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 2
+        self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = 4
+        self.maxstring = 36
+        self.maxother = 36
+
+    def repr_int(self, x: int, level: int) -> str:
+        return _short(x)
+
+
+_REPR = _BoundedRepr()
+
+
+def describe(value: Any) -> str:
+    """A short rendering of a user's value for a message (``str 'abc'``, ``list [1, 2,
+    ...]``): bounded in length and in work whatever the value (an alias bomb, a 5,000-digit
+    number)."""
     if value is None:
         return "nothing (null)"
-    text = repr(value)
+    text = _REPR.repr(value)
     if len(text) > 40:
         text = text[:37] + "..."
     return f"{type(value).__name__} {text}"
 
 
-def read_text(path: str | os.PathLike[str], error: type[GpuplaceError]) -> str:
-    """The text of a user's file (UTF-8), raising ``error`` naming the file when it is missing
-    or cannot be read."""
+_describe = describe
+
+
+def decode_utf8(data: bytes, source: object, error: type[GpuplaceError]) -> str:
+    """``data`` decoded as UTF-8; undecodable bytes raise ``error`` naming the source and line."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise error(
+            f"{source}: line {line}: expected UTF-8 text; found undecodable bytes"
+        ) from None
+
+
+def read_bytes(
+    path: str | os.PathLike[str], error: type[GpuplaceError], *, limit: int = MAX_DOCUMENT_BYTES
+) -> bytes:
+    """The bytes of a user's file, at most ``limit`` of them (a larger file is refused without
+    being read further); ``error`` names the file when it is missing or cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
     except FileNotFoundError:
         raise error(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error(f"{path}: cannot read: {exc}") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise error(f"{path}: larger than {limit} bytes; refusing it")
+    return data
 
 
-def parse_json(text: str, source: str | os.PathLike[str], error: type[GpuplaceError]) -> Any:
-    """Parse JSON text, raising ``error`` with the source, line and column."""
+def read_text(
+    path: str | os.PathLike[str], error: type[GpuplaceError], *, limit: int = MAX_DOCUMENT_BYTES
+) -> str:
+    """The text of a user's file (UTF-8, at most ``limit`` bytes), raising ``error`` naming the
+    file (and the line of an undecodable byte)."""
+    return decode_utf8(read_bytes(path, error, limit=limit), path, error)
+
+
+def source_text(
+    source: Any, what: str, error: type[GpuplaceError], *, limit: int = MAX_DOCUMENT_BYTES
+) -> tuple[str, str]:
+    """``(name, text)`` of a path or an open (text or binary) file holding ``what``, with the
+    size limit and UTF-8 check of :func:`read_text`."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source), read_text(source, error, limit=limit)
+    name = str(getattr(source, "name", "") or what)
     try:
-        return json.loads(text)
+        data = source.read(limit + 1)
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        raise error(f"{name}: cannot read: {exc}") from None
+    if isinstance(data, bytes | bytearray):
+        if len(data) > limit:
+            raise error(f"{name}: larger than {limit} bytes; refusing it")
+        return name, decode_utf8(bytes(data), name, error)
+    if not isinstance(data, str):
+        raise error(f"{name}: the stream returned neither text nor bytes")
+    if len(data) > limit:
+        raise error(f"{name}: larger than {limit} characters; refusing it")
+    return name, data
+
+
+#: The start of a run of more than MAX_INT_DIGITS digits; the lookbehind makes the search
+#: linear (a match is tried only where a run starts).
+_LONG_DIGITS = re.compile(rf"(?<!\d)\d{{{MAX_INT_DIGITS + 1}}}")
+
+
+def long_number_line(text: str) -> int | None:
+    """The line of the first number of more than :data:`MAX_INT_DIGITS` digits in ``text``,
+    or None: readers of tool output refuse such a text before any ``int()`` sees it."""
+    found = _LONG_DIGITS.search(text)
+    return None if found is None else _line_of(text, found.start())
+
+
+class _TooManyDigits(ValueError):
+    pass
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS + 1:
+        raise _TooManyDigits(text[:20])
+    return int(text)
+
+
+def _line_of(text: str, index: int) -> int:
+    return text.count("\n", 0, index) + 1
+
+
+def depth_of(document: Any) -> int:
+    """How deeply lists and mappings nest in ``document`` (counted without recursion; stops
+    counting past :data:`MAX_DEPTH`)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    seen: set[int] = set()
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list | tuple):
+            children = value
+        else:
+            continue
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        deepest = max(deepest, depth)
+        if depth > MAX_DEPTH:
+            return depth
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def parse_json(
+    text: str,
+    source: str | os.PathLike[str],
+    error: type[GpuplaceError],
+    *,
+    what: str = "invalid JSON",
+) -> Any:
+    """Parse JSON text, raising ``error`` as ``<source>: line L, column C: <what>: <why>``;
+    integers of more than :data:`MAX_INT_DIGITS` digits and nesting deeper than
+    :data:`MAX_DEPTH` are refused."""
+    try:
+        document = json.loads(text, parse_int=_bounded_int)
     except json.JSONDecodeError as exc:
+        raise error(f"{source}: line {exc.lineno}, column {exc.colno}: {what}: {exc.msg}") from None
+    except _TooManyDigits:
+        found = _LONG_DIGITS.search(text)
+        line = f"line {_line_of(text, found.start())}: " if found else ""
         raise error(
-            f"{source}: line {exc.lineno}, column {exc.colno}: invalid JSON: {exc.msg}"
+            f"{source}: {line}{what}: a number of more than {MAX_INT_DIGITS} digits"
         ) from None
     except RecursionError:
-        raise error(f"{source}: invalid JSON: nested too deeply") from None
+        raise error(f"{source}: {what}: nested too deeply") from None
+    if depth_of(document) > MAX_DEPTH:
+        raise error(f"{source}: {what}: nested too deeply (more than {MAX_DEPTH} levels)")
+    return document
+
+
+class _LimitError(yaml.composer.ComposerError):
+    """A YAML document over one of the limits (deep nesting, aliases, huge integers)."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with the limits of this module: nesting depth, the number of nodes
+    aliases repeat (each node's expanded size is counted once, as it is composed, so the count
+    costs no more than reading the file), integer digits, and dates that do not exist (an
+    error instead of Python's ValueError)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._repeated = 0
+        self._sizes: dict[int, int] = {}
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            node = super().compose_node(parent, index)
+            self._repeated += self._sizes.get(id(node), 1)
+            if self._repeated > MAX_ALIAS_NODES:
+                raise _LimitError(
+                    None,
+                    None,
+                    f"aliases repeat more than {MAX_ALIAS_NODES} nodes (an alias bomb?)",
+                    mark,
+                )
+            return node
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            mark = self.peek_event().start_mark
+            raise _LimitError(None, None, f"nested too deeply (more than {MAX_DEPTH} levels)", mark)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        size = 1
+        if isinstance(node, yaml.SequenceNode):
+            size += sum(self._sizes.get(id(child), 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            size += sum(
+                self._sizes.get(id(k), 1) + self._sizes.get(id(v), 1) for k, v in node.value
+            )
+        self._sizes[id(node)] = min(size, MAX_ALIAS_NODES + 1)
+        return node
+
+    def construct_yaml_int(self, node: Any) -> int:
+        digits = sum(ch.isdigit() for ch in str(node.value))
+        if digits > MAX_INT_DIGITS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a number of more than {MAX_INT_DIGITS} digits", node.start_mark
+            )
+        try:
+            return int(super().construct_yaml_int(node))
+        except ValueError as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"not an integer ({exc})", node.start_mark
+            ) from None
+
+    def construct_yaml_timestamp(self, node: Any, values: Any = None) -> Any:
+        try:
+            return super().construct_yaml_timestamp(node, values)
+        except (ValueError, OverflowError) as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"not a valid date or time ({exc})", node.start_mark
+            ) from None
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+_BoundedLoader.add_constructor(
+    "tag:yaml.org,2002:timestamp", _BoundedLoader.construct_yaml_timestamp
+)
+
+
+_FLOW_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _deep_flow_line(text: str) -> int | None:
+    """The line where ``[`` and ``{`` first nest deeper than :data:`MAX_DEPTH`, or None.
+
+    Checked before PyYAML sees the text: its scanner does work proportional to the open
+    brackets for every token it reads ahead, so a line of thousands of ``[`` takes seconds
+    before the composer's own depth limit is reached. (Brackets inside quoted strings count
+    too; more than a hundred unclosed ones in a real file would be a mistake anyway.)"""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return None
+    depth = 0
+    for bracket in _FLOW_BRACKET.finditer(text):
+        if bracket.group() in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return _line_of(text, bracket.start())
+        elif depth:
+            depth -= 1
+    return None
+
+
+def parse_yaml(text: str, source: str | os.PathLike[str], error: type[GpuplaceError]) -> Any:
+    """Parse YAML text safely and within the limits of this module, raising ``error`` with the
+    source and line."""
+    deep = _deep_flow_line(text)
+    if deep is not None:
+        raise error(
+            f"{source}: line {deep}: invalid YAML: nested too deeply (more than {MAX_DEPTH} "
+            "levels of [ and {)"
+        )
+    loader: _BoundedLoader | None = None
+    try:
+        loader = _BoundedLoader(text)
+        return loader.get_single_data()
+    except RecursionError:
+        raise error(f"{source}: invalid YAML: nested too deeply") from None
+    except yaml.reader.ReaderError as exc:
+        line = _line_of(text, exc.position) if isinstance(exc.position, int) else None
+        where = f"line {line}: " if line else ""
+        raise error(
+            f"{source}: {where}invalid YAML: character #x{exc.character:04x} is not allowed"
+        ) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise error(f"{source}: {where}invalid YAML: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise error(f"{source}: invalid YAML: {exc}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def parse_document(
+    text: str, source: str | os.PathLike[str], error: type[GpuplaceError], *, json_: bool
+) -> Any:
+    """JSON (``json_``) or YAML text, parsed within the limits."""
+    return parse_json(text, source, error) if json_ else parse_yaml(text, source, error)
 
 
 def read_document(path: str | os.PathLike[str], error: type[GpuplaceError]) -> Any:
     """Read a YAML or JSON file (by suffix), raising ``error`` with the file and line."""
     path = Path(path)
     text = read_text(path, error)
-    if path.suffix.lower() == ".json":
-        return parse_json(text, path, error)
-    try:
-        return yaml.safe_load(text)
-    except RecursionError:
-        raise error(f"{path}: invalid YAML: nested too deeply") from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise error(f"{path}: {where}invalid YAML: {exc.problem or exc}") from None
-    except yaml.YAMLError as exc:
-        raise error(f"{path}: invalid YAML: {exc}") from None
+    return parse_document(text, path, error, json_=path.suffix.lower() == ".json")
+
+
+def text_lines(text: str) -> Iterator[str]:
+    """The lines of ``text`` with their ends, one at a time (what ``io.StringIO(text)`` gives a
+    csv reader, without its copy of the whole text: four bytes a character for non-ASCII, and
+    a 64 MiB input must stay within the readers' memory)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end + 1
+        yield text[start:end]
+        start = end
+
+
+def csv_rows(
+    reader: Iterable[Any],
+    source: object,
+    error: type[GpuplaceError],
+    *,
+    location: Callable[[int], str] | None = None,
+) -> Iterator[tuple[int, Any]]:
+    """``(line, row)`` of a ``csv.reader`` or ``csv.DictReader`` (its line numbers; a row
+    spanning lines gives its last), with the csv module's own errors (a field over its size
+    limit, a bare carriage return inside a field) raised as ``error`` naming the line
+    (``location(line)``, default ``<source>: line N``)."""
+    lines = getattr(reader, "reader", reader)  # a DictReader updates its own count late
+    rows = iter(reader)
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            line = getattr(lines, "line_num", 0)
+            where = location(line) if location else f"{source}: line {line}"
+            raise error(f"{where}: not valid CSV: {exc}") from None
+        yield getattr(lines, "line_num", 0), row
 
 
 def _umask() -> int:
@@ -174,10 +503,14 @@ def _umask() -> int:
 def write_atomically(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` so that a crash leaves either the old or the new file.
 
-    The data goes to a temporary file in the same directory, is flushed and fsynced, then
-    renamed over the target; the directory is fsynced so the rename itself is durable. The
-    file gets the mode a plain ``open(path, "w")`` would give it: the old file's when it
-    replaces one, else 0666 less the umask (a temporary file alone would be 0600).
+    The data goes to a temporary file in the same directory (``.<name>.<random>.tmp``), is
+    flushed and fsynced, then renamed over the target; the directory is fsynced so the rename
+    itself is durable. The file gets the mode a plain ``open(path, "w")`` would give it: the
+    old file's when it replaces one, else 0666 less the umask (a temporary file alone would be
+    0600). The writer holds an advisory lock on its temporary file until the rename, so that
+    the temporary files a killed writer left behind can be told from those of a writer still
+    at work: after its own rename, a successful write removes the leftovers of the same file
+    (:func:`_remove_leftovers`).
     """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
@@ -189,14 +522,15 @@ def write_atomically(path: str | Path, text: str) -> None:
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        # Crash tests set this to hold the process between the write and the rename.
-        pause = os.environ.get("GPUPLACE_TEST_PAUSE_BEFORE_RENAME_S")
-        if pause:
-            time.sleep(float(pause))
-        os.replace(tmp, path)
+            # Crash tests set this to hold the process between the write and the rename.
+            pause = os.environ.get("GPUPLACE_TEST_PAUSE_BEFORE_RENAME_S")
+            if pause:
+                time.sleep(float(pause))
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -206,11 +540,46 @@ def write_atomically(path: str | Path, text: str) -> None:
     try:
         dir_fd = os.open(directory, os.O_RDONLY)
     except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        dir_fd = None
+    if dir_fd is not None:
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    _remove_leftovers(directory, path.name)
+
+
+#: A temporary file younger than this may belong to a writer between creating it and locking
+#: it; it is left for a later write.
+_LEFTOVER_AGE_S = 2.0
+
+
+def _remove_leftovers(directory: Path, name: str) -> None:
+    """Remove the temporary files (``.<name>.*.tmp``) that interrupted writes of ``name`` left
+    in ``directory``: those no process holds locked (a writer killed before its rename) and
+    older than a moment. Best effort: a file that cannot be examined is left alone."""
+    now = time.time()
+    for leftover in directory.glob(f".{glob_escape(name)}.*.tmp"):
+        try:
+            fd = os.open(leftover, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if now - os.fstat(fd).st_mtime < _LEFTOVER_AGE_S:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a writer is at work on it
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
+        finally:
+            os.close(fd)
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with the characters glob patterns treat specially escaped."""
+    return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in name)
 
 
 #: Locks the current thread holds (resolved path -> depth): re-entrant for the thread that

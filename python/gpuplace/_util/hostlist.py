@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from gpuplace.errors import GpuplaceError
 
-__all__ = ["MAX_HOSTS", "HostlistError", "compress", "expand"]
+__all__ = ["MAX_HOSTS", "HostlistError", "compress", "count", "expand"]
 
 #: Upper bound on the number of names one expression may expand to. A real cluster has at most
 #: a few hundred thousand hosts; anything larger is a typo or a hostile input.
@@ -30,76 +30,107 @@ def _split_top_level(expr: str) -> list[str]:
         if ch == "[":
             depth += 1
             if depth > 1:
-                raise HostlistError(f"nested '[' at position {i} in hostlist {expr!r}")
+                raise HostlistError(f"nested '[' at position {i} in hostlist {_clip(expr)!r}")
         elif ch == "]":
             depth -= 1
             if depth < 0:
-                raise HostlistError(f"unmatched ']' at position {i} in hostlist {expr!r}")
+                raise HostlistError(f"unmatched ']' at position {i} in hostlist {_clip(expr)!r}")
         elif ch == "," and depth == 0:
             parts.append(expr[start:i])
             start = i + 1
     if depth != 0:
-        raise HostlistError(f"unclosed '[' in hostlist {expr!r}")
+        raise HostlistError(f"unclosed '[' in hostlist {_clip(expr)!r}")
     parts.append(expr[start:])
     return [p.strip() for p in parts if p.strip()]
 
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
+_BRACKET = re.compile(r"\[([^\]]*)\]")
+#: Most digits a host number may have (Slurm's own limit is a 64-bit integer: 20).
+MAX_DIGITS = 18
 
 
-def _expand_bracket(body: str, expr: str) -> list[str]:
-    out: list[str] = []
+def _bracket_ranges(body: str, expr: str) -> list[tuple[int, int, int]]:
+    """The ``(lo, hi, width)`` ranges of one bracket, checked but not expanded."""
+    out: list[tuple[int, int, int]] = []
     for item in body.split(","):
         item = item.strip()
         m = _RANGE.match(item)
         if not m:
             raise HostlistError(
-                f"bad range {item!r} in hostlist {expr!r}: expected N or N-M with digits"
+                f"bad range {_clip(item)!r} in hostlist {_clip(expr)!r}: expected N or N-M "
+                "with digits"
             )
         lo_s, hi_s = m.group(1), m.group(2)
+        if len(lo_s) > MAX_DIGITS or (hi_s is not None and len(hi_s) > MAX_DIGITS):
+            raise HostlistError(
+                f"hostlist {_clip(expr)!r}: a host number has more than {MAX_DIGITS} digits"
+            )
         lo = int(lo_s)
         hi = int(hi_s) if hi_s is not None else lo
         if hi < lo:
-            raise HostlistError(f"range {item!r} in hostlist {expr!r} runs backwards")
-        if hi - lo + 1 > MAX_HOSTS:
-            raise HostlistError(
-                f"range {item!r} in hostlist {expr!r} has {hi - lo + 1} names; "
-                f"at most {MAX_HOSTS} are accepted"
-            )
+            raise HostlistError(f"range {item!r} in hostlist {_clip(expr)!r} runs backwards")
         width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
-        out.extend(str(v).zfill(width) for v in range(lo, hi + 1))
+        out.append((lo, hi, width))
     return out
 
 
-def _expand_one(part: str, expr: str) -> list[str]:
-    names = [""]
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _parse_one(part: str, expr: str) -> list[tuple[str, list[tuple[int, int, int]]]]:
+    """The literal before each bracket and the bracket's ranges; a last pair with no ranges
+    holds the tail."""
+    pieces: list[tuple[str, list[tuple[int, int, int]]]] = []
     pos = 0
-    for m in re.finditer(r"\[([^\]]*)\]", part):
-        literal = part[pos : m.start()]
-        choices = _expand_bracket(m.group(1), expr)
-        if len(names) * len(choices) > MAX_HOSTS:
-            raise HostlistError(f"hostlist {expr!r} expands to more than {MAX_HOSTS} names")
-        names = [n + literal + c for n in names for c in choices]
+    for m in _BRACKET.finditer(part):
+        pieces.append((part[pos : m.start()], _bracket_ranges(m.group(1), expr)))
         pos = m.end()
     tail = part[pos:]
     if "[" in tail or "]" in tail:
-        raise HostlistError(f"unbalanced brackets in hostlist {expr!r}")
-    return [n + tail for n in names]
+        raise HostlistError(f"unbalanced brackets in hostlist {_clip(expr)!r}")
+    pieces.append((tail, []))
+    return pieces
 
 
-def expand(expr: str) -> list[str]:
-    """Expand a Slurm hostlist expression into host names, in order.
+def _count(pieces: list[tuple[str, list[tuple[int, int, int]]]]) -> int:
+    total = 1
+    for _, ranges in pieces[:-1]:
+        total *= sum(hi - lo + 1 for lo, hi, _ in ranges)
+    return total
+
+
+def count(expr: str) -> int:
+    """How many names ``expr`` expands to, counted without expanding it."""
+    if not isinstance(expr, str):
+        raise HostlistError(f"hostlist must be a string, got {type(expr).__name__}")
+    return sum(_count(_parse_one(part, expr)) for part in _split_top_level(expr.strip()))
+
+
+def expand(expr: str, *, limit: int = MAX_HOSTS) -> list[str]:
+    """Expand a Slurm hostlist expression into host names, in order. The names are counted
+    first: an expression of more than ``limit`` names is refused before any is made.
 
     >>> expand("dgx[001-003,010]")
     ['dgx001', 'dgx002', 'dgx003', 'dgx010']
     """
     if not isinstance(expr, str):
         raise HostlistError(f"hostlist must be a string, got {type(expr).__name__}")
+    parts = [_parse_one(part, expr) for part in _split_top_level(expr.strip())]
+    total = sum(_count(pieces) for pieces in parts)
+    if total > limit:
+        raise HostlistError(
+            f"hostlist {_clip(expr)!r} expands to {total} names; at most {limit} are accepted"
+        )
     out: list[str] = []
-    for part in _split_top_level(expr.strip()):
-        out.extend(_expand_one(part, expr))
-        if len(out) > MAX_HOSTS:
-            raise HostlistError(f"hostlist {expr!r} expands to more than {MAX_HOSTS} names")
+    for pieces in parts:
+        names = [""]
+        for literal, ranges in pieces[:-1]:
+            choices = [str(v).zfill(width) for lo, hi, width in ranges for v in range(lo, hi + 1)]
+            names = [n + literal + c for n in names for c in choices]
+        tail = pieces[-1][0]
+        out.extend(n + tail for n in names)
     return out
 
 

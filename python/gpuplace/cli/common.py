@@ -49,6 +49,7 @@ __all__ = [
     "plain",
     "print_placement",
     "read_state_options",
+    "report_bug",
     "report_error",
     "spares_option",
     "state_options",
@@ -64,6 +65,8 @@ out = Console(highlight=False, soft_wrap=True)
 FORMATS = ("table", "json")
 #: The exit status of every user error (input, state, infeasible, usage, files).
 ERROR_EXIT = 2
+#: The exit status of a bug in gpuplace (an exception that is not a user error).
+BUG_EXIT = 1
 
 
 def format_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -153,6 +156,22 @@ def report_error(exc: BaseException, *, json_output: bool) -> int:
     if json_output:
         emit(document)
     return int(document["error"]["exit_code"])
+
+
+def report_bug(exc: BaseException, *, json_output: bool) -> int:
+    """Report an exception that is not a user error: one line asking to report it (the
+    traceback is printed before it with ``--debug``), exit status 1."""
+    what = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    if len(what) > 300:
+        what = what[:297] + "..."
+    message = (
+        f"internal error ({what}); this is a bug in gpuplace: please report it with the "
+        "command line and the traceback that `gpuplace --debug ...` prints"
+    )
+    click.echo(f"gpuplace: error: {message}", err=True)
+    if json_output:
+        emit({"error": {"class": "InternalError", "message": message, "exit_code": BUG_EXIT}})
+    return BUG_EXIT
 
 
 def load_cluster(

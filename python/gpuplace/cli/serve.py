@@ -348,8 +348,8 @@ class _Text:
     def __init__(self, text: str):
         self.text = text
 
-    def read(self) -> str:
-        return self.text
+    def read(self, size: int = -1) -> str:
+        return self.text if size < 0 else self.text[:size]
 
 
 # ------------------------------------------------------------------------------- client

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuplace import _core
-from gpuplace._util.documents import Checker, directory_lock, write_atomically
+from gpuplace._util.documents import (
+    MAX_DOCUMENT_BYTES,
+    Checker,
+    directory_lock,
+    parse_json,
+    read_bytes,
+    write_atomically,
+)
 from gpuplace.cluster import mig, share
 from gpuplace.enums import ComponentKind, Condition, Health
 from gpuplace.errors import InvalidJob, InvalidState, StateConflict
@@ -272,8 +279,9 @@ def _checksum_on_disk(path: str | Path) -> str | None:
     if match is not None:
         return match.group(1)
     try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        data = read_bytes(path, InvalidState, limit=MAX_DOCUMENT_BYTES)
+        document = parse_json(data.decode("utf-8"), str(path), InvalidState)
+    except (InvalidState, ValueError):
         return "unreadable"
     value = document.get("checksum") if isinstance(document, dict) else None
     return value if isinstance(value, str) else "unreadable"
@@ -295,21 +303,19 @@ def _read_state_document(path: str | Path, *, with_checksum: bool = False) -> An
     """The checked body of a state file (with its checksum when asked): refuses truncated or
     corrupted files."""
     source = str(path)
+    if not Path(path).exists():
+        raise InvalidState(f"{source}: no such state file")
+    data = read_bytes(path, InvalidState)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidState(f"{source}: no such state file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidState(f"{source}: cannot read: {exc}") from None
-    try:
-        document = json.loads(text)
-    except RecursionError:
-        raise InvalidState(f"{source}: not a valid state file (nested too deeply)") from None
-    except json.JSONDecodeError as exc:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
         raise InvalidState(
-            f"{source}: line {exc.lineno}: not a valid state file "
-            f"(truncated or corrupted JSON: {exc.msg})"
+            f"{source}: line {line}: not a valid state file (not UTF-8: corrupted)"
         ) from None
+    document = parse_json(
+        text, source, InvalidState, what="not a valid state file (truncated or corrupted JSON)"
+    )
     c = Checker(InvalidState, source)
     doc = c.mapping(document, "")
     body = doc.get("state")

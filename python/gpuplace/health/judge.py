@@ -22,12 +22,12 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
+from gpuplace._util.documents import describe, parse_yaml, read_text
 from gpuplace.cluster.state import loss_factor, nics_of
 from gpuplace.enums import ComponentKind, Condition, SparePolicy
 from gpuplace.errors import InvalidState
@@ -78,14 +78,7 @@ def load_rules(site: str | os.PathLike[str] | Mapping[str, Any] | None = None) -
         overrides, where = dict(site), "rules"
     else:
         where = str(site)
-        try:
-            overrides = yaml.safe_load(Path(site).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise InvalidState(f"{where}: cannot read rules: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = f":{mark.line + 1}" if mark is not None else ""
-            raise InvalidState(f"{where}{line}: not valid YAML") from None
+        overrides = parse_yaml(read_text(site, InvalidState), where, InvalidState)
         if overrides is None:
             return rules
     if not isinstance(overrides, Mapping):
@@ -101,7 +94,11 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any], where: str, path: str)
         if key not in base and path not in ("pci_bus_ids", "xid.degraded"):
             known = ", ".join(str(k) for k in base)
             raise InvalidState(f"{where}: {here}: unknown rule setting (known here: {known})")
-        if isinstance(base.get(key), dict) and isinstance(value, Mapping):
+        if isinstance(base.get(key), dict):
+            if not isinstance(value, Mapping):
+                raise InvalidState(
+                    f"{where}: {here}: expected a mapping of settings, got {describe(value)}"
+                )
             _merge(base[key], value, where, here)
         else:
             base[key] = value
@@ -111,12 +108,14 @@ def _check_rules(rules: dict[str, Any], where: str) -> None:
     def condition(path: str, value: Any) -> None:
         if value not in _CONDITIONS:
             raise InvalidState(
-                f"{where}: {path}: expected one of {', '.join(_CONDITIONS)}, got {value!r}"
+                f"{where}: {path}: expected one of {', '.join(_CONDITIONS)}, got {describe(value)}"
             )
 
     def factor(path: str, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-            raise InvalidState(f"{where}: {path}: expected a factor in (0, 1], got {value!r}")
+            raise InvalidState(
+                f"{where}: {path}: expected a factor in (0, 1], got {describe(value)}"
+            )
 
     factor("soft_factor", rules["soft_factor"])
     for key in (_FAILED, _DRAINED):
@@ -149,7 +148,7 @@ def _check_rules(rules: dict[str, Any], where: str) -> None:
             isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
         ):
             raise InvalidState(
-                f"{where}: {path}: expected a positive number or null, got {value!r}"
+                f"{where}: {path}: expected a positive number or null, got {describe(value)}"
             )
     for path, value in (
         ("ber.effective_ber_max", rules["ber"]["effective_ber_max"]),
@@ -157,7 +156,7 @@ def _check_rules(rules: dict[str, Any], where: str) -> None:
         ("module.warning_c", rules["module"]["warning_c"]),
     ):
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise InvalidState(f"{where}: {path}: expected a number, got {value!r}")
+            raise InvalidState(f"{where}: {path}: expected a number, got {describe(value)}")
 
 
 # ------------------------------------------------------------------------------- sources

@@ -19,7 +19,6 @@ Tested against Slurm 22.05 (Debian's slurmctld/slurmd with munge) on loopback.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -32,7 +31,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuplace._util.documents import parse_json, read_text, write_atomically
+from gpuplace._util.documents import (
+    describe,
+    parse_json,
+    source_text,
+    text_lines,
+    write_atomically,
+)
 from gpuplace._util.hostlist import HostlistError, compress, expand
 from gpuplace.cluster.state import ClusterState
 from gpuplace.enums import Condition
@@ -58,7 +63,9 @@ __all__ = [
 
 #: Seconds a Slurm command may take before gpuplace gives up on it.
 COMMAND_TIMEOUT = 60.0
-_GRES = re.compile(r"^gpu(?::(?P<type>[^:(]+))?:(?P<count>\d+)(?:\((?P<extra>[^)]*)\))?$")
+_GRES = re.compile(r"^gpu(?::(?P<type>[^:(]+))?:(?P<count>[0-9]{1,9})(?:\((?P<extra>[^)]*)\))?$")
+#: Most GPUs one node's GRES may list (a GB200 NVL72 tray has 4, the largest hosts 16).
+MAX_NODE_GPUS = 1024
 _TEST_ONLY = re.compile(r"to start at (\S+) using \d+ processors on nodes (\S+) in partition")
 _SUBMITTED = re.compile(r"^(\d+)(?:;\S+)?$")
 #: Node states (lower case, sinfo's base state or flag) that take a node out of service.
@@ -66,6 +73,10 @@ _DOWN = {"down", "fail", "failing", "future", "unknown", "not_responding", "no_r
 #: (A node in a reservation, flag RESERVED, stays in service: whether a job may use it depends
 #: on the job and the reservation, gpuplace.integrations.slurmctld.eligible decides.)
 _DRAIN = {"drain", "drained", "draining", "maint", "reboot_requested"}
+
+
+#: Most nodes one job may hold (Slurm's largest clusters have tens of thousands).
+MAX_JOB_NODES = 200_000
 
 
 class SlurmError(GpuplaceError):
@@ -120,24 +131,52 @@ def _indices(text: str, where: str) -> list[int]:
         return []
     out: list[int] = []
     for part in text.split(","):
-        lo, sep, hi = part.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise InvalidState(f"{where}: expected GPU indices like 0-2,5, got {text!r}")
-        out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+        m = _INDEX_RANGE.match(part)
+        if m is None:
+            raise InvalidState(f"{where}: expected GPU indices like 0-2,5, got {describe(text)}")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo or hi >= MAX_NODE_GPUS or len(out) + hi - lo + 1 > MAX_NODE_GPUS:
+            raise InvalidState(
+                f"{where}: GPU indices {describe(part)} run backwards or beyond {MAX_NODE_GPUS}"
+            )
+        out.extend(range(lo, hi + 1))
     return out
+
+
+_INDEX_RANGE = re.compile(r"^([0-9]{1,9})(?:-([0-9]{1,9}))?$")
+
+
+def _top_level_items(text: str) -> list[str]:
+    """``text`` split at the commas outside parentheses (``gpu:a:1(IDX:0,2),gpu:b:1`` -> two
+    items), in one pass: a lookahead for the closing parenthesis after each comma is
+    quadratic on a long run of commas."""
+    if "(" not in text:
+        return text.split(",")
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return items
 
 
 def _gres_gpus(text: str, where: str) -> tuple[int, str | None, list[int]]:
     """GPU count, type and indices of a GRES string (``gpu:h100:8(S:0-1)``,
     ``gpu:3(IDX:0-2)``, ``gpu:a:1(IDX:0),gpu:b:2(IDX:4-5)``, ``(null)``)."""
     count, kind, used = 0, None, []
-    for item in re.split(r",(?![^()]*\))", text or ""):
+    for item in _top_level_items(text or ""):
         item = item.strip()
         if not item.startswith("gpu"):
             continue
         m = _GRES.match(item)
         if m is None:
-            raise InvalidState(f"{where}: cannot read GRES {item!r}")
+            raise InvalidState(f"{where}: cannot read GRES {describe(item)}")
         count += int(m.group("count"))
         kind = kind or m.group("type")
         extra = m.group("extra") or ""
@@ -147,10 +186,29 @@ def _gres_gpus(text: str, where: str) -> tuple[int, str | None, list[int]]:
 
 
 def _text(source: Any, what: str, error: type[GpuplaceError]) -> tuple[str, str]:
-    """(name, text) of a path or an open file holding the output of ``what``."""
-    if isinstance(source, (str, os.PathLike)):
-        return os.fspath(source), read_text(source, error)
-    return what, source.read()
+    """(name, text) of a path or an open file holding the output of ``what``, within the
+    size limit of every reader."""
+    return source_text(source, what, error)
+
+
+def _string(item: dict[str, Any], key: str, where: str) -> str:
+    """``item[key]`` as text: a string, or nothing (absent, null)."""
+    value = item.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidState(f"{where}: {key}: expected a string, got {describe(value)}")
+    return value
+
+
+def _strings(item: dict[str, Any], key: str, where: str) -> list[str]:
+    """``item[key]`` as a list of strings (absent or null: empty)."""
+    value = item.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidState(f"{where}: {key}: expected a list of strings, got {describe(value)}")
+    return value
 
 
 def _load(source: Any, what: str) -> tuple[str, Any]:
@@ -195,19 +253,23 @@ def read_sinfo(source: Any) -> list[SlurmNode]:
             continue  # sinfo lists a node once per partition
         seen.add(item["name"])
         state = item.get("state")
-        flags = item.get("state_flags") or []
+        flags = _strings(item, "state_flags", where)
         if isinstance(state, list):  # newer Slurm: state is a list of words
             state, flags = (state[0] if state else "unknown"), [*state[1:], *flags]
         if not isinstance(state, str) or not all(isinstance(f, str) for f in flags):
-            raise InvalidState(f"{where} ({item['name']}): expected a state string")
-        gpus, kind, _ = _gres_gpus(str(item.get("gres") or ""), f"{where} gres")
-        _, _, used = _gres_gpus(str(item.get("gres_used") or ""), f"{where} gres_used")
+            raise InvalidState(f"{where} ({item['name']}): state: expected a state string")
+        gpus, kind, _ = _gres_gpus(_string(item, "gres", where), f"{where} gres")
+        _, _, used = _gres_gpus(_string(item, "gres_used", where), f"{where} gres_used")
         if any(u >= gpus for u in used):
             raise InvalidState(f"{where} ({item['name']}): gres_used names GPUs beyond {gpus}")
-        partitions = item.get("partitions") or []
+        partitions = _strings(item, "partitions", where)
         features = item.get("active_features") or item.get("features") or ""
         if isinstance(features, list):
-            features = ",".join(str(f) for f in features)
+            if not all(isinstance(f, str) for f in features):
+                raise InvalidState(f"{where}: features: expected strings, got {describe(features)}")
+            features = ",".join(features)
+        elif features is not None and not isinstance(features, str):
+            raise InvalidState(f"{where}: features: expected a string, got {describe(features)}")
         nodes.append(
             SlurmNode(
                 item["name"],
@@ -216,8 +278,8 @@ def read_sinfo(source: Any) -> list[SlurmNode]:
                 gpus,
                 kind,
                 used,
-                partitions=[str(p) for p in partitions] if isinstance(partitions, list) else [],
-                features=[f for f in str(features).split(",") if f],
+                partitions=list(partitions),
+                features=[f for f in (features or "").split(",") if f],
             )
         )
     if not nodes:
@@ -241,19 +303,26 @@ def read_squeue(source: Any) -> list[SlurmJob]:
         state = state[0] if isinstance(state, list) and state else state
         if state not in ("RUNNING", "COMPLETING", "SUSPENDED"):
             continue
-        hostlist = item.get("nodes") or ""
+        hostlist = _string(item, "nodes", where)
         try:
-            nodes = expand(hostlist) if hostlist else []
+            nodes = expand(hostlist, limit=MAX_JOB_NODES) if hostlist else []
         except HostlistError as exc:
-            raise InvalidState(f"{where}: nodes {hostlist!r}: {exc}") from None
+            raise InvalidState(f"{where}: nodes: {exc}") from None
         detail = item.get("gres_detail") or []
+        if not isinstance(detail, list):
+            raise InvalidState(f"{where}: gres_detail: expected a list, got {describe(detail)}")
         gpus: list[list[int] | None] = [None] * len(nodes)
         if detail:
             if len(detail) != len(nodes):
                 raise InvalidState(
                     f"{where}: gres_detail has {len(detail)} entries for {len(nodes)} nodes"
                 )
-            gpus = [_gres_gpus(str(d), f"{where} gres_detail")[2] for d in detail]
+            for k, d in enumerate(detail):
+                if not isinstance(d, str):
+                    raise InvalidState(
+                        f"{where}: gres_detail[{k}]: expected a string, got {describe(d)}"
+                    )
+            gpus = [_gres_gpus(d, f"{where} gres_detail[{k}]")[2] for k, d in enumerate(detail)]
         jobs.append(SlurmJob(item["job_id"], str(item.get("name") or ""), state, nodes, gpus))
     return jobs
 
@@ -266,15 +335,26 @@ def read_topology(source: Any) -> Any:
     name, text = _text(source, "scontrol show topology", InvalidTopology)
     if "SwitchName=" in text and "Level=" in text:
         lines = []
-        for line in text.splitlines():
+        for line in text_lines(text):
             tokens = [t for t in line.split() if not t.startswith("Level=")]
             if any(t.startswith("Switches=") for t in tokens):
                 tokens = [t for t in tokens if not t.startswith("Nodes=")]
             lines.append(" ".join(tokens))
+        text = ""  # the original goes before the rewrite is joined
         text = "\n".join(lines) + "\n"
-    buffer = io.StringIO(text)
-    buffer.name = Path(name).name
-    return read_slurm_topology(buffer)
+    source_of_text: Any = _TextSource(text, Path(name).name)
+    return read_slurm_topology(source_of_text)
+
+
+class _TextSource:
+    """Text handed to a reader as an open file, without io.StringIO's copy of it (up to four
+    bytes a character; a 64 MiB topology must stay within the readers' memory)."""
+
+    def __init__(self, text: str, name: str):
+        self.text, self.name = text, name
+
+    def read(self, size: int = -1) -> str:
+        return self.text if size < 0 or size >= len(self.text) else self.text[:size]
 
 
 def _host_types() -> dict[str, dict[str, Any]]:

@@ -9,12 +9,12 @@ import re
 from collections.abc import Callable
 from typing import IO, Any, ParamSpec, TypeAlias, TypeVar
 
+from gpuplace._util.documents import MAX_DOCUMENT_BYTES, MAX_INT_DIGITS, long_number_line
 from gpuplace._util.hostlist import HostlistError, expand
 from gpuplace.errors import GpuplaceError, InvalidTopology
 
-#: Largest input a reader accepts. The biggest real sample (a 40-switch SuperPOD
-#: ibnetdiscover dump) is 300 kB; 64 MiB leaves room for fabrics of ~100k ports.
-MAX_INPUT_BYTES = 64 * 1024 * 1024
+#: Largest input a reader accepts (the one limit of gpuplace._util.documents).
+MAX_INPUT_BYTES = MAX_DOCUMENT_BYTES
 
 #: Largest number of names a hostlist or CPU list may expand to inside a reader. Real clusters
 #: stay far below; the bound keeps `dgx[1-1000000000]` from exhausting memory.
@@ -75,6 +75,9 @@ def read_source(source: Source, *, limit: int = MAX_INPUT_BYTES) -> tuple[str, s
     if "\x00" in text:
         line = text[: text.index("\x00")].count("\n") + 1
         raise fail(name, line, "expected text; found a NUL byte (binary file?)")
+    long_number = long_number_line(text)
+    if long_number is not None:
+        raise fail(name, long_number, f"a number of more than {MAX_INT_DIGITS} digits")
     return name, text
 
 
@@ -126,7 +129,7 @@ def display_name(source: object) -> str:
     return os.path.basename(str(getattr(source, "name", "") or "")) or "<stream>"
 
 
-_CPU_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
+_CPU_ITEM = re.compile(r"^([0-9]{1,9})(?:-([0-9]{1,9}))?$")
 
 
 def parse_id_list(text: str, name: str, line: int, what: str) -> list[int]:
@@ -138,11 +141,11 @@ def parse_id_list(text: str, name: str, line: int, what: str) -> list[int]:
     for item in text.split(","):
         m = _CPU_ITEM.match(item.strip())
         if not m:
-            raise fail(name, line, f"{what}: expected a list like 0-47,96-143, got {text!r}")
+            raise fail(name, line, f"{what}: expected a list like 0-47,96-143, got {clip(text)!r}")
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if hi < lo or hi - lo + 1 + len(out) > MAX_NAMES:
-            raise fail(name, line, f"{what}: range {item!r} is backwards or too large")
+            raise fail(name, line, f"{what}: range {clip(item)!r} is backwards or too large")
         out.extend(range(lo, hi + 1))
     return out
 
@@ -150,9 +153,11 @@ def parse_id_list(text: str, name: str, line: int, what: str) -> list[int]:
 def expand_hostlist(expr: str, name: str, line: int | None, what: str) -> list[str]:
     """Expand a Slurm hostlist with the reader's limits, as InvalidTopology on error."""
     try:
-        hosts = expand(expr)
+        return expand(expr, limit=MAX_NAMES)
     except HostlistError as exc:
         raise fail(name, line, f"{what}: {exc}") from None
-    if len(hosts) > MAX_NAMES:
-        raise fail(name, line, f"{what}: expands to {len(hosts)} names, more than {MAX_NAMES}")
-    return hosts
+
+
+def clip(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters for a message."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import re
 
+from gpuplace.errors import InvalidTopology
 from gpuplace.io._common import Source, fail, guarded, read_source
-from gpuplace.model.mig import MigModel, MigProfile
+from gpuplace.model.mig import MODELS, MigModel, MigProfile, model_for
 
 __all__ = ["read_nvidia_smi_mig", "read_nvidia_smi_mig_instances"]
 
 _LGIP_ROW = re.compile(
-    r"^\|?\s*(\d+)\s+MIG\s+(\d+g\.\d+gb(?:\+me)?)\s+(\d+)\s+(\d+)\s*/\s*(\d+)\s+([\d.]+)\s",
+    r"^\|?\s*(\d{1,9})\s+MIG\s+(\d{1,2}g\.\d{1,4}gb(?:\+me)?)\s+(\d{1,9})\s+(\d{1,9})\s*/\s*(\d{1,9})\s+([\d.]{1,12})\s",
     re.IGNORECASE,
 )
 _LGIPP_ROW = re.compile(
-    r"^\s*GPU\s+(\d+)\s+Profile\s+ID\s+(\d+)\s+Placements?\s*:\s*\{([^}]*)\}\s*:\s*(\d+)",
+    r"^\s*GPU\s+(\d{1,9})\s+Profile\s+ID\s+(\d{1,9})\s+Placements?\s*:\s*\{([^}]*)\}\s*:\s*(\d{1,9})",
     re.IGNORECASE,
 )
-_NAME = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$", re.IGNORECASE)
+_NAME = re.compile(r"^(\d{1,9})g\.(\d{1,9})gb(\+me)?$", re.IGNORECASE)
 _MAX_SLICES = 64
 
 
@@ -70,7 +71,7 @@ def read_nvidia_smi_mig(
                 if gpu != gpu_seen:
                     continue
                 items = [s.strip() for s in row.group(3).split(",") if s.strip()]
-                if not items or not all(s.isdigit() for s in items):
+                if not items or not all(s.isascii() and s.isdigit() and len(s) <= 9 for s in items):
                     raise fail(
                         src, lineno, f"placements: expected {{n,n,...}}:size, got {line.strip()!r}"
                     )
@@ -81,11 +82,16 @@ def read_nvidia_smi_mig(
     if not profiles:
         raise fail(name, None, "no `nvidia-smi mig -lgip` profile rows (| 0  MIG 1g.10gb  19 ...)")
     if not starts:
-        raise fail(
-            name,
-            None,
-            "no `nvidia-smi mig -lgipp` placement rows (GPU 0 Profile ID 19 Placements: ...)",
-        )
+        builtin = _builtin_for(profiles, model)
+        if builtin is None:
+            raise fail(
+                name,
+                None,
+                "no `nvidia-smi mig -lgipp` placement rows (GPU 0 Profile ID 19 Placements: "
+                "...), and the profiles listed are not those of a GPU model with built-in "
+                f"placements ({', '.join(MODELS)})",
+            )
+        return builtin
     out: dict[str, MigProfile] = {}
     for pid, (pname, gib, total, src, lineno) in profiles.items():
         if pid not in starts:
@@ -120,8 +126,42 @@ def read_nvidia_smi_mig(
     return rules
 
 
+def _builtin_for(
+    profiles: dict[int, tuple[str, float, int, str, int]], model: str | None
+) -> MigModel | None:
+    """The built-in placement rules (NVIDIA's MIG guide) for a ``-lgip`` listing without its
+    ``-lgipp`` placements: those of ``model`` when given, else of the GPU model whose profiles
+    (names and IDs) include every listed one; restricted to the listed profiles (an older
+    driver offers fewer). None when no built-in model fits."""
+    listed = {pname: pid for pid, (pname, *_rest) in profiles.items()}
+    if model is not None:
+        try:
+            candidates = [model_for(model)]
+        except InvalidTopology:
+            return None
+    else:
+        candidates = list(MODELS.values())
+    for rules in candidates:
+        if all(
+            pname in rules.profiles and rules.profiles[pname].profile_id == pid
+            for pname, pid in listed.items()
+        ):
+            kept = {n: p for n, p in rules.profiles.items() if n in listed}
+            full = max(kept.values(), key=lambda p: (p.compute, p.size))
+            if full.compute != rules.compute_slices:
+                return None  # the full-GPU profile is not listed: the geometry is unknown
+            return MigModel(
+                model or rules.model,
+                rules.memory_slices,
+                rules.compute_slices,
+                kept,
+                source=f"nvidia-smi mig -lgip; placements of {rules.model} (NVIDIA MIG guide)",
+            )
+    return None
+
+
 _LGI_ROW = re.compile(
-    r"^\|?\s*(\d+)\s+MIG\s+(\d+g\.\d+gb(?:\+me)?)\s+(\d+)\s+(\d+)\s+(\d+)\s*:\s*(\d+)\s*\|?\s*$",
+    r"^\|?\s*(\d{1,9})\s+MIG\s+(\d{1,2}g\.\d{1,4}gb(?:\+me)?)\s+(\d{1,9})\s+(\d{1,9})\s+(\d{1,9})\s*:\s*(\d{1,9})\s*(?:\|\s*)?$",
     re.IGNORECASE,
 )
 

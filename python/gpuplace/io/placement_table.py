@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import io
 import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpuplace.errors import InvalidJob
+from gpuplace._util.documents import csv_rows, describe, text_lines
+from gpuplace.errors import InvalidJob, InvalidTopology
 from gpuplace.io._common import read_source
 
 if TYPE_CHECKING:
@@ -33,22 +33,31 @@ def read_placement_table(
     ``gpus_per_host`` GPUs (GPU id = host * gpus_per_host + local index, as a topology of
     uniform hosts numbers them), and the mean ``sync_time`` over the table's batch sizes.
     Bad rows raise :class:`gpuplace.errors.InvalidJob` naming the file and line."""
-    name, text = read_source(source)
-    reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
+    try:
+        name, text = read_source(source)
+    except InvalidTopology as exc:
+        raise InvalidJob(str(exc)) from None
+    reader = csv.reader(text_lines(text))
+    rows = csv_rows(reader, name, InvalidJob, location=lambda line: f"{name}:{line}")
+    _, header = next(rows, (1, None))
     if header is None or tuple(h.strip() for h in header) != _COLUMNS:
-        raise InvalidJob(f"{name}:1: expected the header {','.join(_COLUMNS)}, got {header}")
+        raise InvalidJob(
+            f"{name}:1: expected the header {','.join(_COLUMNS)}, got {describe(header)}"
+        )
     times: dict[str, list[float]] = {}
-    for lineno, row in enumerate(reader, start=2):
+    for lineno, row in rows:
         if not row or all(not c.strip() for c in row):
             continue
         if len(row) != len(_COLUMNS):
             raise InvalidJob(f"{name}:{lineno}: expected {len(_COLUMNS)} columns, got {len(row)}")
         placement = row[0].strip()
-        if not placement.isdigit() or "0" in placement or len(placement) > 64:
+        if not (placement.isascii() and placement.isdigit()) or "0" in placement:
             raise InvalidJob(
-                f"{name}:{lineno}: placement: expected digits 1-9, one per host, got {placement!r}"
+                f"{name}:{lineno}: placement: expected digits 1-9, one per host, "
+                f"got {describe(placement)}"
             )
+        if len(placement) > 64:
+            raise InvalidJob(f"{name}:{lineno}: placement: more than 64 hosts")
         if any(int(d) > gpus_per_host for d in placement):
             raise InvalidJob(
                 f"{name}:{lineno}: placement {placement} puts more than {gpus_per_host} GPUs on a host"
@@ -57,10 +66,12 @@ def read_placement_table(
             sync = float(row[3])
         except ValueError:
             raise InvalidJob(
-                f"{name}:{lineno}: sync_time: expected a number, got {row[3]!r}"
+                f"{name}:{lineno}: sync_time: expected a number, got {describe(row[3])}"
             ) from None
         if not (math.isfinite(sync) and sync > 0):
-            raise InvalidJob(f"{name}:{lineno}: sync_time: expected a number > 0, got {row[3]!r}")
+            raise InvalidJob(
+                f"{name}:{lineno}: sync_time: expected a number > 0, got {describe(row[3])}"
+            )
         times.setdefault(placement, []).append(sync)
     if not times:
         raise InvalidJob(f"{name}: no placement rows")

@@ -9,7 +9,16 @@ from gpuplace.model.inventory import NodeType
 
 __all__ = ["read_rocm_smi_topo"]
 
-_SECTION = re.compile(r"^=+\s*(.*?)\s*=+\s*$")
+
+def _section(line: str) -> str | None:
+    """The title of a ``==== Weight between two GPUs ====`` line (stripped), or None: what
+    ``^=+\\s*(.*?)\\s*=+\\s*$`` matches, without its cubic backtracking on a long line of
+    spaces."""
+    if len(line) < 2 or line[0] != "=" or line[-1] != "=":
+        return None
+    return line.strip("=").strip()
+
+
 _KINDS = {
     "weight between two gpus": "weight",
     "hops between two gpus": "hops",
@@ -48,15 +57,15 @@ def read_rocm_smi_topo(
     i = 0
     while i < len(lines):
         line = lines[i]
-        m = _SECTION.match(line.strip())
-        if m and line.strip().startswith("="):
-            kind = _KINDS.get(m.group(1).lower())
+        title = _section(line.strip())
+        if title is not None:
+            kind = _KINDS.get(title.lower())
             i += 1
             if kind in ("weight", "hops", "type"):
                 start = i
                 rows, i = _matrix(lines, i, fname)
                 if kind in matrices:
-                    raise fail(fname, start + 1, f"second {m.group(1)!r} matrix")
+                    raise fail(fname, start + 1, f"second {title!r} matrix")
                 matrices[kind] = (start + 1, rows)
             continue
         if kind == "numa" and line.strip():

@@ -14,6 +14,8 @@ import re
 from collections import Counter
 from typing import Any
 
+from gpuplace._util.documents import parse_yaml
+from gpuplace.errors import InvalidTopology
 from gpuplace.io._common import MAX_NAMES, Source, expand_hostlist, fail, guarded, read_source
 from gpuplace.model.inventory import Fabric, Host, Switch
 
@@ -272,15 +274,7 @@ def _block_fabric(fname: str, blocks: list[tuple[str, list[str], int]], sizes: l
 
 
 def _read_yaml(fname: str, text: str, wanted: str | None) -> Fabric:
-    try:
-        import yaml
-    except ImportError:  # pragma: no cover - PyYAML is a declared dependency
-        raise fail(fname, None, "reading topology.yaml needs PyYAML") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise fail(fname, mark.line + 1 if mark else None, f"invalid YAML: {exc}") from None
+    doc = parse_yaml(text, fname, InvalidTopology)
     if isinstance(doc, dict):
         doc = [doc]
     if not isinstance(doc, list) or not doc or not all(isinstance(t, dict) for t in doc):

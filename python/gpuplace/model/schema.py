@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpuplace._util.documents import Checker
+from gpuplace._util.documents import Checker, describe
 from gpuplace._util.hostlist import HostlistError, expand
 from gpuplace.errors import InvalidTopology
 from gpuplace.model.parts import ALGORITHMS, FORMAT, ROUTINGS, Level, NodeType
@@ -324,6 +324,9 @@ def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> No
         c.string(v, f"{p}.nics[{i}]")
         for i, v in enumerate(c.sequence(nt.get("nics", []), f"{p}.nics"))
     )
+    if len(set(nics)) != len(nics):
+        first = next(i for i, v in enumerate(nics) if nics.index(v) != i)
+        raise c.fail(f"{p}.nics[{first}]", f"NIC {describe(nics[first])} is listed twice")
     gpu_nic = None
     if "gpu_nic" in nt:
         seq = c.sequence(nt["gpu_nic"], f"{p}.gpu_nic")

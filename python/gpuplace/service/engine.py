@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-import yaml
 
+from gpuplace._util.documents import parse_yaml
 from gpuplace._util.hostlist import compress
 from gpuplace.cluster.state import ClusterState
 from gpuplace.errors import GpuplaceError, Infeasible, InvalidJob, InvalidState
@@ -922,14 +922,11 @@ def _job_from_text(text: str, name: str) -> Job:
     if len(text.encode()) > MAX_SPEC_BYTES:
         raise InvalidJob(f"the job document is over {MAX_SPEC_BYTES} bytes")
     stripped = text.strip()
-    if re.fullmatch(r"[a-z]+=\d+(,[a-z]+=\d+)*", stripped):
+    if re.fullmatch(r"[a-z]+=[0-9]{1,9}(,[a-z]+=[0-9]{1,9})*", stripped):
         dims = {k: int(v) for k, v in (p.split("=") for p in stripped.split(","))}
         doc: Any = {"parallelism": dims}
     else:
-        try:
-            doc = yaml.safe_load(stripped)
-        except (yaml.YAMLError, RecursionError) as exc:
-            raise InvalidJob(f"the job document is not YAML/JSON: {exc}") from None
+        doc = parse_yaml(stripped, "the job document", InvalidJob)
     if not isinstance(doc, dict):
         raise InvalidJob("the job document must be a mapping (as in a job file)")
     doc = {**doc, "name": name}

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from gpuplace._util.documents import describe, parse_yaml, read_text
 from gpuplace.errors import InvalidJob
 
 __all__ = ["COMPONENTS", "Cause", "FailureModel", "llama3", "load_failures"]
@@ -112,6 +112,14 @@ def llama3() -> FailureModel:
     )
 
 
+def _name(value: Any, component: str, where: str) -> str:
+    if value is None or value == "":
+        return component
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise InvalidJob(f"{where}: name: expected a string, got {describe(value)}")
+    return str(value)
+
+
 def load_failures(spec: str) -> FailureModel | None:
     """``llama3``, ``none`` or a failures YAML file (see the module docstring)."""
     if spec == "none":
@@ -123,10 +131,7 @@ def load_failures(spec: str) -> FailureModel | None:
         raise InvalidJob(
             f"unknown failure model {spec!r}: neither llama3, none nor an existing file"
         )
-    try:
-        document: Any = yaml.safe_load(path.read_text())
-    except yaml.YAMLError:
-        raise InvalidJob(f"{path}: not valid YAML") from None
+    document: Any = parse_yaml(read_text(path, InvalidJob), path, InvalidJob)
     if not isinstance(document, dict) or not isinstance(document.get("causes"), list):
         raise InvalidJob(f"{path}: expected a mapping with a list 'causes'")
     causes = []
@@ -135,21 +140,30 @@ def load_failures(spec: str) -> FailureModel | None:
         if not isinstance(raw, dict):
             raise InvalidJob(f"{where}: expected a mapping")
         component = raw.get("component")
-        if component not in COMPONENTS:
+        if not isinstance(component, str) or component not in COMPONENTS:
             raise InvalidJob(
-                f"{where}: component: expected one of {', '.join(COMPONENTS)}, got {component!r}"
+                f"{where}: component: expected one of {', '.join(COMPONENTS)}, "
+                f"got {describe(component)}"
             )
         values = {}
         for key in ("per_component_per_day", "repair_hours", "loss"):
             value = raw.get(key, 0.0 if key != "per_component_per_day" else None)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise InvalidJob(f"{where}: {key}: expected a number >= 0, got {value!r}")
-            values[key] = float(value)
+            try:
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise TypeError
+                number = float(value)
+            except (TypeError, OverflowError):
+                number = float("nan")
+            if not 0 <= number < float("inf"):
+                raise InvalidJob(
+                    f"{where}: {key}: expected a finite number >= 0, got {describe(value)}"
+                )
+            values[key] = number
         if component == "nic" and not 0 < values["loss"] < 1:
             raise InvalidJob(f"{where}: loss: a degraded link needs a packet loss in (0, 1)")
         causes.append(
             Cause(
-                str(raw.get("name") or component),
+                _name(raw.get("name"), component, where),
                 component,
                 values["per_component_per_day"] / _DAY,
                 values["repair_hours"] * 3600.0,

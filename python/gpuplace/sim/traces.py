@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from gpuplace._util.documents import csv_rows, describe, parse_document, read_text, text_lines
 from gpuplace.errors import InvalidJob
 from gpuplace.model.job import Job, TransformerModel
 from gpuplace.sim.workload import DEFAULT_MODEL
@@ -280,25 +280,35 @@ def _job_from_fields(fields: dict[str, Any], where: str) -> SimJob:
         except (TypeError, ValueError):
             kind = "an integer" if integer else "a number"
             raise InvalidJob(
-                f"{where}: {key}: expected {kind} >= {minimum:g}, got {value!r}"
+                f"{where}: {key}: expected {kind} >= {minimum:g}, got {describe(value)}"
             ) from None
-        if not math.isfinite(out) or out < minimum:
+        if not math.isfinite(out) or out < minimum or abs(out) > 2**63 - 1:
             kind = "an integer" if integer else "a number"
-            raise InvalidJob(f"{where}: {key}: expected {kind} >= {minimum:g}, got {value!r}")
+            raise InvalidJob(
+                f"{where}: {key}: expected {kind} >= {minimum:g}, got {describe(value)}"
+            )
         return out
 
+    def text(key: str, value: Any) -> str:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise InvalidJob(f"{where}: {key}: expected a string, got {describe(value)}")
+        return str(value)
+
+    for key in fields:
+        if not isinstance(key, str):
+            raise InvalidJob(f"{where}: field names must be strings, got {describe(key)}")
     unknown = set(fields) - set(COLUMNS)
     if unknown:
         raise InvalidJob(
             f"{where}: unknown field {sorted(unknown)[0]!r}; the fields are {', '.join(COLUMNS)}"
         )
-    name = str(need("name"))
+    name = text("name", need("name"))
     gpus = number("gpus", need("gpus"), minimum=1, integer=True)
     tp = number("tp", fields.get("tp") or trace_layout(gpus)[0], minimum=1, integer=True)
     pp = number("pp", fields.get("pp") or 1, minimum=1, integer=True)
     if gpus % (tp * pp):
         raise InvalidJob(f"{where}: gpus: {gpus} is not a multiple of tp * pp = {tp * pp}")
-    model = str(fields.get("model") or "llama2-13b")
+    model = text("model", fields.get("model") or "llama2-13b")
     if model not in MODELS:
         raise InvalidJob(f"{where}: model: expected one of {', '.join(MODELS)}, got {model!r}")
     estimate = fields.get("estimate_s")
@@ -325,15 +335,10 @@ def load_workload(path: str | Path) -> Workload:
     JSON ``{jobs: [{name: ..., submit_s: ..., gpus: ..., duration_s: ...}, ...]}``. A bad line
     raises :class:`InvalidJob` naming the file, the line (CSV) or job index (YAML) and field."""
     p = Path(path)
-    text = p.read_text()
+    text = read_text(p, InvalidJob)
     jobs: list[SimJob] = []
     if p.suffix.lower() in (".yaml", ".yml", ".json"):
-        try:
-            document = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            at = f" line {mark.line + 1}" if mark is not None else ""
-            raise InvalidJob(f"{p}{at}: not valid YAML") from None
+        document = parse_document(text, p, InvalidJob, json_=p.suffix.lower() == ".json")
         if not isinstance(document, dict) or not isinstance(document.get("jobs"), list):
             raise InvalidJob(f"{p}: expected a mapping with a list 'jobs'")
         for i, entry in enumerate(document["jobs"]):
@@ -341,16 +346,19 @@ def load_workload(path: str | Path) -> Workload:
                 raise InvalidJob(f"{p}: jobs[{i}]: expected a mapping")
             jobs.append(_job_from_fields(entry, f"{p}: jobs[{i}]"))
     else:
-        reader = csv.DictReader(io.StringIO(text))
-        if reader.fieldnames is None:
+        reader = csv.DictReader(text_lines(text))
+        try:
+            fieldnames = reader.fieldnames
+        except csv.Error as exc:
+            raise InvalidJob(f"{p}: line 1: not valid CSV: {exc}") from None
+        if fieldnames is None:
             raise InvalidJob(
                 f"{p}: empty workload file; expected a header row of {', '.join(COLUMNS)}"
             )
-        for row in reader:
-            line = reader.line_num
+        for line, row in csv_rows(reader, p, InvalidJob):
             if None in row:
                 raise InvalidJob(
-                    f"{p} line {line}: more fields than the header's {len(reader.fieldnames)}"
+                    f"{p} line {line}: more fields than the header's {len(fieldnames)}"
                 )
             fields = {k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in row.items()}
             if not any(fields.values()):

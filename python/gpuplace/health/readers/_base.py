@@ -11,6 +11,7 @@ mode, and is counted as malformed otherwise. Readers raise only
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -114,22 +115,42 @@ def read_text(source: Source) -> tuple[str, str]:
 guarded = guard(InvalidState)
 
 
+def split_key_value(line: str) -> tuple[str, str] | None:
+    """``(key, value)`` of a ``key : value`` line, split at the first colon and stripped;
+    None when there is no colon or nothing before it. (A string split, not a regular
+    expression: a lazy key followed by ``\\s*:`` backtracks quadratically on a long line of
+    spaces without a colon.)"""
+    head, colon, tail = line.partition(":")
+    if not colon or not head:
+        return None
+    return head.strip(), tail.strip()
+
+
+def is_table_border(line: str) -> bool:
+    """Whether ``line`` is a table border such as ``+----+=====+`` or ``|  |`` (what
+    ``^\\s*[+|][-=+| ]*[+|]?\\s*$`` matches, in one linear pass)."""
+    stripped = line.strip()
+    return bool(stripped) and stripped[0] in "+|" and not stripped.strip("-=+| ")
+
+
 def count_lines(text: str) -> int:
     return text.count("\n") + (0 if not text or text.endswith("\n") else 1)
 
 
 def number(text: str) -> float | None:
-    """A float from ``400``, ``25 GB/s``, ``3E-12``, ``0x00ff``; None when there is none."""
+    """A finite float from ``400``, ``25 GB/s``, ``3E-12``, ``0x00ff``; None when there is
+    none (``1e999`` is none: counters and rates are finite)."""
     text = text.strip()
     if text.lower().startswith("0x"):
         try:
-            return float(int(text, 16))
-        except ValueError:
+            return float(int(text[:66], 16))
+        except (ValueError, OverflowError):
             return None
     m = re.match(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?", text)
     if not m:
         return None
     try:
-        return float(m.group(0))
+        value = float(m.group(0))
     except ValueError:  # pragma: no cover - the pattern admits only floats
         return None
+    return value if math.isfinite(value) else None

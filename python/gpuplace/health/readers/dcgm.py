@@ -21,12 +21,18 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from gpuplace.health.readers._base import Evidence, ReadResult, count_lines, guarded, read_text
+from gpuplace.health.readers._base import (
+    Evidence,
+    ReadResult,
+    count_lines,
+    guarded,
+    is_table_border,
+    read_text,
+)
 
 __all__ = ["DcgmiHealthStream", "read_dcgmi_diag", "read_dcgmi_health"]
 
 _STATUSES = {"healthy": "Healthy", "warning": "Warning", "failure": "Failure", "fail": "Failure"}
-_BORDER = re.compile(r"^\s*[+|][-=+| ]*[+|]?\s*$")
 _ROW = re.compile(r"^\s*\|(.*)\|\s*$")
 
 
@@ -53,12 +59,12 @@ def read_dcgmi_health(source: Any, *, strict: bool = False) -> ReadResult:
         if not line.strip():
             known += 1
             continue
-        if _BORDER.match(line) and "|" not in line.strip()[1:-1]:
+        if is_table_border(line) and "|" not in line.strip()[1:-1]:
             known += 1
             continue
         cells = _cells(line)
         if cells is None:
-            if _BORDER.match(line):
+            if is_table_border(line):
                 known += 1
             continue
         known += 1
@@ -353,7 +359,7 @@ def read_dcgmi_diag(source: Any, *, strict: bool = False) -> ReadResult:
             test = None
             known += 1
             continue
-        if not stripped or _BORDER.match(stripped) or stripped.startswith("Successfully ran"):
+        if not stripped or is_table_border(stripped) or stripped.startswith("Successfully ran"):
             known += 1
             continue
         cells = _cells(line)

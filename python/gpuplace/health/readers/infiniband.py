@@ -26,13 +26,23 @@ from gpuplace.health.readers._base import (
     guarded,
     number,
     read_text,
+    split_key_value,
 )
 
 __all__ = ["read_ibdiagnet_pm", "read_ibstat", "read_ibstatus", "read_perfquery"]
 
 _CA = re.compile(r"^CA\s+'([^']+)'\s*$")
 _PORT = re.compile(r"^Port\s+(\d+):\s*$")
-_FIELD = re.compile(r"^([A-Za-z][A-Za-z _]*?)\s*:\s*(.*)$")
+_FIELD_KEY = re.compile(r"[A-Za-z][A-Za-z _]*")
+
+
+def _field(line: str) -> tuple[str, str] | None:
+    """``(key, value)`` of a ``Key name: value`` line (split at the colon, then the key
+    checked: linear, where one regular expression with a lazy key backtracks)."""
+    pair = split_key_value(line)
+    if pair is None or not _FIELD_KEY.fullmatch(pair[0]):
+        return None
+    return pair
 
 
 def _port_evidence(
@@ -105,10 +115,10 @@ def read_ibstat(source: Any, *, strict: bool = False) -> ReadResult:
             port, fields = (int(m_port.group(1)), no), {}
             known += 1
             continue
-        m = _FIELD.match(stripped)
+        m = _field(stripped)
         if m and ca is not None:
             target = fields if port is not None else ca_fields
-            target[m.group(1).strip().lower()] = m.group(2).strip()
+            target[m[0].lower()] = m[1]
             known += 1
     flush()
     result.unknown = result.lines - known
@@ -138,9 +148,9 @@ def read_ibstatus(source: Any, *, strict: bool = False) -> ReadResult:
             current, fields = (m_dev.group(1), int(m_dev.group(2)), no), {}
             known += 1
             continue
-        m = _FIELD.match(stripped)
+        m = _field(stripped)
         if m and current is not None:
-            fields[m.group(1).strip().lower()] = m.group(2).strip()
+            fields[m[0].lower()] = m[1]
             known += 1
     if current is not None:
         _port_evidence(result, name, current[0], current[1], current[2], fields, strict)

@@ -19,12 +19,14 @@ from gpuplace.health.readers._base import (
     guarded,
     number,
     read_text,
+    split_key_value,
 )
 
 __all__ = ["read_mlxlink"]
 
-_LINE = re.compile(r"^([A-Za-z][^:]*?)\s*:\s*(.*)$")
-_RANGE = re.compile(r"^\s*(-?[\d.]+)\s*\[\s*(-?[\d.]+)\s*\.\.\s*(-?[\d.]+)\s*\]")
+_RANGE = re.compile(
+    r"^\s*(-?\d{1,9}(?:\.\d{1,9})?)\s*\[\s*(-?\d{1,9}(?:\.\d{1,9})?)\s*\.\.\s*(-?\d{1,9}(?:\.\d{1,9})?)\s*\]"
+)
 
 
 @guarded
@@ -48,9 +50,9 @@ def read_mlxlink(source: Any, *, strict: bool = False) -> ReadResult:
             if not stripped or set(stripped) <= {"-"}:
                 known += 1
                 continue
-            m = _LINE.match(stripped)
-            if m:
-                fields[m.group(1).strip()] = (m.group(2).strip(), no)
+            pair = split_key_value(stripped)
+            if pair and pair[0][:1].isascii() and pair[0][:1].isalpha():
+                fields[pair[0]] = (pair[1], no)
                 known += 1
             elif stripped in (
                 "Operational Info",

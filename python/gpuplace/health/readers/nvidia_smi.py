@@ -22,12 +22,12 @@ from gpuplace.health.readers._base import (
     normalize_pci,
     number,
     read_text,
+    split_key_value,
 )
 
 __all__ = ["read_bus_ids", "read_nvidia_smi_nvlink", "read_nvidia_smi_q"]
 
 _GPU_BLOCK = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
-_KEY_VALUE = re.compile(r"^(\s*)([^:]+?)\s*:\s*(.*)$")
 _THROTTLE_SECTIONS = ("Clocks Event Reasons", "Clocks Throttle Reasons")
 
 
@@ -58,21 +58,21 @@ def read_nvidia_smi_q(source: Any, *, strict: bool = False) -> ReadResult:
             stack = []
             known += 1
             continue
-        m = _KEY_VALUE.match(line)
+        pair = split_key_value(line)
         indent = len(line) - len(line.lstrip(" "))
-        key = (m.group(2) if m else line).strip()
+        key = pair[0] if pair else line.strip()
         while stack and stack[-1][0] >= indent:
             stack.pop()
         if current is None:
-            if m:  # header lines: Timestamp, Driver Version, Attached GPUs
+            if pair:  # header lines: Timestamp, Driver Version, Attached GPUs
                 known += 1
             continue
         known += 1
-        if m is None or not m.group(3).strip():
+        if pair is None or not pair[1]:
             stack.append((indent, key))
             continue
         path = "/".join([s for _, s in stack] + [key])
-        current["fields"][path] = m.group(3).strip()
+        current["fields"][path] = pair[1]
         current["lines"][path] = no
     for index, gpu in enumerate(gpus):
         _gpu_evidence(result, name, index, gpu)
@@ -163,7 +163,7 @@ def _gpu_evidence(result: ReadResult, name: str, index: int, gpu: dict[str, Any]
 
 _NVLINK_GPU = re.compile(r"^GPU\s+(\d+):\s*(.*?)(?:\s*\(UUID:\s*([^)]*)\))?\s*$")
 _NVLINK_SPEED = re.compile(
-    r"^Link\s+(\d+):\s*(?:(<inactive>|inactive)|([\d.]+)\s*GB/s)\s*$", re.IGNORECASE
+    r"^Link\s+(\d+):\s*(?:(<inactive>|inactive)|(\d{1,9}(?:\.\d{1,9})?)\s*GB/s)\s*$", re.IGNORECASE
 )
 _NVLINK_ERR = re.compile(
     r"^Link\s+(\d+):\s*(Replay|Recovery|CRC)\s+Errors:\s*(\d+)\s*$", re.IGNORECASE

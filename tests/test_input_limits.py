@@ -1,0 +1,513 @@
+"""Bad input never escapes, never hangs, never balloons (issue 25): the reproducers found by
+fuzzing the readers, each a gpuplace error naming the file and the line or field.
+
+The hang and blow-up cases run in a child process with a time limit and an address-space
+limit (RLIMIT_AS), so that a regression fails the test instead of stalling the suite."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import gpuplace
+import pytest
+import yaml
+from gpuplace import Communication
+from gpuplace.cli import main
+from gpuplace.cli.mig import read_requests
+from gpuplace.errors import GpuplaceError, InvalidJob, InvalidState, InvalidTopology
+from gpuplace.health.judge import load_rules
+from gpuplace.health.readers import read_evidence
+from gpuplace.integrations import slurm
+from gpuplace.io import read_nvidia_smi_mig, read_nvidia_smi_mig_instances, read_placement_table
+from gpuplace.sim.failures import load_failures
+from gpuplace.sim.traces import load_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+BIG = "1" * 5000
+
+
+def cluster_dict() -> dict:
+    return {
+        "format": "gpuplace.topology/1",
+        "name": "small",
+        "levels": [
+            {"name": "node", "bandwidth_gbps": 450, "latency_us": 1},
+            {"name": "leaf", "bandwidth_gbps": 50, "latency_us": 3},
+        ],
+        "node_types": {
+            "hgx": {
+                "gpus": 4,
+                "gpu_model": "H100-SXM5-80GB",
+                "nics": ["mlx5_0", "mlx5_1"],
+                "gpu_nic": [0, 0, 1, 1],
+            }
+        },
+        "nodes": [{"name": "h[01-04]", "type": "hgx", "domains": {"leaf": "la"}}],
+    }
+
+
+def sinfo_doc(**node: object) -> dict:
+    entry = {"name": "n1", "state": "idle", "gres": "gpu:8", "gres_used": "gpu:0(IDX:N/A)"}
+    entry.update(node)
+    return {"nodes": [entry]}
+
+
+def squeue_doc(**job: object) -> dict:
+    entry = {"job_id": 1, "name": "j", "job_state": "RUNNING", "nodes": "n1"}
+    entry.update(job)
+    return {"jobs": [entry]}
+
+
+def cli_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """Run the CLI in-process; it must exit 2 with one line on stderr."""
+    code = main(list(args))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuplace: error: "), err
+    return lines[0]
+
+
+# ------------------------------------------------------------------- 1. huge integers
+def test_a_5000_digit_integer_in_a_job_file_is_one_line_at_the_cli(tmp_path, capsys):
+    job = tmp_path / "j.yaml"
+    job.write_text(f"name: a\nparallelism: {{tp: {BIG}}}\n")
+    line = cli_error(capsys, "place", "-c", "h100-superpod", "-j", str(job))
+    assert "j.yaml" in line and "line 2" in line and "digits" in line
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_a_5000_digit_integer_in_a_topology_file(tmp_path, suffix):
+    doc = cluster_dict()
+    path = tmp_path / f"t{suffix}"
+    text = json.dumps(doc).replace('"gpus": 4', f'"gpus": {BIG}')
+    path.write_text(text)
+    with pytest.raises(InvalidTopology, match=r"t\.(yaml|json).*(line 1|digits)"):
+        gpuplace.Topology.load(path)
+
+
+@pytest.mark.parametrize("where", ["nodes", "hosts"])
+def test_a_5000_digit_hostlist_in_a_topology_file(tmp_path, where):
+    doc = cluster_dict()
+    if where == "nodes":
+        doc["nodes"][0]["name"] = f"dgx[{BIG}]"
+    else:
+        doc["attributes"] = [{"hosts": f"h[{BIG}]", "driver": "1"}]
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InvalidTopology, match=r"t\.yaml.*digits"):
+        gpuplace.Topology.load(path)
+
+
+def test_a_5000_digit_hostlist_in_squeue():
+    with pytest.raises(InvalidState, match=r"jobs\[0\].*nodes.*digits"):
+        slurm.read_squeue(io.StringIO(json.dumps(squeue_doc(nodes=f"dgx[{BIG}]"))))
+
+
+def test_a_5000_digit_integer_in_sinfo_and_squeue():
+    text = json.dumps(sinfo_doc()).replace('"idle"', f"{BIG}")
+    with pytest.raises(InvalidState, match=r"line 1.*digits"):
+        slurm.read_sinfo(io.StringIO(text))
+    text = json.dumps(squeue_doc()).replace('"job_id": 1', f'"job_id": {BIG}')
+    with pytest.raises(InvalidState, match="digits"):
+        slurm.read_squeue(io.StringIO(text))
+
+
+def test_a_5000_digit_integer_in_a_state_file(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text('{"checksum": "sha256:00", "state": {"jobs": [' + BIG + "]}}")
+    with pytest.raises(InvalidState, match=r"s\.json.*line 1.*digits"):
+        gpuplace.ClusterState.load(gpuplace.Topology.from_spec("h100-superpod"), path)
+
+
+def test_a_5000_digit_integer_in_mig_requests_and_workloads(tmp_path):
+    requests = tmp_path / "r.yaml"
+    requests.write_text(f"requests:\n  - {{name: a, profile: 1g.10gb, count: {BIG}}}\n")
+    with pytest.raises(InvalidJob, match=r"r\.yaml: line 2.*digits"):
+        read_requests(str(requests))
+    workload = tmp_path / "w.yaml"
+    workload.write_text(f"jobs:\n  - {{name: a, submit_s: 0, gpus: {BIG}, duration_s: 1}}\n")
+    with pytest.raises(InvalidJob, match=r"w\.yaml.*line 2.*digits"):
+        load_workload(workload)
+
+
+# ------------------------------------------------------------------- 2. undecodable bytes
+@pytest.mark.parametrize("reader", ["sinfo", "squeue", "topology", "workload", "rules"])
+def test_an_undecodable_byte_is_named_with_its_line(tmp_path, reader):
+    path = tmp_path / {"workload": "w.csv", "rules": "r.yaml"}.get(reader, f"{reader}.json")
+    path.write_bytes(b"{\n\n\xff\n}")
+    call = {
+        "sinfo": slurm.read_sinfo,
+        "squeue": slurm.read_squeue,
+        "topology": slurm.read_topology,
+        "workload": load_workload,
+        "rules": load_rules,
+    }[reader]
+    with pytest.raises(GpuplaceError, match=rf"{path.name}.*line 3.*UTF-8"):
+        call(path)
+
+
+# ------------------------------------------------------------------- 3. deep nesting
+def test_deep_nesting_is_refused_without_recursion_error(tmp_path):
+    with pytest.raises(InvalidState, match="nested"):
+        slurm.read_squeue(io.StringIO("[" * 100_000))
+    path = tmp_path / "w.yaml"
+    path.write_text("jobs: " + "[" * 2000)
+    with pytest.raises(InvalidJob, match=r"w\.yaml.*nested"):
+        load_workload(path)
+    path = tmp_path / "t.yaml"
+    path.write_text("name: " + "{a: " * 5000)
+    with pytest.raises(InvalidTopology, match=r"t\.yaml.*nested"):
+        gpuplace.Topology.load(path)
+
+
+# ------------------------------------------------------------------- 4. sinfo / squeue types
+@pytest.mark.parametrize(
+    ("doc", "needle"),
+    [
+        (sinfo_doc(gres_used="gpu:8(IDX:²)"), "gres_used"),
+        (sinfo_doc(state_flags=1), "state_flags"),
+        (sinfo_doc(gres=7), "gres"),
+        (sinfo_doc(partitions="p"), "partitions"),
+    ],
+)
+def test_sinfo_type_errors_name_the_field(doc, needle):
+    with pytest.raises(InvalidState, match=rf"nodes\[0\].*{needle}"):
+        slurm.read_sinfo(io.StringIO(json.dumps(doc)))
+
+
+@pytest.mark.parametrize(
+    ("doc", "needle"),
+    [
+        (squeue_doc(gres_detail=5), "gres_detail"),
+        (squeue_doc(nodes=5), "nodes"),
+        (squeue_doc(gres_detail=["gpu:1(IDX:x)"]), "gres_detail"),
+    ],
+)
+def test_squeue_type_errors_name_the_field(doc, needle):
+    with pytest.raises(InvalidState, match=rf"jobs\[0\].*{needle}"):
+        slurm.read_squeue(io.StringIO(json.dumps(doc)))
+
+
+# ------------------------------------------------------------------- 5. Pollux tables
+POLLUX_HEAD = "placement,local_bsz,step_time,sync_time\n"
+
+
+@pytest.mark.parametrize(
+    ("row", "needle"),
+    [
+        ("1²,32,0.1,0.05", "placement"),
+        ("2,32,0.1," + "x" * 140_000, "field larger"),
+        ("2,32,0.1," + "1" * 140_000, "more than 1000 digits"),
+        ("2,32,0.1,0.05\r3,32,0.1,0.05", "new-line"),
+    ],
+)
+def test_pollux_rows_name_the_line(row, needle):
+    job = gpuplace.Job(name="j", communication={"dp": Communication("all-reduce", 4.4e8)})
+    with pytest.raises(InvalidJob, match=rf"p\.csv:2: .*{needle}"):
+        read_placement_table(_named(POLLUX_HEAD + row + "\n", "p.csv"), job)
+
+
+def _named(text: str, name: str) -> io.StringIO:
+    stream = io.StringIO(text)
+    stream.name = name
+    return stream
+
+
+# ------------------------------------------------------------------- 6. workloads
+def test_workload_with_mixed_key_types_names_the_job(tmp_path):
+    path = tmp_path / "w.yaml"
+    path.write_text("jobs:\n  - {name: a, submit_s: 0, gpus: 8, duration_s: 1, 1: x, zz: y}\n")
+    with pytest.raises(InvalidJob, match=r"w\.yaml.*jobs\[0\]"):
+        load_workload(path)
+
+
+def test_workload_csv_field_too_long_names_the_line(tmp_path):
+    path = tmp_path / "w.csv"
+    path.write_text("name,submit_s,gpus,duration_s\na,0,8,1\n" + "b" * 140_000 + ",0,8,1\n")
+    with pytest.raises(InvalidJob, match=r"w\.csv.*line 3"):
+        load_workload(path)
+
+
+# ------------------------------------------------------------------- 7. state overflow
+def test_a_state_with_an_integer_beyond_64_bits_is_refused(tmp_path):
+    topology = gpuplace.Topology.from_spec("h100-superpod")
+    state = gpuplace.ClusterState(topology)
+    path = tmp_path / "s.json"
+    state.save(path)
+    document = json.loads(path.read_text())
+    document["state"]["jobs"] = [{"name": "j", "gpus": [18446744073709551616]}]
+    canonical = json.dumps(document["state"], sort_keys=True, separators=(",", ":"))
+    document["checksum"] = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    path.write_text(json.dumps(document))
+    with pytest.raises(InvalidState, match=r"s\.json.*jobs\[0\]\.gpus"):
+        gpuplace.ClusterState.load(topology, path)
+
+
+# ------------------------------------------------------------------- 8. health rules
+@pytest.mark.parametrize("text", ["ber: null\n", "ber: {packet_bits: x}\n", "ib: 3\n"])
+def test_health_rules_of_the_wrong_type_name_the_field(tmp_path, text):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(InvalidState, match=r"r\.yaml: (ber|ib)"):
+        load_rules(path)
+
+
+# ------------------------------------------------------------------- 9. topology sections
+def test_a_duplicate_nic_is_refused_at_load(tmp_path):
+    doc = cluster_dict()
+    doc["node_types"]["hgx"]["nics"] = ["mlx5_0", "mlx5_0"]
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InvalidTopology, match=r"t\.yaml: node_types\.hgx\.nics\[1\]: .*twice"):
+        gpuplace.Topology.load(path)
+
+
+# ------------------------------------------------------------------- 10. guarded fallback
+@pytest.mark.parametrize(
+    ("sample", "read"),
+    [
+        ("mig/h100-80gb-hbm3.txt", read_nvidia_smi_mig),
+        ("mig/h100-80gb-lgi.txt", read_nvidia_smi_mig_instances),
+        (
+            "health/nvidia-smi-nvlink-s-a100-gpud.txt",
+            lambda s: read_evidence(s, format="nvidia-smi-nvlink"),
+        ),
+    ],
+)
+def test_tool_output_with_a_huge_number_names_the_line(sample, read):
+    """These escaped as 'unexpected parse failure' without a line (the int() limit)."""
+    lines = (DATA / sample).read_text().splitlines()
+    row = next(i for i, line in enumerate(lines) if re.search(r"\d", line) and i > 2)
+    lines[row] = re.sub(r"\d+", BIG, lines[row], count=1)
+    with pytest.raises(GpuplaceError) as info:
+        read(_named("\n".join(lines) + "\n", "m.txt"))
+    assert str(info.value).startswith(f"m.txt:{row + 1}: a number of more than 1000 digits")
+
+
+# ------------------------------------------------------------------- the CLI's error path
+def test_an_unexpected_bug_exits_1_with_one_line(monkeypatch, capsys):
+    import gpuplace.cli.catalog as catalog
+
+    def broken(*_: object) -> None:
+        raise KeyError("boom")
+
+    monkeypatch.setattr(catalog, "PRESETS", _Exploding(broken))
+    code = main(["presets"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and "bug" in lines[0] and "--debug" in lines[0], err
+
+
+class _Exploding:
+    def __init__(self, action):
+        self.action = action
+
+    def __iter__(self):
+        self.action()
+        return iter(())
+
+    def __getattr__(self, name):
+        self.action()
+
+
+def test_debug_shows_the_traceback(tmp_path, capsys):
+    job = tmp_path / "j.yaml"
+    job.write_text("name: a\nparallelism: {tp: x}\n")
+    code = main(["--debug", "place", "-c", "h100-superpod", "-j", str(job)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "Traceback" in err and "InvalidJob" in err
+
+
+# ------------------------------------------------------------------- hangs and blow-ups
+def bounded(code: str, *, seconds: float = 20, memory_mb: int = 512) -> str:
+    """Run ``code`` in a child with a wall-clock and address-space limit; return its stdout
+    (the child prints what it caught)."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=seconds,
+        preexec_fn=limit,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_nvidia_smi_q_long_whitespace_is_linear():
+    out = bounded(
+        """
+        import io
+        from gpuplace.health.readers.nvidia_smi import read_nvidia_smi_q
+        text = "GPU 00000000:1B:00.0\\n" + " " * 2_000_000 + "x\\n"
+        try:
+            read_nvidia_smi_q(io.StringIO(text))
+        except Exception as exc:
+            print(type(exc).__name__)
+        print("done")
+        """,
+        seconds=20,
+    )
+    assert out.strip().endswith("done")
+
+
+def test_a_yaml_alias_bomb_is_refused_quickly(tmp_path):
+    levels = ["&a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 9):
+        levels.append(f"&a{i} [{', '.join([f'*a{i - 1}'] * 10)}]")
+    lines = [f"name: [{', '.join(levels)}]"]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    assert len(path.read_bytes()) < 800
+    out = bounded(
+        f"""
+        from gpuplace import Job
+        from gpuplace.errors import InvalidJob
+        try:
+            Job.load({str(path)!r})
+        except InvalidJob as exc:
+            print(exc)
+        """,
+        seconds=20,
+        memory_mb=400,
+    )
+    assert "bomb.yaml" in out and "aliases" in out
+
+
+def test_a_hostlist_of_many_large_ranges_is_counted_before_expanding():
+    out = bounded(
+        """
+        from gpuplace._util.hostlist import HostlistError, expand
+        try:
+            expand("dgx[" + ",".join(["1-999999"] * 30) + "]")
+        except HostlistError as exc:
+            print(exc)
+        """,
+        seconds=10,
+        memory_mb=300,
+    )
+    assert "at most" in out
+
+
+def test_sinfo_gpu_index_ranges_are_bounded():
+    doc = sinfo_doc(gres_used="gpu:8(IDX:0-1000000000)")
+    out = bounded(
+        f"""
+        import io
+        from gpuplace.integrations import slurm
+        from gpuplace.errors import InvalidState
+        try:
+            slurm.read_sinfo(io.StringIO({json.dumps(doc)!r}))
+        except InvalidState as exc:
+            print(exc)
+        """,
+        seconds=10,
+        memory_mb=300,
+    )
+    assert "gres_used" in out
+
+
+def test_slurm_read_topology_has_the_size_cap(tmp_path):
+    path = tmp_path / "topology.conf"
+    with open(path, "wb") as handle:
+        handle.write(b"SwitchName=s1 Nodes=n1\n")
+        handle.write(b"#" * (130 << 20))
+    out = bounded(
+        f"""
+        from gpuplace.integrations import slurm
+        from gpuplace.errors import InvalidTopology
+        try:
+            slurm.read_topology({str(path)!r})
+        except InvalidTopology as exc:
+            print(exc)
+        """,
+        seconds=20,
+        memory_mb=350,
+    )
+    assert "topology.conf" in out and "larger than" in out
+
+
+def test_a_gres_of_many_commas_is_split_in_linear_time(tmp_path):
+    # Found by the fuzzer: a lookahead after each comma made 300,000 commas take minutes.
+    path = tmp_path / "sinfo.json"
+    path.write_text(
+        json.dumps(sinfo_doc(gres_used="gpu:h100:2(IDX:0-1)" + "," * 300_000 + "gpu:h101-9"))
+    )
+    out = bounded(
+        f"""
+        from gpuplace.integrations import slurm
+        from gpuplace.errors import InvalidState
+        try:
+            slurm.read_sinfo({str(path)!r})
+        except InvalidState as exc:
+            print(exc)
+        """,
+        seconds=20,
+    )
+    assert "gres_used" in out and "cannot read GRES" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("causes:\n  - {component: [gpu], per_component_per_day: 1}\n", "component"),
+        (f"causes:\n  - {{component: gpu, per_component_per_day: {'9' * 400}}}\n", "per_comp"),
+        ("causes:\n  - {component: gpu, per_component_per_day: 1, name: [a]}\n", "name"),
+        ("causes: [\xff]\n", "line 1: expected UTF-8"),
+    ],
+)
+def test_failures_files_name_the_field(tmp_path, text, needle):
+    path = tmp_path / "f.yaml"
+    path.write_bytes(text.encode("utf-8", errors="surrogateescape").replace(b"\xc3\xbf", b"\xff"))
+    with pytest.raises(InvalidJob, match=rf"f\.yaml.*{needle}"):
+        load_failures(str(path))
+
+
+def test_open_brackets_past_the_depth_limit_are_refused_before_yaml_scans_them(tmp_path):
+    # Found by the fuzzer: PyYAML's scanner reads ahead over open brackets with work
+    # proportional to those still open (a 3 kB file took 1.8 s), before the composer's depth
+    # limit is reached; the brackets are now counted first, in one pass.
+    path = tmp_path / "t.yaml"
+    path.write_text("name: a\nnodes: " + "[" * 100_000 + "\n")
+    with pytest.raises(InvalidTopology) as info:
+        gpuplace.Topology.load(path)
+    assert str(info.value) == (
+        f"{path}: line 2: invalid YAML: nested too deeply (more than 100 levels of [ and {{)"
+    )
+
+
+def test_a_mig_instance_row_with_a_long_run_of_blanks_is_linear(tmp_path):
+    # Found by the fuzzer: two blank-matching runs around an optional '|' at the end of the
+    # -lgi row pattern backtracked quadratically (100,000 tabs: 39 s).
+    path = tmp_path / "lgi.txt"
+    rows = (DATA / "mig" / "h100-80gb-lgi.txt").read_text().splitlines()
+    row = next(i for i, line in enumerate(rows) if "MIG 1g" in line)
+    rows[row] = rows[row].rstrip(" |") + "\t" * 100_000 + "x"
+    path.write_text("\n".join(rows) + "\n")
+    out = bounded(
+        f"""
+        from gpuplace.io import read_nvidia_smi_mig_instances
+        print(sorted(read_nvidia_smi_mig_instances({str(path)!r})))
+        """,
+        seconds=10,
+    )
+    assert out.startswith("[0")
