@@ -27,6 +27,7 @@ from gpuplace.errors import GpuplaceError, InvalidJob, InvalidState, InvalidTopo
 from gpuplace.health.judge import load_rules
 from gpuplace.health.readers import read_evidence
 from gpuplace.integrations import slurm
+from gpuplace.integrations.extender import JOB_ANNOTATION, BadRequest, Extender
 from gpuplace.io import read_nvidia_smi_mig, read_nvidia_smi_mig_instances, read_placement_table
 from gpuplace.sim.failures import load_failures
 from gpuplace.sim.traces import load_workload
@@ -511,3 +512,39 @@ def test_a_mig_instance_row_with_a_long_run_of_blanks_is_linear(tmp_path):
         seconds=10,
     )
     assert out.startswith("[0")
+
+
+def test_qaplib_files_are_read_within_bounds(tmp_path):
+    """A QAPLIB file with millions of tokens is refused at the first one too many without
+    holding them all (it took gigabytes), a size beyond the bound at once, a huge entry by its
+    line."""
+    many = tmp_path / "many.dat"
+    many.write_text("2\n" + "1 " * 12_000_000 + "\n")
+    out = bounded(
+        f"""
+        from gpuplace.io import read_qaplib
+        from gpuplace.errors import InvalidJob
+        try:
+            read_qaplib({str(many)!r})
+        except InvalidJob as exc:
+            print(exc)
+        """,
+        memory_mb=768,
+    )
+    assert "line 2: unexpected extra token '1'" in out
+    huge = tmp_path / "huge.dat"
+    huge.write_text("99999\n1 2 3\n")
+    with pytest.raises(InvalidJob, match=r"huge.dat: line 1: the size n = 99999 is beyond 2048"):
+        gpuplace.io.read_qaplib(huge)
+    digits = tmp_path / "digits.dat"
+    digits.write_text(f"1\n{BIG} 1\n")
+    with pytest.raises(InvalidJob, match=r"digits.dat: line 2: a matrix entry has 5000 char"):
+        gpuplace.io.read_qaplib(digits)
+
+
+def test_a_huge_number_in_a_pods_job_annotation_is_a_bad_request():
+    """The job annotation is JSON inside the extender's JSON body: parsed with the same bounds
+    (a 5,000-digit integer escaped as Python's ValueError)."""
+    annotation = '{"parallelism": {"tp": ' + BIG + "}}"
+    with pytest.raises(BadRequest, match=r"annotation gpuplace/job: line 1: .*1000 digits"):
+        Extender._job({JOB_ANNOTATION: annotation}, "ns/gang")

@@ -22,12 +22,12 @@ with HTTP 400 and ``{"Error": message}``.
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any, Protocol
 
+from gpuplace._util.documents import parse_json
 from gpuplace.cluster.state import ClusterState
-from gpuplace.errors import GpuplaceError
+from gpuplace.errors import GpuplaceError, InvalidJob
 from gpuplace.model.job import Job
 from gpuplace.placement.place import place
 
@@ -204,11 +204,15 @@ class Extender:
     @staticmethod
     def _job(annotations: dict[str, str], gang: str) -> Job:
         try:
-            spec = json.loads(annotations[JOB_ANNOTATION])
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise BadRequest(
-                f"annotation {JOB_ANNOTATION}: not JSON ({exc.__class__.__name__})"
-            ) from None
+            # The bounded parser: huge integers and deep nesting are refused, not raised raw.
+            spec = parse_json(
+                annotations[JOB_ANNOTATION],
+                f"annotation {JOB_ANNOTATION}",
+                InvalidJob,
+                what="not JSON",
+            )
+        except InvalidJob as exc:
+            raise BadRequest(" ".join(str(exc).split())) from None
         if not isinstance(spec, dict):
             raise BadRequest(
                 f"annotation {JOB_ANNOTATION}: expected a JSON object (a job document)"

@@ -13,34 +13,48 @@ what was expected.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+from collections.abc import Iterator
 
 import numpy as np
 
+from gpuplace._util.documents import MAX_INT_DIGITS, read_text
 from gpuplace.errors import InvalidJob
 
 __all__ = ["read_qaplib", "read_qaplib_solution"]
 
+#: The largest instance read: its two matrices take 2 * n * n * 8 bytes (64 MiB at n = 2048).
+MAX_SIZE = 2048
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _DAT_SEP = re.compile(r"\s+")
 _SLN_SEP = re.compile(r"[\s,]+")
 
 
-def _tokens(path: str, sep: re.Pattern) -> list[tuple[str, int]]:
-    """All tokens of the file with their 1-based line numbers."""
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        text = fh.read()
-    out: list[tuple[str, int]] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        for tok in sep.split(line.strip()):
+def _tokens(path: str, sep: re.Pattern) -> Iterator[tuple[str, int]]:
+    """The tokens of the file with their 1-based line numbers, one at a time (the file within
+    the size limit of every reader, UTF-8): a file of millions of tokens is never held as a
+    list of them."""
+    text = read_text(path, InvalidJob)
+    start, lineno = 0, 1
+    while start < len(text):
+        end = text.find("\n", start)
+        if end < 0:
+            end = len(text)
+        for tok in sep.split(text[start:end].strip()):
             if tok:
-                out.append((tok, lineno))
-    return out
+                yield tok, lineno
+        start, lineno = end + 1, lineno + 1
 
 
 def _as_int(path: str, tok: str, lineno: int, what: str) -> int:
+    if len(tok) > MAX_INT_DIGITS:
+        raise InvalidJob(
+            f"{path}: line {lineno}: {what} has {len(tok)} characters; expected an integer "
+            f"of at most {MAX_INT_DIGITS} digits"
+        )
     try:
         value = int(tok, 10)
     except ValueError:
@@ -52,53 +66,53 @@ def _as_int(path: str, tok: str, lineno: int, what: str) -> int:
     return value
 
 
-def _first_line_count(toks: list[tuple[str, int]]) -> int:
-    if not toks:
-        return 0
-    first = toks[0][1]
-    count = 0
-    for _, ln in toks:
-        if ln != first:
-            break
-        count += 1
-    return count
-
-
 def read_qaplib(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Read a QAPLIB ``.dat`` instance; returns ``(A, B)`` as ``int64`` arrays of shape (n, n)."""
+    """Read a QAPLIB ``.dat`` instance; returns ``(A, B)`` as ``int64`` arrays of shape (n, n).
+    The size n is at most :data:`MAX_SIZE`; the entries are read into the arrays as they come,
+    so a file with too many of them is refused at the first one too many."""
     path = os.fspath(path)
     toks = _tokens(path, _DAT_SEP)
-    if not toks:
+    first = next(toks, None)
+    if first is None:
         raise InvalidJob(f"{path}: empty file; expected the size n, then two n x n matrices")
-    tok, ln = toks[0]
-    n = _as_int(path, tok, ln, "the size n")
+    tok, first_line = first
+    n = _as_int(path, tok, first_line, "the size n")
     if n <= 0:
-        raise InvalidJob(f"{path}: line {ln}: the size n must be positive, found {n}")
+        raise InvalidJob(f"{path}: line {first_line}: the size n must be positive, found {n}")
+    if n > MAX_SIZE:
+        raise InvalidJob(
+            f"{path}: line {first_line}: the size n = {n} is beyond {MAX_SIZE} (QAPLIB's largest "
+            "instance has n = 256)"
+        )
     need = 2 * n * n
-    body = toks[1:]
-    # Taillard's variant: "n best" alone on the first line, then the matrices.
-    if len(body) == need + 1 and _first_line_count(toks) == 2:
-        _as_int(path, body[0][0], body[0][1], "the best-known value")
-        body = body[1:]
-    if len(body) < need:
-        last_line = toks[-1][1]
+    # Taillard's variant: "n best" alone on the first line, then the matrices: room for one more.
+    values = np.empty(need + 1, dtype=np.int64)
+    count = on_first_line = 0
+    last_line = first_line
+    for tok, ln in toks:
+        if count > need:
+            raise InvalidJob(
+                f"{path}: line {ln}: unexpected extra token {tok!r}: the two {n} x {n} matrices "
+                "end before it"
+            )
+        values[count] = _as_int(path, tok, ln, "a matrix entry")
+        count += 1
+        on_first_line += ln == first_line
+        last_line = ln
+    if count == need + 1 and on_first_line == 1:
+        values = values[1:]  # the best-known value
+    elif count == need + 1:
+        raise InvalidJob(
+            f"{path}: line {last_line}: one token too many: the two {n} x {n} matrices end "
+            "before it"
+        )
+    elif count < need:
         raise InvalidJob(
             f"{path}: truncated after line {last_line}: expected 2*n*n = {need} matrix entries "
-            f"for n = {n}, found {len(body)}"
+            f"for n = {n}, found {count}"
         )
-    if len(body) > need:
-        tok, ln = body[need]
-        raise InvalidJob(
-            f"{path}: line {ln}: unexpected extra token {tok!r}: the two {n} x {n} matrices "
-            f"end before it ({len(body) - need} token(s) too many)"
-        )
-    values = np.empty(need, dtype=np.int64)
-    for k, (tok, ln) in enumerate(body):
-        which = "A" if k < n * n else "B"
-        idx = k % (n * n)
-        values[k] = _as_int(path, tok, ln, f"entry {which}[{idx // n}][{idx % n}]")
     a = values[: n * n].reshape(n, n)
-    b = values[n * n :].reshape(n, n)
+    b = values[n * n : need].reshape(n, n)
     return a, b
 
 
@@ -109,12 +123,14 @@ def read_qaplib_solution(path: str | os.PathLike[str]) -> tuple[int, int, np.nda
     store the inverse permutation; that is the file's content, not corrected here).
     """
     path = os.fspath(path)
-    toks = _tokens(path, _SLN_SEP)
+    toks = list(itertools.islice(_tokens(path, _SLN_SEP), MAX_SIZE + 3))
     if len(toks) < 2:
         raise InvalidJob(f"{path}: truncated: expected 'n cost' then n locations")
     n = _as_int(path, toks[0][0], toks[0][1], "the size n")
     if n <= 0:
         raise InvalidJob(f"{path}: line {toks[0][1]}: the size n must be positive, found {n}")
+    if n > MAX_SIZE:
+        raise InvalidJob(f"{path}: line {toks[0][1]}: the size n = {n} is beyond {MAX_SIZE}")
     cost = _as_int(path, toks[1][0], toks[1][1], "the cost")
     body = toks[2:]
     if len(body) < n:

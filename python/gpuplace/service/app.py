@@ -42,7 +42,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel, Field
 
-from gpuplace.errors import GpuplaceError, Infeasible
+from gpuplace._util.documents import parse_json
+from gpuplace.errors import GpuplaceError, Infeasible, InvalidJob
 from gpuplace.health.readers import read_evidence
 from gpuplace.integrations import slurmctld as ctld
 from gpuplace.integrations.extender import BadRequest, Extender, gang_job_name
@@ -634,8 +635,8 @@ def build_app(service: Service) -> FastAPI:
 
             def work(ticket: Ticket) -> Any:
                 try:
-                    args = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                    args = parse_json(raw.decode("utf-8"), "body", InvalidJob)
+                except (InvalidJob, UnicodeDecodeError):
                     raise BadRequest("body is not JSON (ExtenderArgs expected)") from None
                 if name == "filter":
                     return service.extender.filter(args)
