@@ -80,8 +80,10 @@ def _row(
     }
 
 
-def _evacuation() -> dict[str, float | str]:
-    """The issue's 405B case: nothing failed, one NIC lossy, ``repair(max_moves=8)``."""
+def evacuation_case() -> tuple[gpuplace.Topology, gpuplace.ClusterState, gpuplace.Job]:
+    """The 405B evacuation case (also timed by bench_request.py): Llama 3 405B (tp8 pp16
+    dp128) on 16,896 GPUs, one NIC under rank 800 at 1 % loss, nothing failed. Returns the
+    topology, the state (before the NIC degrades: ``degrade_nic`` below) and the job."""
     topo = gpuplace.Topology.preset("h100-superpod", nodes=2112)
     base = gpuplace.ClusterState(topo)
     job = gpuplace.Job(
@@ -98,8 +100,19 @@ def _evacuation() -> dict[str, float | str]:
         ),
     )
     base.allocate(gpuplace.place(base, job))
+    return topo, base, job
+
+
+def degrade_nic(topo: gpuplace.Topology, state: gpuplace.ClusterState) -> None:
+    """The lossy NIC of :func:`evacuation_case`."""
+    state.degrade(nic=f"{topo.host_of(int(state.jobs['llama'][800]))}:mlx5_0", loss="1%")
+
+
+def _evacuation() -> dict[str, float | str]:
+    """The issue's 405B case: nothing failed, one NIC lossy, ``repair(max_moves=8)``."""
+    topo, base, job = evacuation_case()
     healthy = gpuplace.evaluate(topo, job, base.jobs["llama"]).comm_seconds
-    base.degrade(nic=f"{topo.host_of(int(base.jobs['llama'][800]))}:mlx5_0", loss="1%")
+    degrade_nic(topo, base)
     times, cpu, core, result = [], [], [], None
     for _ in range(RUNS):
         state = base.copy()

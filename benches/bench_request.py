@@ -92,24 +92,10 @@ def place_allocate(model: bool, count: int) -> dict[str, float]:
 def repair(repeats: int) -> dict[str, float]:
     """The 405B NIC-loss evacuation: API and core milliseconds."""
     import gpuplace
+    from bench_repair import degrade_nic, evacuation_case  # the same case, one definition
 
-    topo = gpuplace.Topology.preset("h100-superpod", nodes=2112)
-    base = gpuplace.ClusterState(topo)
-    job = gpuplace.Job(
-        name="llama",
-        tp=8,
-        pp=16,
-        dp=128,
-        model=gpuplace.TransformerModel(
-            parameters=405e9,
-            layers=126,
-            hidden_size=16384,
-            sequence_length=8192,
-            micro_batches=16,
-        ),
-    )
-    base.allocate(gpuplace.place(base, job))
-    base.degrade(nic=f"{topo.host_of(int(base.jobs['llama'][800]))}:mlx5_0", loss="1%")
+    topo, base, _ = evacuation_case()
+    degrade_nic(topo, base)
     copies = [base.copy() for _ in range(repeats)]
     api, cpu, core = [], [], []
     for state in copies:
