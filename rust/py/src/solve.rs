@@ -273,17 +273,7 @@ pub(crate) fn place<'py>(
     let request = request_of(&state, io)?;
     let spec = job.inner.clone();
     let inner = &state.inner;
-    let opts = SolveOptions {
-        seed,
-        time_limit,
-        ignore_neighbours: !neighbours,
-    };
-    // Only the searching solvers run long enough to need a Ctrl-C check.
-    let stop = if solvers::searches(solver) {
-        Stop::OnSignal
-    } else {
-        Stop::Never
-    };
+    let (opts, stop) = solve_options(solver, seed, time_limit, neighbours);
     let (gpus, report) = enter(py, stop, || {
         request::place(inner, &spec, solver, &opts, &request)
     })?;
@@ -310,6 +300,19 @@ pub(crate) fn solve<'py>(
     job.check_state(&state)?;
     let spec = job.inner.clone();
     let inner = &state.inner;
+    let (opts, stop) = solve_options(solver, seed, time_limit, neighbours);
+    let gpus = enter(py, stop, || solvers::solve(solver, inner, &spec, &opts))?;
+    Ok(id_array(py, &gpus))
+}
+
+/// A Rust solver's options, and whether its call checks for Ctrl-C (only the searching
+/// solvers run long enough to need it).
+fn solve_options(
+    solver: &str,
+    seed: u64,
+    time_limit: Option<f64>,
+    neighbours: bool,
+) -> (SolveOptions, Stop) {
     let opts = SolveOptions {
         seed,
         time_limit,
@@ -320,8 +323,7 @@ pub(crate) fn solve<'py>(
     } else {
         Stop::Never
     };
-    let gpus = enter(py, stop, || solvers::solve(solver, inner, &spec, &opts))?;
-    Ok(id_array(py, &gpus))
+    (opts, stop)
 }
 
 /// What `refine` returns: the improved placement, its report, and how the search went.
