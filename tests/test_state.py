@@ -310,3 +310,23 @@ def test_a_write_removes_the_leftovers_of_killed_writers_only(tmp_path):
         ".t.json.x.tmp",
         "s.json",
     ]
+
+
+def test_a_state_loaded_with_another_description_of_its_topology_says_how_it_was_written(
+    tmp_path,
+):
+    """Same name and size, different hardware (here the leaf level's routing): the error says
+    so and names the preset and options the state was written with, not two equal names."""
+    written = gpuplace.Topology.from_spec("h100-superpod", {"nodes": 4})
+    gpuplace.ClusterState(written).save(tmp_path / "s.json")
+    other = gpuplace.Topology.from_spec(
+        "h100-superpod", {"nodes": 4, "levels.leaf.routing": "ecmp"}
+    )
+    assert other.name == written.name
+    with pytest.raises(
+        gpuplace.InvalidState,
+        match=r"another description of topology 'h100-superpod-4' \(32 GPUs\).*"
+        r"written with preset h100-superpod -p nodes=4\)",
+    ):
+        gpuplace.ClusterState.load(other, tmp_path / "s.json")
+    assert gpuplace.ClusterState.load(written, tmp_path / "s.json").free_gpus == 32

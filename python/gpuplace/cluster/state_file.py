@@ -18,6 +18,7 @@ from gpuplace import _core
 from gpuplace._util.documents import (
     MAX_DOCUMENT_BYTES,
     Checker,
+    describe,
     directory_lock,
     parse_json,
     read_bytes,
@@ -95,6 +96,30 @@ def snapshot(state: ClusterState) -> dict[str, Any]:
     return out
 
 
+def _written_with(cluster: Any) -> str:
+    """`` (it was written with preset P -p K=V ...)`` from a state's ``cluster`` record, or
+    "" when it has none (values shown bounded: the file is not trusted)."""
+    if not isinstance(cluster, dict):
+        return ""
+    parts = []
+    if "preset" in cluster:
+        parts.append(f"preset {_short(cluster['preset'])}")
+    elif "file" in cluster:
+        parts.append(f"the topology file {_short(cluster['file'])}")
+    params = cluster.get("params")
+    if isinstance(params, dict):
+        parts += [f"-p {_short(k)}={_short(v)}" for k, v in list(params.items())[:8]]
+    return f" (it was written with {' '.join(parts)})" if parts else ""
+
+
+def _short(value: Any) -> str:
+    """A scalar as written (at most 60 characters), anything else :func:`describe`d."""
+    if isinstance(value, str | int | float | bool):
+        text = str(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return describe(value)
+
+
 def restore(state: ClusterState, snapshot: Any, *, source: str | None = None) -> ClusterState:
     """Fill the empty ``state`` from :func:`snapshot`'s form (format /1 or /2); raises
     InvalidState naming the field."""
@@ -109,6 +134,16 @@ def restore(state: ClusterState, snapshot: Any, *, source: str | None = None) ->
         )
     topo = c.mapping(snap.get("topology"), "topology")
     if topo.get("fingerprint") != topology.fingerprint:
+        if topo.get("name") == topology.name and topo.get("gpus") == topology.num_gpus:
+            # Same name and size: an option or a file changed (bandwidths, routing, ...).
+            how = _written_with(snap.get("cluster"))
+            raise c.fail(
+                "topology",
+                f"the state belongs to another description of topology {topology.name!r} "
+                f"({topology.num_gpus} GPUs): its hardware differs (levels, bandwidths, "
+                f"routing, node types or options){how}; load it with the topology it was "
+                "written with",
+            )
         raise c.fail(
             "topology",
             f"the state belongs to topology {topo.get('name')!r} with {topo.get('gpus')} GPUs, "
