@@ -28,6 +28,7 @@ print per target the inputs tried, escapes, hangs, blow-ups and the worker's pea
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -445,6 +446,17 @@ def _vm_kb() -> int:
     return 0
 
 
+def _package_root() -> str:
+    """Where the gpuplace this process would import lives (the installed package in CI, a
+    checkout's python/ in development), so the worker fuzzes the same build; this tree's
+    python/ only when none is importable. (The tree's python/ first would shadow an installed
+    package with sources that lack the compiled extension.)"""
+    spec = importlib.util.find_spec("gpuplace")
+    if spec is not None and spec.origin:
+        return str(Path(spec.origin).resolve().parents[1])
+    return str(ROOT / "python")
+
+
 class Worker:
     """A child process running :func:`worker_main` under the memory budget; restarted after a
     hang or a crash."""
@@ -458,7 +470,7 @@ class Worker:
         env = dict(os.environ)
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         env.setdefault("OMP_NUM_THREADS", "1")
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), *sys.path])
+        env["PYTHONPATH"] = os.pathsep.join([_package_root(), *sys.path])
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--worker"],
             stdin=subprocess.PIPE,
