@@ -480,6 +480,7 @@ class Worker:
         )
         hello = self._answer(120.0)
         if hello is None or not hello.get("ready"):
+            self.stop()  # its pipes closed, not left for the garbage collector
             raise RuntimeError("the fuzz worker did not start")
         # The budget is on top of what the imports use: the limit is set from outside
         # (prlimit) once the worker is ready, so that importing numpy is not counted.
