@@ -548,3 +548,22 @@ def test_a_huge_number_in_a_pods_job_annotation_is_a_bad_request():
     annotation = '{"parallelism": {"tp": ' + BIG + "}}"
     with pytest.raises(BadRequest, match=r"annotation gpuplace/job: line 1: .*1000 digits"):
         Extender._job({JOB_ANNOTATION: annotation}, "ns/gang")
+
+
+def test_a_yaml_document_past_the_yaml_size_limit_is_refused_before_parsing(tmp_path):
+    """PyYAML's pure-Python composer holds several times the text: a 54 MB job file ran out of
+    the fuzzer's memory budget. YAML past 16 MiB is refused unparsed (JSON takes more)."""
+    path = tmp_path / "big.yaml"
+    path.write_text("name: a\nparallelism: {tp: 8}\n" + "# padding\n" * 1_800_000)
+    out = bounded(
+        f"""
+        from gpuplace import Job
+        from gpuplace.errors import InvalidJob
+        try:
+            Job.load({str(path)!r})
+        except InvalidJob as exc:
+            print(exc)
+        """,
+        seconds=20,
+    )
+    assert "big.yaml: a YAML document of 18000029 characters; at most 16777216" in out

@@ -46,6 +46,11 @@ MAX_DEPTH = 100
 #: Most nodes YAML aliases may repeat in one document: a file that reuses an anchor a few
 #: thousand times passes, one whose aliases multiply out (billion laughs) is refused.
 MAX_ALIAS_NODES = 1_000_000
+#: YAML documents are parsed by PyYAML's pure-Python composer (the alias and depth budgets
+#: need it), which holds several times the text in nodes: a 54 MB job file ran out of a 256 MB
+#: budget under the fuzzer. Real YAML documents are small (a 131,072-GPU preset is 50 kB);
+#: larger ones go as JSON.
+MAX_YAML_BYTES = 16 * 1024 * 1024
 #: Every integer a document gives must fit the core's 64-bit integers.
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -405,6 +410,11 @@ def _deep_flow_line(text: str) -> int | None:
 def parse_yaml(text: str, source: str | os.PathLike[str], error: type[GpuplaceError]) -> Any:
     """Parse YAML text safely and within the limits of this module, raising ``error`` with the
     source and line."""
+    if len(text) > MAX_YAML_BYTES:
+        raise error(
+            f"{source}: a YAML document of {len(text)} characters; at most {MAX_YAML_BYTES} "
+            "are read as YAML (write a document this large as JSON)"
+        )
     deep = _deep_flow_line(text)
     if deep is not None:
         raise error(
