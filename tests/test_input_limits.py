@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import gpuplace
 import pytest
@@ -354,6 +355,13 @@ def bounded(code: str, *, seconds: float = 20, memory_mb: int = 512) -> str:
     return proc.stdout
 
 
+def refused(setup: str, call: str, error: str, **limits: Any) -> str:
+    """Run ``call`` (after the ``setup`` imports) in a :func:`bounded` child; the message of
+    the gpuplace ``error`` it raises, printed there (empty if it raised none)."""
+    code = f"{setup}\nfrom gpuplace.errors import {error}\ntry:\n    {call}\nexcept {error} as exc:\n    print(exc)\n"
+    return bounded(code, **limits)
+
+
 def test_nvidia_smi_q_long_whitespace_is_linear():
     out = bounded(
         """
@@ -379,15 +387,10 @@ def test_a_yaml_alias_bomb_is_refused_quickly(tmp_path):
     path = tmp_path / "bomb.yaml"
     path.write_text("\n".join(lines) + "\n")
     assert len(path.read_bytes()) < 800
-    out = bounded(
-        f"""
-        from gpuplace import Job
-        from gpuplace.errors import InvalidJob
-        try:
-            Job.load({str(path)!r})
-        except InvalidJob as exc:
-            print(exc)
-        """,
+    out = refused(
+        "from gpuplace import Job",
+        f"Job.load({str(path)!r})",
+        "InvalidJob",
         seconds=20,
         memory_mb=400,
     )
@@ -411,16 +414,10 @@ def test_a_hostlist_of_many_large_ranges_is_counted_before_expanding():
 
 def test_sinfo_gpu_index_ranges_are_bounded():
     doc = sinfo_doc(gres_used="gpu:8(IDX:0-1000000000)")
-    out = bounded(
-        f"""
-        import io
-        from gpuplace.integrations import slurm
-        from gpuplace.errors import InvalidState
-        try:
-            slurm.read_sinfo(io.StringIO({json.dumps(doc)!r}))
-        except InvalidState as exc:
-            print(exc)
-        """,
+    out = refused(
+        "import io ; from gpuplace.integrations import slurm",
+        f"slurm.read_sinfo(io.StringIO({json.dumps(doc)!r}))",
+        "InvalidState",
         seconds=10,
         memory_mb=300,
     )
@@ -432,15 +429,10 @@ def test_slurm_read_topology_has_the_size_cap(tmp_path):
     with open(path, "wb") as handle:
         handle.write(b"SwitchName=s1 Nodes=n1\n")
         handle.write(b"#" * (130 << 20))
-    out = bounded(
-        f"""
-        from gpuplace.integrations import slurm
-        from gpuplace.errors import InvalidTopology
-        try:
-            slurm.read_topology({str(path)!r})
-        except InvalidTopology as exc:
-            print(exc)
-        """,
+    out = refused(
+        "from gpuplace.integrations import slurm",
+        f"slurm.read_topology({str(path)!r})",
+        "InvalidTopology",
         seconds=20,
         memory_mb=350,
     )
@@ -453,15 +445,10 @@ def test_a_gres_of_many_commas_is_split_in_linear_time(tmp_path):
     path.write_text(
         json.dumps(sinfo_doc(gres_used="gpu:h100:2(IDX:0-1)" + "," * 300_000 + "gpu:h101-9"))
     )
-    out = bounded(
-        f"""
-        from gpuplace.integrations import slurm
-        from gpuplace.errors import InvalidState
-        try:
-            slurm.read_sinfo({str(path)!r})
-        except InvalidState as exc:
-            print(exc)
-        """,
+    out = refused(
+        "from gpuplace.integrations import slurm",
+        f"slurm.read_sinfo({str(path)!r})",
+        "InvalidState",
         seconds=20,
     )
     assert "gres_used" in out and "cannot read GRES" in out
@@ -520,15 +507,10 @@ def test_qaplib_files_are_read_within_bounds(tmp_path):
     line."""
     many = tmp_path / "many.dat"
     many.write_text("2\n" + "1 " * 12_000_000 + "\n")
-    out = bounded(
-        f"""
-        from gpuplace.io import read_qaplib
-        from gpuplace.errors import InvalidJob
-        try:
-            read_qaplib({str(many)!r})
-        except InvalidJob as exc:
-            print(exc)
-        """,
+    out = refused(
+        "from gpuplace.io import read_qaplib",
+        f"read_qaplib({str(many)!r})",
+        "InvalidJob",
         memory_mb=768,
     )
     assert "line 2: unexpected extra token '1'" in out
@@ -555,15 +537,5 @@ def test_a_yaml_document_past_the_yaml_size_limit_is_refused_before_parsing(tmp_
     the fuzzer's memory budget. YAML past 16 MiB is refused unparsed (JSON takes more)."""
     path = tmp_path / "big.yaml"
     path.write_text("name: a\nparallelism: {tp: 8}\n" + "# padding\n" * 1_800_000)
-    out = bounded(
-        f"""
-        from gpuplace import Job
-        from gpuplace.errors import InvalidJob
-        try:
-            Job.load({str(path)!r})
-        except InvalidJob as exc:
-            print(exc)
-        """,
-        seconds=20,
-    )
+    out = refused("from gpuplace import Job", f"Job.load({str(path)!r})", "InvalidJob", seconds=20)
     assert "big.yaml: a YAML document of 18000029 characters; at most 16777216" in out
