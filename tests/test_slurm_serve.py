@@ -141,8 +141,16 @@ def sbatch(slurm: LoopbackSlurm, *args: str) -> str:
     return slurm.run("sbatch", "--parsable", *args).stdout.strip().split(";")[0]
 
 
-def log_lines(slurm: LoopbackSlurm, needle: str) -> list[str]:
-    text = (slurm.dir / "log" / "slurmctld.log").read_text()
+def log_mark(slurm: LoopbackSlurm) -> int:
+    """Where slurmctld's log ends now: pass it to log_lines as `since` to see only what a later
+    submission logged (earlier tests share the log and pinned jobs of their own)."""
+    return (slurm.dir / "log" / "slurmctld.log").stat().st_size
+
+
+def log_lines(slurm: LoopbackSlurm, needle: str, since: int = 0) -> list[str]:
+    with (slurm.dir / "log" / "slurmctld.log").open("rb") as handle:
+        handle.seek(since)
+        text = handle.read().decode(errors="replace")
     return [line for line in text.splitlines() if needle in line]
 
 
@@ -150,6 +158,7 @@ def test_two_tagged_jobs_at_once_get_their_own_gpus_and_gpuplaces_rank_order(ser
     slurm, service = served
     (slurm.dir / "ranks.sh").write_text(RANK_SCRIPT.format(sleep=300))
     out = [slurm.dir / f"out-{i}.txt" for i in range(2)]
+    mark = log_mark(slurm)
     try:
         with ThreadPoolExecutor(2) as pool:
             jobs = list(
@@ -196,7 +205,7 @@ def test_two_tagged_jobs_at_once_get_their_own_gpus_and_gpuplaces_rank_order(ser
             planned = [f"n{g // GPUS + 1:02d}" for g in gpus[by_job[int(job)]]]
             # Hosts are n01..n06 in Slurm's node order, 8 GPUs each: GPU g is on n{g//8+1}.
             assert ran == dict(enumerate(planned)), (ran, planned)
-        assert len(log_lines(slurm, "gpuplace: job ranks.sh pinned to")) >= 2
+        assert len(log_lines(slurm, "gpuplace: job ranks.sh pinned to", mark)) == 2
     finally:
         drain_queue(slurm)
     # The jobs ended: their holds are released.
@@ -208,6 +217,7 @@ def test_tagged_sbatch_costs_little_inside_slurmctld(served):
     benches/bench_serve.py's results): printed here, asserted nowhere."""
     slurm, _ = served
     plain, tagged = [], []
+    mark = log_mark(slurm)
     try:
         for _ in range(5):
             start = time.perf_counter()
@@ -231,7 +241,7 @@ def test_tagged_sbatch_costs_little_inside_slurmctld(served):
             f"\nsbatch median: plain {statistics.median(plain) * 1e3:.1f} ms, tagged "
             f"{statistics.median(tagged) * 1e3:.1f} ms"
         )
-        assert len(log_lines(slurm, "pinned to")) >= 5
+        assert len(log_lines(slurm, "pinned to", mark)) == 5
     finally:
         drain_queue(slurm)
 
@@ -239,6 +249,7 @@ def test_tagged_sbatch_costs_little_inside_slurmctld(served):
 def test_partitions_features_and_time_limits_are_honoured(served):
     slurm, _ = served
     try:
+        mark = log_mark(slurm)
         job = sbatch(
             slurm,
             "-N",
@@ -254,11 +265,12 @@ def test_partitions_features_and_time_limits_are_honoured(served):
             "--wrap",
             "sleep 300",
         )
-        line = wait_for("pinned", lambda: log_lines(slurm, "pinned to n0"))[-1]
+        line = wait_for("pinned", lambda: log_lines(slurm, "pinned to n0", mark))[-1]
         pinned = line.split("pinned to ")[1].split()[0].split(",")
         assert set(pinned) <= {"n04", "n05", "n06"}, line
         wait_for("running", lambda: squeue(slurm, job, "%T") == "RUNNING")
         # -C ib: only n01-n03 have it.
+        mark = log_mark(slurm)
         sbatch(
             slurm,
             "-N",
@@ -271,9 +283,7 @@ def test_partitions_features_and_time_limits_are_honoured(served):
             "--wrap",
             "sleep 300",
         )
-        line = wait_for(
-            "pinned", lambda: [x for x in log_lines(slurm, "pinned to n0") if x != line]
-        )[-1]
+        line = wait_for("pinned", lambda: log_lines(slurm, "pinned to n0", mark))[-1]
         assert line.split("pinned to ")[1].split()[0] in ("n01", "n02", "n03"), line
         # Over the partition's MaxTime: gpuplace says so and leaves the job to Slurm.
         sbatch(
@@ -328,6 +338,7 @@ def test_reservations_active_and_future(served):
         )
         time.sleep(1.5)  # two polls
         # Inside the reservation: its node.
+        mark = log_mark(slurm)
         job = sbatch(
             slurm,
             "-N",
@@ -339,17 +350,19 @@ def test_reservations_active_and_future(served):
             "--wrap",
             "sleep 300",
         )
-        line = wait_for("pinned", lambda: [x for x in log_lines(slurm, "pinned to n02 ")])[-1]
-        assert "pinned to n02 " in line
+        line = wait_for("pinned", lambda: log_lines(slurm, "pinned to ", mark))[-1]
+        assert "pinned to n02 " in line, line
         wait_for("running in the reservation", lambda: squeue(slurm, job, "%T") == "RUNNING")
         # Outside it, n02 is avoided: three ib nodes are not to be had.
+        mark = log_mark(slurm)
         sbatch(
             slurm, "-N", "3", "-C", "ib", "--comment=gpuplace", "-o", "/dev/null", "--wrap", "true"
         )
-        fallback = wait_for("fallback", lambda: log_lines(slurm, "in reservation now1"))
+        fallback = wait_for("fallback", lambda: log_lines(slurm, "in reservation now1", mark))
         assert "n02: in reservation now1 (active)" in fallback[-1]
         # A future reservation: a job with no time limit (the partition's is unlimited) may
         # not start on its node; one that ends before it starts may.
+        mark = log_mark(slurm)
         sbatch(
             slurm,
             "-N",
@@ -362,9 +375,10 @@ def test_reservations_active_and_future(served):
             "--wrap",
             "true",
         )
-        fallback = wait_for("fallback", lambda: log_lines(slurm, "in reservation later"))
+        fallback = wait_for("fallback", lambda: log_lines(slurm, "in reservation later", mark))
         assert "n05: in reservation later (from" in fallback[-1]
         assert "before the job's unlimited time limit ends" in fallback[-1]
+        mark = log_mark(slurm)
         short = sbatch(
             slurm,
             "-N",
@@ -383,8 +397,8 @@ def test_reservations_active_and_future(served):
         line = wait_for(
             "pinned",
             lambda: (
-                log_lines(slurm, "pinned to n04,n05,n06")
-                or log_lines(slurm, "pinned to n04,n06,n05")
+                log_lines(slurm, "pinned to n04,n05,n06", mark)
+                or log_lines(slurm, "pinned to n04,n06,n05", mark)
             ),
         )
         assert line
@@ -637,6 +651,7 @@ def test_a_cluster_without_gpu_gres(bare: LoopbackSlurm, tmp_path: Path):
     try:
         with GpuplaceService(slurm, "--gpus-per-node", "8") as service:
             # The running job's nodes are held whole; a tagged job gets two others, whole.
+            mark = log_mark(slurm)
             tagged = sbatch(
                 slurm, "-N", "2", "--comment=gpuplace", "-o", "/dev/null", "--wrap", "sleep 300"
             )
@@ -650,7 +665,7 @@ def test_a_cluster_without_gpu_gres(bare: LoopbackSlurm, tmp_path: Path):
                 ).stdout.split()
             )
             assert len(second) == 2 and first.isdisjoint(second)
-            assert log_lines(slurm, "pinned to"), "\n".join(log_lines(slurm, "lua:"))
+            assert log_lines(slurm, "pinned to", mark), "\n".join(log_lines(slurm, "lua:"))
             assert "OverSubscribe=NO" in slurm.run("scontrol", "show", "job", tagged).stdout
             assert service.status()["clusters"][0]["free_gpus"] == 0
     finally:
