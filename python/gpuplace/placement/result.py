@@ -79,6 +79,12 @@ class CostReport:
     io_seconds: float = 0.0
 
     @property
+    def peak_tflops(self) -> float | None:
+        """Peak TFLOPS of one GPU the step was priced at (the slowest host type's of the
+        placement, ``step_details["peak_tflops"]``); None when no step was priced."""
+        return self.step_details.get("peak_tflops")
+
+    @property
     def slowdown(self) -> float:
         """Contended over alone communication time (1.0 when nobody slows the job)."""
         if self.alone_seconds is None or self.alone_seconds <= 0:
@@ -304,7 +310,7 @@ class _CoreCostReport(CostReport):
 
     _raw: _core.CostReport
     _source: tuple[Topology, Job, Any, list[str]]
-    _named: dict[str, Any] | None
+    _named: dict[str, Any]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # dataclasses.replace() and copies construct from the fields: give a plain report.
@@ -320,9 +326,8 @@ class _CoreCostReport(CostReport):
         class_names: list[str],
     ) -> _CoreCostReport:
         made: _CoreCostReport = object.__new__(cls)
-        object.__setattr__(made, "_raw", raw)
-        object.__setattr__(made, "_source", (topology, job, gpus, class_names))
-        object.__setattr__(made, "_named", None)
+        # Set in the instance's dict directly (the class is frozen): one report per placement.
+        made.__dict__.update(_raw=raw, _source=(topology, job, gpus, class_names), _named={})
         return made
 
     def _field(self, name: str) -> Any:
@@ -330,12 +335,10 @@ class _CoreCostReport(CostReport):
         that reads the bytes per level and the step's peak pays for no uplink or class
         names)."""
         named = self._named
-        if named is None:
-            named = {}
-            object.__setattr__(self, "_named", named)
-        if name not in named:
-            named[name] = _NAMED[name](self._raw, *self._source)
-        return named[name]
+        value = named.get(name, _UNSET)
+        if value is _UNSET:
+            value = named[name] = _NAMED[name](self._raw, *self._source)
+        return value
 
     def _values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, f.name) for f in dataclasses.fields(CostReport))
@@ -352,8 +355,17 @@ class _CoreCostReport(CostReport):
 
     __hash__ = CostReport.__hash__
 
+    @property
+    def peak_tflops(self) -> float | None:
+        # Read from the core's report, without naming the rest of the step details.
+        raw = self._raw
+        return None if raw.step_seconds is None else raw.peak_tflops
+
     def __repr__(self) -> str:
         return repr(CostReport(*self._values()))
+
+
+_UNSET = object()
 
 
 def _read(name: str) -> property:

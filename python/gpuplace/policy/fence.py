@@ -144,6 +144,12 @@ def can_borrow(state: ClusterState, job: Job) -> bool:
 
 def has_rules(state: ClusterState, job: Job) -> bool:
     """Whether anything restricts the job (a pool, hardware rules, pools in the cluster)."""
-    if job.policy is not None and (job.policy.pool is not None or job.policy.rules):
+    jp = job.policy
+    if jp is not None and (jp.pool is not None or jp.rules):
         return True
-    return bool(state.effective_policy().pools)
+    # The effective policy's pools are the topology's and the state's together: look at both
+    # without merging them (this runs once per placement).
+    base = getattr(state.topology, "policy", None)
+    return bool(
+        (base is not None and base.pools) or (state.policy is not None and state.policy.pools)
+    )

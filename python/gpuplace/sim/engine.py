@@ -267,20 +267,38 @@ class _Run:
                 done += speed * (hi - lo)
         return done
 
-    def slowdown_integrals(self, a: float, b: float) -> tuple[float, float, float]:
-        """Running time (speed > 0) in [a, b] and the integrals of the contention and
-        degraded factors over it."""
-        running = cont = degr = 0.0
+    def segment_totals(
+        self, now: float, kept_until: float, window: tuple[float, float]
+    ) -> tuple[float, float, float, float, float, float]:
+        """What closing the segment at ``now`` needs, in one pass over the timeline (each sum
+        taken in the same order as :meth:`work_between` takes it):
+        the work up to ``kept_until`` and up to ``now``, the work inside ``window`` (up to
+        ``kept_until``), the running time and the contention and degraded integrals up to
+        ``now``."""
+        start = self.start
+        w0, w1 = max(window[0], start), min(window[1], kept_until)
+        kept = done = in_window = running = cont = degr = 0.0
         points = self.timeline
+        last = len(points) - 1
         for i, (t, speed) in enumerate(points):
-            end = points[i + 1][0] if i + 1 < len(points) else math.inf
-            lo, hi = max(a, t), min(b, end)
-            if hi > lo and speed > 0:
-                c, d = self.factors[i]
-                running += hi - lo
-                cont += c * (hi - lo)
-                degr += d * (hi - lo)
-        return running, cont, degr
+            end = points[i + 1][0] if i < last else math.inf
+            lo = max(start, t)
+            hi = min(kept_until, end)
+            if hi > lo:
+                kept += speed * (hi - lo)
+            hi = min(now, end)
+            if hi > lo:
+                done += speed * (hi - lo)
+                if speed > 0:
+                    c, d = self.factors[i]
+                    running += hi - lo
+                    cont += c * (hi - lo)
+                    degr += d * (hi - lo)
+            if w1 > w0:
+                lo_w, hi_w = max(w0, t), min(w1, end)
+                if hi_w > lo_w:
+                    in_window += speed * (hi_w - lo_w)
+        return kept, done, in_window, running, cont, degr
 
     def finish_time(self, now: float) -> float:
         t, speed = self.timeline[-1]
@@ -606,11 +624,10 @@ class _Simulator:
                 self.allocated += len(rest)
                 run.exclusive_rest = len(rest)
         run.profile = profile
-        run.bytes_per_step = np.fromiter(
-            report.bytes_by_level.values(), dtype=np.float64, count=len(self.names)
-        )
-        run.crossing = bool(run.bytes_per_step[self.nvl_level + 1 :].any())
-        peak_tflops = report.step_details.get("peak_tflops")
+        per_level = list(report.bytes_by_level.values())
+        run.bytes_per_step = np.array(per_level, dtype=np.float64)
+        run.crossing = any(per_level[self.nvl_level + 1 :])
+        peak_tflops = report.peak_tflops
         run.peak = profile.peak_flops if peak_tflops is None else float(peak_tflops) * 1e12
         if run.crossing:
             # Priced again now that it runs: with its neighbours' load and theirs with it.
@@ -618,9 +635,10 @@ class _Simulator:
             self._mark_neighbours(name, report.hot_uplinks)
         if record.first_start is None:
             record.first_start = now
-        on_hosts = self.host_of_gpu[gpus]
-        spanned = 1 if (on_hosts == on_hosts[0]).all() else len(np.unique(on_hosts))
-        record.hosts = max(record.hosts, spanned)
+        if len(gpus) > 1:
+            record.hosts = max(record.hosts, len(set(self.host_of_gpu[gpus].tolist())))
+        elif not record.hosts:
+            record.hosts = 1
         self.running[run.name] = run
         run.timeline = []
         self._price(run, now, template, profile, report)
@@ -642,15 +660,14 @@ class _Simulator:
         restart_end = min(now, run.start + run.restart)
         if restart_end > run.start:
             self._lose(record, run.cause, gpus * (restart_end - run.start))
-        kept = run.work_between(run.start, kept_until)
-        done = run.work_between(run.start, now)
+        kept, done, in_window, running, cont, degr = run.segment_totals(
+            now, kept_until, self.window
+        )
         productive_kept = max(0.0, kept_until - restart_end) if kept_until > run.start else 0.0
         record.kept_gpu_s += gpus * productive_kept
         record.kept_work_s += kept
-        w0, w1 = max(self.window[0], run.start), min(self.window[1], kept_until)
-        if w1 > w0:
-            record.kept_work_window_s += run.work_between(w0, w1)
-        running, cont, degr = run.slowdown_integrals(run.start, now)
+        if min(self.window[1], kept_until) > max(self.window[0], run.start):
+            record.kept_work_window_s += in_window
         record.running_s += running
         record.contention_s += cont
         record.degraded_s += degr

@@ -124,7 +124,12 @@ impl<'a> Packer<'a> {
 
     fn compute_level(&mut self, l: usize) {
         let u = self.units[l] as u64;
-        let caps: Vec<u64> = if l == 0 {
+        let caps: Vec<u64> = if l == 0 && u == 1 {
+            // Units of one GPU (a job with no confinement at this level): every free GPU.
+            (0..self.topo.domain_count(0))
+                .map(|d| self.free(0, d) as u64)
+                .collect()
+        } else if l == 0 {
             (0..self.topo.domain_count(0))
                 .map(|d| u * (self.free(0, d) as u64 / u))
                 .collect()
@@ -549,6 +554,11 @@ fn pack(state: &ClusterState, job: &JobSpec, healthy_only: bool) -> Result<Vec<u
     let total_free = state.total_free() as u64;
     let units = unit_sizes(topo, job);
     for (l, &u) in units.iter().enumerate().take(job.max_span + 1) {
+        // Every domain holds a GPU: a unit of one always fits (and the largest domain need
+        // not be looked for among thousands of hosts).
+        if u <= 1 {
+            continue;
+        }
         let largest = topo.domain_sizes(l).iter().copied().max().unwrap_or(0) as usize;
         if u > largest {
             let level = &topo.levels()[l].name;
@@ -585,13 +595,18 @@ fn pack(state: &ClusterState, job: &JobSpec, healthy_only: bool) -> Result<Vec<u
     let mut found: Option<(usize, usize)> = None;
     for l in 0..=job.max_span {
         packer.compute_level(l);
-        let mut best: Option<usize> = None;
-        for d in 0..topo.domain_count(l) {
-            if packer.capacity[l][d] >= n && best.is_none_or(|b| packer.tighter(l, d, b)) {
-                best = Some(d);
+        // The tightest domain that holds the job ([`Packer::tighter`]'s order), the best key
+        // kept rather than recomputed at every comparison.
+        let mut best: Option<(u64, u32, usize)> = None;
+        for (d, &capacity) in packer.capacity[l].iter().enumerate() {
+            if capacity >= n {
+                let key = (capacity, packer.free(l, d), d);
+                if best.is_none_or(|b| key < b) {
+                    best = Some(key);
+                }
             }
         }
-        if let Some(d) = best {
+        if let Some((_, _, d)) = best {
             found = Some((l, d));
             break;
         }

@@ -61,9 +61,14 @@ pub fn shared(
     } else {
         None
     };
-    let mut io_seconds = 0.0;
+    Ok((contention, io_seconds(state, gpus, request)?))
+}
+
+/// Seconds per step of the request's storage traffic from `gpus` to its stores.
+fn io_seconds(state: &ClusterState, gpus: &[u32], request: &Request) -> Result<f64> {
+    let mut seconds = 0.0;
     for demand in &request.io {
-        io_seconds += storage::io_seconds(
+        seconds += storage::io_seconds(
             state,
             &demand.store,
             demand.read_bytes,
@@ -71,11 +76,74 @@ pub fn shared(
             gpus,
         )?;
     }
-    Ok((contention, io_seconds))
+    Ok(seconds)
 }
 
-/// Complete `cost` (the report of `gpus` on `state`) with what the placement shares: its
-/// contention with the running jobs and its storage seconds.
+/// What a placement shares on a state, seen on the state as it is now and completed once the
+/// placement's price on that state is known ([`Shared::finish`]): for a caller that prices the
+/// placement itself, later (a repair prices the old placement as it runs, then moves it).
+///
+/// The contention of a placement nobody else meets on the fabric (no other job loads it, or
+/// the job is alone on a fabric that does not make it contend with itself) is its price on the
+/// state, alone and contended, with no hot uplink: [`fabric::contention`] would price the same
+/// placement again to find that, at the cost of a whole evaluation (about a millisecond for a
+/// 16,384-rank job).
+#[derive(Debug, Clone)]
+pub struct Shared {
+    contention: Pending,
+    io_seconds: f64,
+}
+
+#[derive(Debug, Clone)]
+enum Pending {
+    /// Nobody loads the fabric.
+    Unloaded,
+    /// The fabric is loaded, but no neighbour meets the placement there.
+    Alone,
+    /// Priced with the neighbours.
+    Priced(ContentionReport),
+}
+
+impl Shared {
+    /// What `gpus` share on `state` as it is now (the contention is priced here only when
+    /// neighbours meet the placement).
+    pub fn of(
+        state: &ClusterState,
+        job: &JobSpec,
+        gpus: &[u32],
+        request: &Request,
+    ) -> Result<Shared> {
+        let contention = if !fabric_loaded(state) {
+            Pending::Unloaded
+        } else if fabric::Background::of(state, gpus).is_some_and(|bg| !bg.alone(state)) {
+            Pending::Priced(fabric::contention(state, job, gpus)?)
+        } else {
+            Pending::Alone
+        };
+        Ok(Shared {
+            contention,
+            io_seconds: io_seconds(state, gpus, request)?,
+        })
+    }
+
+    /// The contention and the storage seconds, given `priced`: the placement's communication
+    /// seconds on the state it was seen on ([`crate::cost::evaluate_in`] there).
+    pub fn finish(self, priced: f64) -> (Option<ContentionReport>, f64) {
+        let contention = match self.contention {
+            Pending::Unloaded => None,
+            Pending::Alone => Some(ContentionReport {
+                alone_seconds: priced,
+                contended_seconds: priced,
+                uplinks: Vec::new(),
+            }),
+            Pending::Priced(report) => Some(report),
+        };
+        (contention, self.io_seconds)
+    }
+}
+
+/// Complete `cost` (the report of `gpus` on `state`, [`crate::cost::evaluate_in`]) with what
+/// the placement shares: its contention with the running jobs and its storage seconds.
 pub fn complete(
     state: &ClusterState,
     job: &JobSpec,
@@ -83,7 +151,7 @@ pub fn complete(
     cost: CostReport,
     request: &Request,
 ) -> Result<Report> {
-    let (contention, io_seconds) = shared(state, job, gpus, request)?;
+    let (contention, io_seconds) = Shared::of(state, job, gpus, request)?.finish(cost.comm_seconds);
     Ok(Report {
         cost,
         contention,

@@ -260,15 +260,18 @@ impl PyClusterState {
         let spec = job.inner.clone();
         let inner = &mut self.inner;
         let (plan, before, seconds, after) = enter(py, Stop::OnSignal, || {
-            // What the old placement shares with the others, seen before it moves.
+            // What the old placement shares with the others, seen before it moves (priced
+            // with the repair's own report of it when no neighbour meets it).
             let shared = match inner.job(name) {
-                Some(alloc) => Some(request::shared(inner, &spec, &alloc.gpus, &request)?),
+                Some(alloc) => Some(request::Shared::of(inner, &spec, &alloc.gpus, &request)?),
                 None => None,
             };
             let start = std::time::Instant::now();
             let plan = repair::repair(inner, &spec, name, &opts)?;
             let seconds = start.elapsed().as_secs_f64();
-            let (contention, io_seconds) = shared.unwrap_or_default();
+            let (contention, io_seconds) = shared
+                .map(|s| s.finish(plan.report_before.comm_seconds))
+                .unwrap_or_default();
             let before = Report {
                 cost: plan.report_before.clone(),
                 contention,
