@@ -463,6 +463,13 @@ class Job:
     # ----------------------------------------------------------------- compilation
     def compile(self, topology: Topology) -> _core.JobSpec:
         """The arrays the core solves over, for one topology (cached per topology)."""
+        # The last topology's spec first (a job placed and allocated on one cluster asks for
+        # it twice per placement), then the cache of every topology it was compiled for.
+        last: tuple[weakref.ref[Topology], _core.JobSpec] | None = self.__dict__.get(
+            "_last_compiled"
+        )
+        if last is not None and last[0]() is topology:
+            return last[1]
         cache: weakref.WeakKeyDictionary[Topology, _core.JobSpec] | None = self.__dict__.get(
             "_compiled"
         )
@@ -472,6 +479,7 @@ class Job:
         spec = cache.get(topology)
         if spec is None:
             spec = cache[topology] = self._compile(topology)
+        object.__setattr__(self, "_last_compiled", (weakref.ref(topology), spec))
         return spec
 
     def _level(self, topology: Topology, name: str, what: str) -> int:

@@ -207,6 +207,19 @@ def _solve(
     io = io_demands(state.topology, job) or None
     has_data = getattr(job, "data", None) is not None and bool(state.topology.stores)
 
+    if info.rust and not has_data and not state.topology.power_domains:
+        # The common case: solver, gate and pricing in one call into the core.
+        placed = _core.place(state._core, spec, solver, seed, time_limit, neighbours, io)
+        gpus = placed.gpus
+        return Placement(
+            job=job,
+            topology=state.topology,
+            gpus=gpus,
+            cost=cost_report(state.topology, job, gpus, spec, placed.cost),
+            solver=solver,
+            elapsed_s=time.perf_counter() - start,
+        )
+
     def solve_here(view: ClusterState) -> _Gated:
         """The solver on ``view``, then the gate on that view, once: a placement it admits is
         free and healthy in ``state`` too (a view only holds GPUs back), and priced alike
@@ -227,18 +240,6 @@ def _solve(
             found = place_near_data(view, job, solve_here, found)
         return found
 
-    if info.rust and not has_data and not state.topology.power_domains:
-        # The common case: solver, gate and pricing in one call into the core.
-        placed = _core.place(state._core, spec, solver, seed, time_limit, neighbours, io)
-        gpus = placed.gpus
-        return Placement(
-            job=job,
-            topology=state.topology,
-            gpus=gpus,
-            cost=cost_report(state.topology, job, gpus, spec, placed.cost),
-            solver=solver,
-            elapsed_s=time.perf_counter() - start,
-        )
     if state.topology.power_domains:
         # Every phase slot is tried and the cheapest placement kept: a later slot inside
         # one rack beats slot 0 split across racks.

@@ -262,7 +262,7 @@ def peak_of_gpus(topology: Topology, gpus: Any) -> tuple[float, str]:
 
 
 def step_details(
-    topology: Topology, job: Job, gpus: Any, class_names: list[str], raw: _core.CostReport
+    topology: Topology, job: Job, gpus: Any, spec: _core.JobSpec, raw: _core.CostReport
 ) -> dict[str, Any]:
     """The rest of the core's step report for :class:`gpuplace.CostReport` ``step_details``:
     bubble, exposed time per class, the peak and the GPU model it came from, the FLOPs; or
@@ -281,7 +281,7 @@ def step_details(
     exposed = raw.exposed_class_seconds or []
     return {
         "bubble_seconds": raw.bubble_seconds,
-        "exposed_class_seconds": dict(zip(class_names, exposed, strict=True)),
+        "exposed_class_seconds": dict(zip(spec.class_names, exposed, strict=True)),
         "peak_tflops": raw.peak_tflops,
         "gpu_model": peak_of_gpus(topology, gpus)[1],
         "flops_per_step": None if ft is None else ft[0],
@@ -298,7 +298,7 @@ def cost_report(
     """The core's one report (``_core.CostReport``: the cost model's verdict, the contention
     with the running jobs and the storage seconds, priced in one call) as a
     :class:`CostReport`, named in the words of the topology and the job when read."""
-    return _CoreCostReport._of(raw, topology, job, gpus, spec.class_names)
+    return _CoreCostReport._of(raw, topology, job, gpus, spec)
 
 
 class _CoreCostReport(CostReport):
@@ -309,7 +309,7 @@ class _CoreCostReport(CostReport):
     objects with the same fields."""
 
     _raw: _core.CostReport
-    _source: tuple[Topology, Job, Any, list[str]]
+    _source: tuple[Topology, Job, Any, _core.JobSpec]
     _named: dict[str, Any]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -323,11 +323,11 @@ class _CoreCostReport(CostReport):
         topology: Topology,
         job: Job,
         gpus: Any,
-        class_names: list[str],
+        spec: _core.JobSpec,
     ) -> _CoreCostReport:
         made: _CoreCostReport = object.__new__(cls)
         # Set in the instance's dict directly (the class is frozen): one report per placement.
-        made.__dict__.update(_raw=raw, _source=(topology, job, gpus, class_names), _named={})
+        made.__dict__.update(_raw=raw, _source=(topology, job, gpus, spec), _named={})
         return made
 
     def _field(self, name: str) -> Any:
@@ -374,24 +374,25 @@ def _read(name: str) -> property:
 
 
 #: How each named field of a :class:`_CoreCostReport` is made from the core's report and the
-#: placement's topology, job, GPUs and class names.
-_NAMED: dict[str, Callable[[_core.CostReport, Topology, Job, Any, list[str]], Any]] = {
-    "class_seconds": lambda raw, topo, job, gpus, names: dict(
-        zip(names, raw.class_seconds, strict=True)
+#: placement's topology, job, GPUs and compiled job (whose class names are read only when
+#: a field names classes).
+_NAMED: dict[str, Callable[[_core.CostReport, Topology, Job, Any, _core.JobSpec], Any]] = {
+    "class_seconds": lambda raw, topo, job, gpus, spec: dict(
+        zip(spec.class_names, raw.class_seconds, strict=True)
     ),
-    "bytes_by_level": lambda raw, topo, job, gpus, names: dict(
+    "bytes_by_level": lambda raw, topo, job, gpus, spec: dict(
         zip(topo.level_names, raw.bytes_by_level.tolist(), strict=True)
     ),
-    "span_level": lambda raw, topo, job, gpus, names: (
+    "span_level": lambda raw, topo, job, gpus, spec: (
         None if raw.span_level is None else topo.level_names[raw.span_level]
     ),
-    "violations": lambda raw, topo, job, gpus, names: raw.violations,
-    "nvlink_level": lambda raw, topo, job, gpus, names: topo.level_names[topo.nvlink_level],
-    "step_details": lambda raw, topo, job, gpus, names: step_details(topo, job, gpus, names, raw),
-    "class_algorithms": lambda raw, topo, job, gpus, names: dict(
-        zip(names, raw.class_algorithms, strict=True)
+    "violations": lambda raw, topo, job, gpus, spec: raw.violations,
+    "nvlink_level": lambda raw, topo, job, gpus, spec: topo.level_names[topo.nvlink_level],
+    "step_details": lambda raw, topo, job, gpus, spec: step_details(topo, job, gpus, spec, raw),
+    "class_algorithms": lambda raw, topo, job, gpus, spec: dict(
+        zip(spec.class_names, raw.class_algorithms, strict=True)
     ),
-    "hot_uplinks": lambda raw, topo, job, gpus, names: hot_uplinks(topo, raw.hot_uplinks),
+    "hot_uplinks": lambda raw, topo, job, gpus, spec: hot_uplinks(topo, raw.hot_uplinks),
 }
 
 

@@ -255,6 +255,7 @@ class _Run:
         self.peak = 0.0
         self.version = 0
         self.profile: JobProfile | None = None
+        #: Bytes per step by level (None when the job moves none).
         self.bytes_per_step: np.ndarray | None = None
 
     def work_between(self, a: float, b: float) -> float:
@@ -434,6 +435,7 @@ class _Simulator:
             raise InvalidJob(f"workload {workload.name}: job names must be unique")
         self.reference = reference
         self.empty: dict[int, ClusterState] = {}
+        self.typical: dict[int, np.ndarray | None] = {}
         self.templates: dict[tuple[int, int, int, str], Job] = {}
         self.profiles: dict[tuple[int, int, int, str], JobProfile] = {}
         self.running: dict[str, _Run] = {}
@@ -505,11 +507,13 @@ class _Simulator:
         for reference_topology in dict.fromkeys((self.reference, self.topology)):
             if reference_topology is None:
                 continue
-            empty = self.empty.get(id(reference_topology))
-            if empty is None:
-                empty = self.empty[id(reference_topology)] = ClusterState(reference_topology)
-            typical = reference_gpus(reference_topology)
-            for view in (empty.fenced_view(typical), empty):
+            key = id(reference_topology)
+            if key not in self.empty:
+                # Once per cluster, not per job shape: the empty state and its typical GPUs.
+                self.empty[key] = ClusterState(reference_topology)
+                self.typical[key] = reference_gpus(reference_topology)
+            empty = self.empty[key]
+            for view in (empty.fenced_view(self.typical[key]), empty):
                 try:
                     report = place(view, template, "greedy").cost
                 except Infeasible:
@@ -574,7 +578,8 @@ class _Simulator:
                 "is shorter than the model FLOPs allow at the GPUs' peak"
             )
         factors = (1.0, 1.0)
-        if report.hot_uplinks or (self.degraded and run.crossing):
+        # Only traffic that leaves the NVLink domain meets an uplink (hot or degraded).
+        if run.crossing and (self.degraded or report.hot_uplinks):
             if run.base_step is None:
                 # The same placement alone on healthy hardware: what the job would run at
                 # without neighbours and without degraded links.
@@ -614,7 +619,11 @@ class _Simulator:
             self.state.allocate(name=name, gpus=gpus, job=template)
         self.allocated += len(gpus)
         run = _Run(record, gpus, now, restart, cause)
-        if allocate and self._solver_for(record.job) == "slurm-tree-exclusive":
+        if (
+            allocate
+            and record.job.exclusive
+            and self._solver_for(record.job) == "slurm-tree-exclusive"
+        ):
             # Slurm gives an --exclusive job every resource of its nodes: the GPUs it does not
             # use are held with it (and count as allocated), so nobody shares its nodes.
             hosts = np.unique(self.host_of_gpu[gpus])
@@ -625,7 +634,9 @@ class _Simulator:
                 run.exclusive_rest = len(rest)
         run.profile = profile
         per_level = list(report.bytes_by_level.values())
-        run.bytes_per_step = np.array(per_level, dtype=np.float64)
+        # A job that moves no bytes (one GPU, or no declared communication) adds nothing to
+        # the fabric's totals when it ends (see _end_segment).
+        run.bytes_per_step = np.array(per_level, dtype=np.float64) if any(per_level) else None
         run.crossing = any(per_level[self.nvl_level + 1 :])
         peak_tflops = report.peak_tflops
         run.peak = profile.peak_flops if peak_tflops is None else float(peak_tflops) * 1e12
@@ -675,8 +686,8 @@ class _Simulator:
             self._release_neighbours(run)
         profile = run.profile
         if profile is not None and profile.reference_step_seconds > 0:
-            assert run.bytes_per_step is not None
-            self.fabric += run.bytes_per_step * (done / profile.reference_step_seconds)
+            if run.bytes_per_step is not None:
+                self.fabric += run.bytes_per_step * (done / profile.reference_step_seconds)
             record.model_flops += (
                 profile.model_flops_per_gpu * gpus * kept / profile.reference_step_seconds
             )

@@ -205,6 +205,15 @@ mod tests {
     use crate::topology::tests::tree;
     use std::sync::Arc;
 
+    fn shared_full(
+        state: &ClusterState,
+        job: &JobSpec,
+        gpus: &[u32],
+        request: &Request,
+    ) -> (Option<ContentionReport>, f64) {
+        shared(state, job, gpus, request).unwrap()
+    }
+
     #[test]
     fn one_call_gives_the_gated_placement_its_contention_and_its_storage_seconds() {
         let topo = Arc::new(tree(8, 8, 2));
@@ -254,6 +263,33 @@ mod tests {
         assert!(io > 0.0);
         assert_eq!(report.io_seconds, io);
         assert_eq!(price(&state, &job, &far, &request).unwrap(), report);
+
+        // The running job alone on the fabric: its contention is its own price on the state,
+        // as fabric::contention finds it (without pricing it again).
+        let alone_state = {
+            let mut s = ClusterState::new(topo.clone());
+            s.allocate_job("running", &running, Some(job.clone()))
+                .unwrap();
+            s
+        };
+        let priced = price(&alone_state, &job, &running, &empty).unwrap();
+        assert_eq!(
+            priced.contention,
+            Some(fabric::contention(&alone_state, &job, &running).unwrap())
+        );
+        let shared = Shared::of(&alone_state, &job, &running, &request).unwrap();
+        let before = crate::cost::evaluate_in(&alone_state, &job, &running).unwrap();
+        assert_eq!(
+            shared.finish(before.comm_seconds),
+            shared_full(&alone_state, &job, &running, &request)
+        );
+        // With a neighbour on the fabric, the same placement is priced against it.
+        let shared = Shared::of(&state, &job, &far, &request).unwrap();
+        let far_cost = crate::cost::evaluate_in(&state, &job, &far).unwrap();
+        assert_eq!(
+            shared.finish(far_cost.comm_seconds),
+            shared_full(&state, &job, &far, &request)
+        );
 
         // The gate still refuses what it refused.
         let err = admit(&state, &job, &running, "test", false, &request).unwrap_err();
