@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -130,10 +131,16 @@ def test_unknown_gpu_model_needs_peak_tflops_for_the_step() -> None:
     c = gpuplace.place(ClusterState(topo), job).cost
     assert c.comm_seconds > 0 and c.mfu is None and c.step_seconds is None
     assert "peak_tflops" in c.step_details["unavailable"]
+    assert c.peak_tflops is None
     doc["node_types"]["dgx-h100"]["peak_tflops"] = 500
     topo = Topology.from_dict(doc)
     c = gpuplace.place(ClusterState(topo), job).cost
     assert c.step_details["peak_tflops"] == 500
+    # The peak read on its own is the step details' (the core's report, and a plain copy).
+    assert c.peak_tflops == 500
+    assert dataclasses.replace(c).peak_tflops == 500
+    bare = gpuplace.place(ClusterState(topo), Job(name="bare", tp=8)).cost
+    assert bare.step_details == {} and bare.peak_tflops is None
 
 
 def test_cli_place_prints_step_mfu_and_first_fit_comparison(tmp_path: Path) -> None:
