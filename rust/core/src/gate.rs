@@ -24,11 +24,21 @@ pub fn admit(
     solver: &str,
     confining: bool,
 ) -> Result<CostReport> {
-    let bad = |what: String| {
-        CoreError::InvalidState(format!(
-            "solver '{solver}' returned an invalid placement: {what}"
-        ))
-    };
+    check(state, job, gpus, solver)?;
+    let report = evaluate_in_checked(state, job, gpus)?;
+    confined(report, solver, confining)
+}
+
+fn invalid(solver: &str, what: String) -> CoreError {
+    CoreError::InvalidState(format!(
+        "solver '{solver}' returned an invalid placement: {what}"
+    ))
+}
+
+/// Everything [`admit`] checks before it prices: one GPU per rank, none twice, each existing,
+/// free and healthy.
+fn check(state: &ClusterState, job: &JobSpec, gpus: &[u32], solver: &str) -> Result<()> {
+    let bad = |what: String| invalid(solver, what);
     check_placement(state.topology(), job.num_ranks, gpus).map_err(|e| bad(e.to_string()))?;
     for (rank, &g) in gpus.iter().enumerate() {
         let g = g as usize;
@@ -49,25 +59,42 @@ pub fn admit(
             "rank {rank} is on GPU {g}, which {why}; a placement may use only free, healthy GPUs"
         )));
     }
-    let report = evaluate_in_checked(state, job, gpus)?;
+    Ok(())
+}
+
+/// The report of an admitted placement, unless its solver promised confinement and it
+/// breaks it.
+fn confined(report: CostReport, solver: &str, confining: bool) -> Result<CostReport> {
     if confining && !report.confinement_ok {
-        return Err(bad(format!(
-            "it promises confinement but breaks it: {}",
-            report.violations.join("; ")
-        )));
+        return Err(invalid(
+            solver,
+            format!(
+                "it promises confinement but breaks it: {}",
+                report.violations.join("; ")
+            ),
+        ));
     }
     Ok(report)
 }
 
-/// Run a Rust solver and pass its placement through [`admit`]: the GPUs and their cost.
+/// Run a Rust solver and pass its placement through [`admit`]: the GPUs and their cost. A
+/// solver that priced its answer on `state` as [`admit`] prices it (greedy choosing among
+/// packings) hands that report over: the placement is checked, not priced again.
 pub fn place(
     state: &ClusterState,
     job: &JobSpec,
     solver: &str,
     opts: &SolveOptions,
 ) -> Result<(Vec<u32>, CostReport)> {
-    let gpus = solvers::solve(solver, state, job, opts)?;
-    let report = admit(state, job, &gpus, solver, solvers::confining(solver))?;
+    let (gpus, priced) = solvers::solve_priced(solver, state, job, opts)?;
+    let confining = solvers::confining(solver);
+    let report = match priced {
+        Some(report) => {
+            check(state, job, &gpus, solver)?;
+            confined(report, solver, confining)?
+        }
+        None => admit(state, job, &gpus, solver, confining)?,
+    };
     Ok((gpus, report))
 }
 

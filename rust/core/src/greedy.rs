@@ -38,6 +38,7 @@
 //! driving its NIC shares, can then beat one that crosses a host's CPU link ([`crate::nccl`]);
 //! packing tight never tries it.
 
+use crate::cost::CostReport;
 use crate::error::{CoreError, Result};
 use crate::job::JobSpec;
 use crate::state::ClusterState;
@@ -128,6 +129,11 @@ impl<'a> Packer<'a> {
             // Units of one GPU (a job with no confinement at this level): every free GPU.
             (0..self.topo.domain_count(0))
                 .map(|d| self.free(0, d) as u64)
+                .collect()
+        } else if l == 0 && u.is_power_of_two() {
+            // Whole units of a power of two (a tp group of 8): a mask, not a division.
+            (0..self.topo.domain_count(0))
+                .map(|d| self.free(0, d) as u64 & !(u - 1))
                 .collect()
         } else if l == 0 {
             (0..self.topo.domain_count(0))
@@ -358,14 +364,25 @@ pub fn place(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
 /// [`place`], choosing among candidates by [`crate::fabric::placement_cost`]: with
 /// `neighbours`, what the job adds to the running jobs counts too.
 pub fn place_with(state: &ClusterState, job: &JobSpec, neighbours: bool) -> Result<Vec<u32>> {
-    let plain = place_layouts(state, job)?;
+    place_with_report(state, job, neighbours).map(|(gpus, _)| gpus)
+}
+
+/// [`place_with`], and the report of its answer when it priced that answer on `state` as the
+/// placement gate prices it ([`crate::cost::evaluate_in`]), so the gate need not price the
+/// same placement again.
+pub fn place_with_report(
+    state: &ClusterState,
+    job: &JobSpec,
+    neighbours: bool,
+) -> Result<(Vec<u32>, Option<CostReport>)> {
+    let (plain, report) = place_layouts(state, job)?;
     // A packing whose flows cross no uplink (a job inside one host) neither meets the
     // running jobs' load nor adds to it: the views that hold hot domains back cannot make it
     // cheaper, and building them costs more than the placement itself.
     if state.fabric_load().is_none()
         || crate::fabric::job_load(state.topology(), job, &plain).is_empty()
     {
-        return Ok(plain);
+        return Ok((plain, report));
     }
     let cost = |gpus: &[u32]| crate::fabric::placement_cost(state, job, gpus, neighbours);
     let mut best_cost = cost(&plain)?;
@@ -380,7 +397,7 @@ pub fn place_with(state: &ClusterState, job: &JobSpec, neighbours: bool) -> Resu
             continue;
         };
         tried.push(hot);
-        let Ok(gpus) = place_layouts(&view, job) else {
+        let Ok((gpus, _)) = place_layouts(&view, job) else {
             continue;
         };
         let c = cost(&gpus)?;
@@ -389,31 +406,33 @@ pub fn place_with(state: &ClusterState, job: &JobSpec, neighbours: bool) -> Resu
             best = gpus;
         }
     }
-    Ok(best)
+    Ok((best, None))
 }
 
-/// The plain packing and the aligned variants; the cheapest by the cost model.
-fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
+/// The plain packing and the aligned variants; the cheapest by the cost model, with its
+/// report on `state` when candidates were compared (None for the plain packing alone).
+fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<(Vec<u32>, Option<CostReport>)> {
     let plain = place_health_aware(state, job)?;
     let variants = aligned_variants(state.topology(), job);
     if variants.is_empty() {
-        return Ok(plain);
+        return Ok((plain, None));
     }
     // Cheapest first; among equally cheap ones, the fewest bytes above the first fabric tier
     // (spine bytes: shared with every other job, and hashed on many fabrics).
     let topo = state.topology();
     let cost = |gpus: &[u32]| {
-        crate::cost::evaluate_in(state, job, gpus).map(|r| (r.comm_seconds, spine_bytes(topo, &r)))
+        crate::cost::evaluate_in(state, job, gpus)
+            .map(|r| ((r.comm_seconds, spine_bytes(topo, &r)), r))
     };
-    let mut best_cost = cost(&plain)?;
+    let (mut best_cost, mut best_report) = cost(&plain)?;
     let mut best = plain;
     for variant in &variants {
         let Ok(gpus) = place_health_aware(state, variant) else {
             continue;
         };
-        let c = cost(&gpus)?;
+        let (c, report) = cost(&gpus)?;
         if cheaper(c, best_cost) {
-            best_cost = c;
+            (best_cost, best_report) = (c, report);
             best = gpus;
         }
     }
@@ -425,14 +444,14 @@ fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
             let Ok(gpus) = place_health_aware(&view, variant) else {
                 continue;
             };
-            let c = cost(&gpus)?;
+            let (c, report) = cost(&gpus)?;
             if cheaper(c, best_cost) {
-                best_cost = c;
+                (best_cost, best_report) = (c, report);
                 best = gpus;
             }
         }
     }
-    Ok(best)
+    Ok((best, Some(best_report)))
 }
 
 /// Bytes per step whose lowest common level is above the first level over the NVLink domain
@@ -641,6 +660,30 @@ mod tests {
     use crate::job::testing::tp_dp_job;
     use crate::topology::tests::tree;
     use std::sync::Arc;
+
+    #[test]
+    fn the_report_greedy_hands_the_gate_is_the_gates_own_price() {
+        let topo = Arc::new(tree(8, 8, 4));
+        let mut state = ClusterState::new(topo.clone());
+        // Fragment the hosts so that the packings differ.
+        state.allocate("a", &[0, 1, 2, 9, 10, 17]).unwrap();
+        let job = tp_dp_job(&topo, 2, 8);
+        assert!(!aligned_variants(&topo, &job).is_empty());
+        let (gpus, report) = place_with_report(&state, &job, true).unwrap();
+        let report = report.expect("candidates were compared");
+        assert_eq!(
+            report,
+            crate::cost::evaluate_in(&state, &job, &gpus).unwrap()
+        );
+        let opts = crate::solvers::SolveOptions::default();
+        let (gated, gated_report) = crate::gate::place(&state, &job, "greedy", &opts).unwrap();
+        assert_eq!(gated, gpus);
+        let confining = crate::solvers::confining("greedy");
+        assert_eq!(
+            gated_report,
+            crate::gate::admit(&state, &job, &gpus, "greedy", confining).unwrap()
+        );
+    }
 
     #[test]
     fn equally_cheap_candidates_break_ties_on_spine_bytes() {

@@ -55,6 +55,20 @@ pub struct SolveOptions {
     pub ignore_neighbours: bool,
 }
 
+/// [`solve`], and the report of the answer when the solver priced it on `state` with
+/// [`crate::cost::evaluate_in`] (greedy choosing among packings; None otherwise).
+pub fn solve_priced(
+    name: &str,
+    state: &ClusterState,
+    job: &JobSpec,
+    opts: &SolveOptions,
+) -> Result<(Vec<u32>, Option<crate::cost::CostReport>)> {
+    if name == "greedy" {
+        return crate::greedy::place_with_report(state, job, !opts.ignore_neighbours);
+    }
+    solve(name, state, job, opts).map(|gpus| (gpus, None))
+}
+
 /// Run a Rust solver by name; returns the GPU of each rank.
 pub fn solve(
     name: &str,
