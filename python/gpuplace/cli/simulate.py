@@ -26,7 +26,7 @@ from gpuplace.sim.clusters import CLUSTERS
 from gpuplace.sim.engine import POLICIES, RESPONSES, SimConfig, SimResult, simulate
 from gpuplace.sim.failures import load_failures
 from gpuplace.sim.sweep import Task, run_on_ray
-from gpuplace.sim.traces import Workload, llm_mix, trace, with_estimates
+from gpuplace.sim.traces import LLM_MOE_SHARE, Workload, llm_mix, trace, with_estimates
 
 __all__ = ["print_summaries", "simulate_cmd", "write_outputs", "write_pngs"]
 
@@ -66,9 +66,11 @@ def _what_if_cluster(spec: str, nodes: int | None, racks: int | None, like_gpus:
     return Topology.preset(spec, **given)
 
 
-def _workload(spec: str, cluster_gpus: int, jobs: int, seed: int, min_duration: float) -> Workload:
+def _workload(
+    spec: str, cluster_gpus: int, jobs: int, seed: int, min_duration: float, moe_share: float
+) -> Workload:
     if spec == "llm-mix":
-        return llm_mix(jobs, cluster_gpus=cluster_gpus, seed=seed)
+        return llm_mix(jobs, cluster_gpus=cluster_gpus, seed=seed, moe_share=moe_share)
     kwargs = {"min_duration_s": min_duration} if spec == "philly" else {}
     return trace(spec, **kwargs)
 
@@ -287,6 +289,13 @@ def _solvers(policy: str, compare: str | None) -> list[str]:
     help="philly, openb, llm-mix (synthetic, --jobs of them) or a workload file (CSV/YAML).",
 )
 @click.option("--jobs", type=int, default=2000, show_default=True, help="Jobs of the llm-mix.")
+@click.option(
+    "--moe-share",
+    type=click.FloatRange(0.0, 1.0),
+    default=LLM_MOE_SHARE,
+    show_default=True,
+    help="llm-mix: share of the jobs that train a mixture of experts (ep, all-to-all).",
+)
 @click.option("--limit", type=int, default=None, help="Replay only the first N jobs.")
 @click.option(
     "--min-duration",
@@ -397,6 +406,7 @@ def simulate_cmd(
     racks: int | None,
     trace_spec: str,
     jobs: int,
+    moe_share: float,
     limit: int | None,
     min_duration: float,
     policy: str,
@@ -448,6 +458,7 @@ def simulate_cmd(
                 jobs,
                 run_seed,
                 min_duration,
+                moe_share,
                 limit,
                 estimate_factor,
             )
@@ -575,13 +586,14 @@ def _workload_builder(
     jobs: int,
     seed: int,
     min_duration: float,
+    moe_share: float,
     limit: int | None,
     estimate_factor: float,
 ) -> Callable[[], Workload]:
     """The workload of a run; the same on both clusters of a what-if (sized for the first)."""
 
     def build() -> Workload:
-        workload = _workload(spec, cluster_gpus, jobs, seed, min_duration)
+        workload = _workload(spec, cluster_gpus, jobs, seed, min_duration, moe_share)
         if limit is not None:
             workload = workload.head(limit)
         return with_estimates(workload, estimate_factor)

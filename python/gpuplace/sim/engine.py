@@ -416,8 +416,8 @@ class _Simulator:
             raise InvalidJob(f"workload {workload.name}: job names must be unique")
         self.reference = reference
         self.empty: dict[int, ClusterState] = {}
-        self.templates: dict[tuple[int, int, int, str], Job] = {}
-        self.profiles: dict[tuple[int, int, int, str], JobProfile] = {}
+        self.templates: dict[tuple[int, int, int, str, int], Job] = {}
+        self.profiles: dict[tuple[int, int, int, str, int], JobProfile] = {}
         self.running: dict[str, _Run] = {}
         self.queue: list[tuple[tuple[Any, ...], str]] = []
         self.events: list[tuple[float, int, int, Any]] = []
