@@ -395,10 +395,11 @@ def load_workload(path: str | Path) -> Workload:
             if not any(fields.values()):
                 continue
             jobs.append(_job_from_fields(fields, f"{p} line {line}"))
-    names = [j.name for j in jobs]
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise InvalidJob(f"{p}: job name {dup!r} appears twice")
+    seen: set[str] = set()
+    for job in jobs:  # linear: a list.count per name was quadratic in a long file
+        if job.name in seen:
+            raise InvalidJob(f"{p}: job name {job.name!r} appears twice")
+        seen.add(job.name)
     if not jobs:
         raise InvalidJob(f"{p}: no jobs")
     return _sorted(p.stem, jobs)
