@@ -146,3 +146,23 @@ def test_report_with_seeds_gives_intervals_and_paired_differences(tmp_path: Path
     for text in ("Paired differences", "slurm-tree (mean of 3 seeds)", "JCT p95", "Steady window"):
         assert text in page
     assert page.count("data:image/png;base64,") == 3  # matplotlib is a test dependency
+
+
+def test_a_job_that_only_the_spares_keep_out_is_told_why_at_once() -> None:
+    topology = Topology.preset("h100-superpod", nodes=4)  # 32 GPUs, one leaf
+    workload = Workload(
+        "w",
+        (
+            SimJob("fits", 0.0, 16, 100.0),
+            SimJob("whole", 1.0, 32, 100.0),  # all 32 GPUs: 8 are held back as spares
+        ),
+    )
+    result = simulate(topology, workload, SimConfig(spares_per_leaf=8))
+    records = {r.job.name: r for r in result.records}
+    assert records["fits"].finish is not None
+    assert records["whole"].first_start is None
+    assert records["whole"].reason == (
+        "needs 32 GPUs, the cluster has 32 of which 8 are reserved as spares"
+    )
+    # Without spares it runs.
+    assert all(r.finish is not None for r in simulate(topology, workload).records)
