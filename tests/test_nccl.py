@@ -32,11 +32,23 @@ def test_nvls_inside_an_h100_node_for_large_all_reduces_ring_for_small() -> None
 def test_ring_or_tree_across_nodes() -> None:
     topo = Topology.preset("h100-superpod", nodes=8)
     full = list(range(16))
-    # 8 + 8 over 8 NDR rails each: the NVLink chain limits the tree, the ring wins at 8 GiB.
-    r = gpuplace.evaluate(topo, allreduce(16, 8 << 30), full)
+    # NCCL_ALGO=Ring also turns NVLS off: the same hosts without NVLS. 8 + 8 over 8 NDR rails
+    # each: the NVLink chain limits the tree, the ring wins at 8 GiB.
+    doc = topo.to_dict()
+    for nt in doc["node_types"].values():
+        nt.pop("nvls_gbps", None)
+    no_nvls = Topology.from_dict(doc)
+    r = gpuplace.evaluate(no_nvls, allreduce(16, 8 << 30), full)
     assert r.class_algorithms == {"dp all-reduce": "ring"}
     busbw = 2 * 15 / 16 * (8 << 30) / r.comm_seconds / 1e9
     assert abs(busbw / 392.69 - 1) < 0.10  # the measured NCCL_ALGO=Ring run on 2 x 8 H100
+    # With NVLS (NCCL's default on H100), NVLS-tree: the switches reduce inside each host, the
+    # two hosts exchange S over 8 rails; the measured default run on 2 x 8 H100 (p5, 50 GB/s
+    # per GPU as the preset) gives 487.09 GB/s.
+    r = gpuplace.evaluate(topo, allreduce(16, 16 << 30), full)
+    assert r.class_algorithms == {"dp all-reduce": "nvls-tree"}
+    busbw = 2 * 15 / 16 * (16 << 30) / r.comm_seconds / 1e9
+    assert abs(busbw / 487.09 - 1) < 0.10
     # Mid-size messages over many hosts: the tree's logarithmic latency wins.
     spread = [h * 8 for h in range(8)]
     r = gpuplace.evaluate(topo, allreduce(8, 256e3), spread)
