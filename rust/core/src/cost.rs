@@ -16,8 +16,10 @@
 //! as NCCL builds it; its bandwidth `B` is that of its slowest hop (a hop out of the NVLink
 //! domain counting one NIC share per GPU of the group on its smaller side), its latency that of
 //! the highest level it spans. An all-reduce takes the fastest of ring, tree and NVLS, as
-//! NCCL's tuner does ([`crate::nccl`] gives the algorithms and their sources). An all-to-all
-//! is limited by its slowest pair. Time = count · (steps · latency + bytes / B).
+//! NCCL's tuner does ([`crate::nccl`] gives the algorithms and their sources), NVLS-tree
+//! included. An all-to-all inside one NVLink domain is limited by its slowest pair; across
+//! domains each domain's fabric bytes go over its NIC shares and its NVLink rounds follow
+//! ([`crate::nccl::alltoall_bytes_seconds`]). Time = count · (steps · latency + bytes / B).
 //!
 //! Collectives of one class (e.g. the tp all-reduces of every tp group) run concurrently: a
 //! class costs its slowest member. Classes run one after another (no overlap of communication

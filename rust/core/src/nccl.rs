@@ -40,7 +40,14 @@
 //!     and each host sending `S` once to the switches and receiving the sum, so time
 //!     `2 (α_intra + α_span) + max(2(k−1)/k · S / B_intra, S / B_inter)` (NCCL CollNet Direct;
 //!     Graham et al., "Scalable Hierarchical Aggregation Protocol (SHArP)", COMHPC 2016);
-//!   - all-gather and reduce-scatter use the ring, all-to-all pairwise exchange, p2p one hop.
+//!   - *NVLS-tree* (NCCL 2.18+, all-reduce across NVLink domains whose switches have NVLS, at
+//!     least two of the group's GPUs in each): NVLS inside each domain, NCCL's tree between
+//!     them, pipelined ([`nvls_tree_bytes_seconds`]; latency `25 µs + 2 ⌈log2 H⌉ · α_span`,
+//!     NCCL `tuning.cc`'s `intraLat + 2 log2(nNodes) interLat`);
+//!   - all-gather and reduce-scatter use the ring, p2p one hop;
+//!   - *all-to-all*: grouped send/receive, per NVLink domain its fabric bytes over its NIC
+//!     shares plus its NVLink rounds (PXN forwarding included), the slowest domain setting the
+//!     pace ([`alltoall_bytes_seconds`]).
 //!
 //! The report names the algorithm chosen for each class's slowest collective.
 //!
