@@ -427,8 +427,8 @@ def confinement_holds(topology: Any, job: Any, gpus: Any) -> bool:
 #   divided by its level's ``oversubscription``, unless ``topology.uplink_gbps`` names it;
 # * a collective's flows: a ring sends from every member to the next in NCCL's ring order at
 #   the bandwidth the cost model gives the healthy ring (hops out of the NVLink domain at their
-#   NIC shares), an all-to-all from every member to every other at ``1/(n-1)`` of its slowest
-#   pair, a point-to-point one flow; a flow between GPUs meeting at level ``L``
+#   NIC shares), an all-to-all from every member to every other at ``1/(n-1)`` of the rate the
+#   cost model runs it at (each flow carries ``S/n`` in its time), a point-to-point one flow; a flow between GPUs meeting at level ``L``
 #   leaves through the sender's uplinks below ``L`` (up) and enters through the receiver's (down);
 # * a job's load on an uplink direction is its heaviest class's sum of flows there;
 # * a collective priced among neighbours gets, on every uplink direction its flows cross,
@@ -487,7 +487,11 @@ def _flows(ref: ReferenceTopology, kind: str, members: list[int]) -> list[tuple[
         pairs = [(members[0], members[1], 1.0)]
     elif kind == "all-to-all":
         ring = sorted(members)
-        pairs = [(a, b, 1.0 / (n - 1)) for a in ring for b in ring if a != b]
+        # At the rate the cost model runs it: each of a GPU's n-1 flows carries S/n in the
+        # collective's (bandwidth) time.
+        seconds = _all_to_all(ref, 1e9, ring, lambda *_: None, 1.0, 0.0)
+        rate = (n - 1) / n / seconds
+        return [(a, b, rate / (n - 1)) for a in ring for b in ring if a != b]
     else:
         ring, on_host = _nccl_ring(ref, members)
         nvlink = ref.topology.nvlink_level
