@@ -191,9 +191,10 @@ def runs() -> list[tuple[str, str, Topology, int, str]]:
                 "all_reduce_perf-h100-sxm-2nodes-8gpn-ib-ndr-ring-tuned-nccl-tests-issue309-gj-aion.txt"
             ),
             "H100",
-            h100(2),
+            _with(h100(2), nvls_gbps=None),
             16,
-            "h100-superpod preset (8 x NDR); the run forced NCCL_ALGO=Ring",
+            "h100-superpod preset (8 x NDR); the run forced NCCL_ALGO=Ring, so no NVLS "
+            "(nvls_gbps left out; the tree loses to the ring here)",
         ),
         (
             f("all_reduce_perf-h100-sxm-8nodes-8gpn-ib-ndr-nccl-tests-issue309-gj-aion.txt"),

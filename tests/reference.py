@@ -26,8 +26,13 @@ The model, in words:
   ``max(2S / intra bandwidth, 2(H-1)/H * S / inter bandwidth) / 0.92``), and CollNet where
   every switch level up to the span has ``sharp``; each algorithm's bandwidth term is divided
   by the topology's ``algorithm_efficiency`` of it (1 when not given).
-* all-to-all: ``n-1`` steps, ``(n-1)/n * S`` bytes, bandwidth of the slowest of all pairs,
-  latency of the highest level any pair spans; every ordered pair moves ``S/n`` bytes.
+* all-to-all: ``n-1`` steps at the latency of the highest level any pair spans; every ordered
+  pair moves ``S/n`` bytes. Inside one NVLink domain ``(n-1)/n * S`` at the slowest pair;
+  across domains each domain's fabric bytes over its NIC shares plus its NVLink rounds (PXN
+  included), the slowest domain setting the pace (``nccl::alltoall_bytes_seconds``).
+* NVLS-tree (all-reduce across NVLink domains whose hosts have ``nvls_gbps``, two or more of
+  the group's GPUs in each): ``max(2(k-1)/k * S / nvls, F * S / inter) / 0.92`` with F = 1
+  for two domains and 2 beyond, latency ``25 µs + 2 ceil(log2 H) * span``.
 * point-to-point (between neighbouring pipeline stages): 1 step, ``S`` bytes.
 * one call costs ``steps * latency + bytes / bandwidth``; a collective costs ``count`` calls;
   a class (all collectives of one dimension) costs its slowest member; classes add up.
@@ -203,16 +208,7 @@ def _one_call(
     slowest = float("inf")
     highest = 0
     if kind == "all-to-all":
-        ring = sorted(members)
-        for a in ring:
-            for b in ring:
-                if a == b:
-                    continue
-                level = ref.lca(a, b)
-                add_bytes(level, size / n)
-                highest = max(highest, level)
-                slowest = min(slowest, ref.bandwidth(a, b))
-        return steps * ref.latency(highest) + per_rank / (slowest * share * BANDWIDTH_UNIT)
+        return _all_to_all(ref, size, sorted(members), add_bytes, share, steps)
     # NCCL's ring (see _nccl_ring); "hosts" are NCCL's nodes: NVLink domains (the host on HGX,
     # the rack on NVL72). on_host: per GPU, the group's GPUs in its domain.
     nvlink = ref.topology.nvlink_level
@@ -260,6 +256,23 @@ def _one_call(
         chain = 2 * size / (intra * BANDWIDTH_UNIT) if k_max > 1 and intra != float("inf") else 0.0
         fabric = 2 * (hosts - 1) / hosts * size / (inter * BANDWIDTH_UNIT)
         best = min(best, latency + max(chain, fabric) / TREE_EFFICIENCY / eff["tree"])
+        nvls = min(
+            ref.topology.node_types[ref.topology.host_types[ref.gpu_host[g]]].nvls_gbps or 0.0
+            for g in members
+        )
+        if nvls > 0 and min(on_host.values()) >= 2 and intra != float("inf"):
+            # NVLS-tree: NVLS inside each domain, NCCL's tree between domains (S per domain
+            # for two domains, 2 S beyond), pipelined: the slower stage sets the pace.
+            healthy = min(ref.levels[lv].bandwidth_gbps for lv in range(nvlink + 1))
+            factor = min(1.0, intra / healthy)
+            inside = 2 * (k_max - 1) / k_max * size / (nvls * factor * eff["nvls"] * BANDWIDTH_UNIT)
+            between = (1 if hosts <= 2 else 2) * size / (inter * BANDWIDTH_UNIT)
+            nvls_tree = (
+                NVLS_LATENCY_S
+                + 2 * log2 * ref.latency(highest)
+                + max(inside, between) / TREE_EFFICIENCY / eff["tree"]
+            )
+            best = min(best, nvls_tree)
         if all(ref.levels[lv].sharp for lv in range(nvlink + 1, highest + 1)):
             # CollNet: reduce-scatter/all-gather inside hosts, each host sends S to the
             # reducing switches once.
@@ -275,6 +288,62 @@ def _one_call(
             )
             best = min(best, collnet)
     return best
+
+
+def _all_to_all(
+    ref: ReferenceTopology,
+    size: float,
+    members: list[int],
+    add_bytes: Any,
+    share: float,
+    steps: float,
+) -> float:
+    """An all-to-all as NCCL runs it: per NVLink domain, its fabric bytes (the larger of out
+    and in, each pair at its bandwidth) over its NIC shares, plus its NVLink rounds (peers in
+    the domain, and PXN's copy of the fabric bytes bound for another rail); the slowest
+    domain sets the pace. Inside one domain: ``(n-1)/n * S`` at the slowest pair."""
+    n = len(members)
+    pair = size / n
+    nvlink = ref.topology.nvlink_level
+    unit = {g: ref.domain(g, nvlink) for g in members}
+    highest = 0
+    out: dict[int, float] = {}
+    into: dict[int, float] = {}
+    slow: dict[int, float] = {}
+    for a in members:
+        for b in members:
+            if a == b:
+                continue
+            level = ref.lca(a, b)
+            add_bytes(level, pair)
+            highest = max(highest, level)
+            if unit[a] == unit[b]:
+                slow[unit[a]] = min(slow.get(unit[a], float("inf")), ref.bandwidth(a, b))
+            else:
+                t = pair / (ref.bandwidth(a, b) * BANDWIDTH_UNIT)
+                out[unit[a]] = out.get(unit[a], 0.0) + t
+                into[unit[b]] = into.get(unit[b], 0.0) + t
+    if highest > nvlink:
+        share = share if share > 0 else 1.0
+    else:
+        share = 1.0
+    worst = 0.0
+    for u in set(unit.values()):
+        gpus_u = [g for g in members if unit[g] == u]
+        k = len(gpus_u)
+        remote = n - k
+        fabric = 0.0
+        if remote:
+            fabric = max(out.get(u, 0.0), into.get(u, 0.0)) / _shares(ref, gpus_u[0], k) / share
+        nvl = 0.0
+        if k > 1:
+            nt = ref.topology.node_types[ref.topology.host_types[ref.gpu_host[gpus_u[0]]]]
+            rails = len(nt.nics) if nt.nics else nt.gpus
+            rails = max(1, min(rails, nt.gpus, k))
+            pxn = 1 - 1 / rails if remote else 0.0
+            nvl = ((k - 1) + pxn * remote) * pair / (slow[u] * BANDWIDTH_UNIT)
+        worst = max(worst, fabric + nvl)
+    return steps * ref.latency(highest) + worst
 
 
 def reference_evaluate(topology: Any, job: Any, gpus: Any) -> ReferenceReport:
@@ -358,8 +427,8 @@ def confinement_holds(topology: Any, job: Any, gpus: Any) -> bool:
 #   divided by its level's ``oversubscription``, unless ``topology.uplink_gbps`` names it;
 # * a collective's flows: a ring sends from every member to the next in NCCL's ring order at
 #   the bandwidth the cost model gives the healthy ring (hops out of the NVLink domain at their
-#   NIC shares), an all-to-all from every member to every other at ``1/(n-1)`` of its slowest
-#   pair, a point-to-point one flow; a flow between GPUs meeting at level ``L``
+#   NIC shares), an all-to-all from every member to every other at ``1/(n-1)`` of the rate the
+#   cost model runs it at (each flow carries ``S/n`` in its time), a point-to-point one flow; a flow between GPUs meeting at level ``L``
 #   leaves through the sender's uplinks below ``L`` (up) and enters through the receiver's (down);
 # * a job's load on an uplink direction is its heaviest class's sum of flows there;
 # * a collective priced among neighbours gets, on every uplink direction its flows cross,
@@ -418,7 +487,11 @@ def _flows(ref: ReferenceTopology, kind: str, members: list[int]) -> list[tuple[
         pairs = [(members[0], members[1], 1.0)]
     elif kind == "all-to-all":
         ring = sorted(members)
-        pairs = [(a, b, 1.0 / (n - 1)) for a in ring for b in ring if a != b]
+        # At the rate the cost model runs it: each of a GPU's n-1 flows carries S/n in the
+        # collective's (bandwidth) time.
+        seconds = _all_to_all(ref, 1e9, ring, lambda *_: None, 1.0, 0.0)
+        rate = (n - 1) / n / seconds
+        return [(a, b, rate / (n - 1)) for a in ring for b in ring if a != b]
     else:
         ring, on_host = _nccl_ring(ref, members)
         nvlink = ref.topology.nvlink_level

@@ -62,6 +62,12 @@ def topology_dicts(draw: Any, max_hosts: int = 6, max_gpus_per_host: int = 4) ->
                 for j in range(i + 1, gpus):
                     matrix[i][j] = matrix[j][i] = draw(st.sampled_from(BANDWIDTHS))
             entry["bandwidth_gbps"] = matrix
+        if draw(st.booleans()):
+            # NVLink SHARP (NVLS inside the domain, NVLS-tree across domains).
+            entry["nvls_gbps"] = draw(st.sampled_from([100.0, 470.0]))
+        if draw(st.booleans()):
+            # Fewer NICs than GPUs (shares, rails for PXN), or one per GPU.
+            entry["nics"] = [f"nic{i}" for i in range(draw(st.integers(1, gpus)))]
         node_types[f"type{t}"] = entry
 
     # The tree above the node level: the top level has one domain; every other domain has

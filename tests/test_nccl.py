@@ -32,11 +32,23 @@ def test_nvls_inside_an_h100_node_for_large_all_reduces_ring_for_small() -> None
 def test_ring_or_tree_across_nodes() -> None:
     topo = Topology.preset("h100-superpod", nodes=8)
     full = list(range(16))
-    # 8 + 8 over 8 NDR rails each: the NVLink chain limits the tree, the ring wins at 8 GiB.
-    r = gpuplace.evaluate(topo, allreduce(16, 8 << 30), full)
+    # NCCL_ALGO=Ring also turns NVLS off: the same hosts without NVLS. 8 + 8 over 8 NDR rails
+    # each: the NVLink chain limits the tree, the ring wins at 8 GiB.
+    doc = topo.to_dict()
+    for nt in doc["node_types"].values():
+        nt.pop("nvls_gbps", None)
+    no_nvls = Topology.from_dict(doc)
+    r = gpuplace.evaluate(no_nvls, allreduce(16, 8 << 30), full)
     assert r.class_algorithms == {"dp all-reduce": "ring"}
     busbw = 2 * 15 / 16 * (8 << 30) / r.comm_seconds / 1e9
     assert abs(busbw / 392.69 - 1) < 0.10  # the measured NCCL_ALGO=Ring run on 2 x 8 H100
+    # With NVLS (NCCL's default on H100), NVLS-tree: the switches reduce inside each host, the
+    # two hosts exchange S over 8 rails; the measured default run on 2 x 8 H100 (p5, 50 GB/s
+    # per GPU as the preset) gives 487.09 GB/s.
+    r = gpuplace.evaluate(topo, allreduce(16, 16 << 30), full)
+    assert r.class_algorithms == {"dp all-reduce": "nvls-tree"}
+    busbw = 2 * 15 / 16 * (16 << 30) / r.comm_seconds / 1e9
+    assert abs(busbw / 487.09 - 1) < 0.10
     # Mid-size messages over many hosts: the tree's logarithmic latency wins.
     spread = [h * 8 for h in range(8)]
     r = gpuplace.evaluate(topo, allreduce(8, 256e3), spread)
@@ -86,3 +98,32 @@ def test_rank_order_changes_spine_bytes_and_refine_lowers_them() -> None:
     start = gpuplace.Placement(job, topo, np.array(interleaved), b, "manual", 0.0)
     better = gpuplace.refine(state, start, time_limit=0.5, seed=1)
     assert better.cost.bytes_above("spine") < b.bytes_above("spine")
+
+
+def _alltoall_busbw(racks: int, trays: int, size: float) -> float:
+    topo = Topology.preset("gb200-nvl72", racks=racks)
+    gpus = [r * 72 + t * 4 + g for r in range(racks) for t in range(trays) for g in range(4)]
+    n = len(gpus)
+    job = Job(name="a2a", ep=n, communication={"ep": Communication("all-to-all", size)}, confine={})
+    r = gpuplace.evaluate(topo, job, gpus)
+    assert r.class_algorithms == {"ep all-to-all": "pairwise"}
+    return (n - 1) / n * size / r.comm_seconds / 1e9
+
+
+def test_alltoall_cross_rack_cliff_on_nvl72() -> None:
+    """All-to-all inside one NVL72 rack runs at NVLink speed; across racks each GPU's share of
+    the bytes bound for other racks goes over its one 400G NIC (50 GB/s): bus bandwidth near
+    (n-1)/(n-k) x 50 GB/s less the NVLink rounds. The OCI GB200 series (16 trays per rack,
+    8 GiB; tests/data/nccl-tests/scaling) measured 622.9 in one rack, 89.7 across two, 62.5
+    across three."""
+    size = float(8 << 30)
+    one = _alltoall_busbw(1, 16, size)
+    two = _alltoall_busbw(2, 16, size)
+    three = _alltoall_busbw(3, 16, size)
+    assert one > 5 * two > 5 * three
+    for predicted, measured in ((one, 622.9), (two, 89.7), (three, 62.5)):
+        assert abs(predicted / measured - 1) <= 0.15, (predicted, measured)
+    # Between once and twice a GPU's network bandwidth across domains (nccl-tests #130/#267).
+    assert 50 < three < two < 100
+    # The slowest-pair price (the old model) put both at ~50 GB/s.
+    assert two > 75

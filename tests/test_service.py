@@ -172,8 +172,9 @@ def test_restart_replays_the_journal(tmp_path: Path) -> None:
 
 
 def test_token_and_where_it_may_listen(tmp_path: Path) -> None:
-    with pytest.raises(ListenError, match=r"refusing to listen on 0\.0\.0\.0 without"):
-        listen_tcp("0.0.0.0", 0, token=None)
+    # A non-loopback address (TEST-NET-1, RFC 5737) is refused before any socket is bound.
+    with pytest.raises(ListenError, match=r"refusing to listen on 192\.0\.2\.1 without"):
+        listen_tcp("192.0.2.1", 0, token=None)
     token = "s3cret-token-0123456789"
     with running_service(tmp_path, token=token, tcp=True) as svc:
         assert svc.address.startswith("http://127.0.0.1:")

@@ -3,6 +3,7 @@ failure horizon, steady-window figures, interruptions by cause and ETTR."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -104,3 +105,64 @@ def test_steady_window_leaves_out_the_ramp_up_and_the_drain() -> None:
     assert 0 < summary["goodput_steady"] <= summary["utilization_steady"] * (1 + 1e-9) <= 1
     # The whole run's figures include the drain, when the cluster empties.
     assert summary["utilization_steady"] > summary["utilization"]
+
+
+def test_confidence_interval_over_seeds() -> None:
+    # Student t with 2 degrees of freedom: t(0.975) = 4.3027; sd of 1, 2, 3 is 1.
+    low, high = metrics.confidence_interval([1.0, 2.0, 3.0])
+    assert (low, high) == pytest.approx((2 - 4.3027 / 3**0.5, 2 + 4.3027 / 3**0.5), abs=1e-3)
+    assert metrics.confidence_interval([5.0]) is None
+    assert metrics.confidence_interval([4.0, 4.0, 4.0]) == pytest.approx((4.0, 4.0))
+
+
+def test_report_with_seeds_gives_intervals_and_paired_differences(tmp_path: Path, capsys) -> None:
+    from gpuplace.cli import main
+
+    code = main(
+        [
+            "simulate", "-c", "h100-superpod", "--nodes", "8", "--trace", "llm-mix", "--jobs", "25",
+            "--compare", "greedy,slurm-tree", "--seeds", "3", "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "greedy (mean of 3 seeds)" in printed and " ± " in printed
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert list(report["policies"]) == ["greedy (mean of 3 seeds)", "slurm-tree (mean of 3 seeds)"]
+    assert len(report["runs"]) == 6
+    for summary in report["policies"].values():
+        low, high = summary["ci95"]["jct_mean_s"]
+        assert low <= summary["jct_mean_s"] <= high
+        assert summary["seeds"] == [0, 1, 2]
+    runs = report["runs"]
+    diffs = [
+        runs[f"slurm-tree seed={s}"]["jct_mean_s"] - runs[f"greedy seed={s}"]["jct_mean_s"]
+        for s in range(3)
+    ]
+    paired = report["paired_differences"]["slurm-tree - greedy"]["jct_mean_s"]
+    assert paired["mean"] == pytest.approx(sum(diffs) / 3)
+    assert paired["ci95"] == pytest.approx(list(metrics.confidence_interval(diffs)))
+    page = (tmp_path / "report.html").read_text()
+    for text in ("Paired differences", "slurm-tree (mean of 3 seeds)", "JCT p95", "Steady window"):
+        assert text in page
+    assert page.count("data:image/png;base64,") == 3  # matplotlib is a test dependency
+
+
+def test_a_job_that_only_the_spares_keep_out_is_told_why_at_once() -> None:
+    topology = Topology.preset("h100-superpod", nodes=4)  # 32 GPUs, one leaf
+    workload = Workload(
+        "w",
+        (
+            SimJob("fits", 0.0, 16, 100.0),
+            SimJob("whole", 1.0, 32, 100.0),  # all 32 GPUs: 8 are held back as spares
+        ),
+    )
+    result = simulate(topology, workload, SimConfig(spares_per_leaf=8))
+    records = {r.job.name: r for r in result.records}
+    assert records["fits"].finish is not None
+    assert records["whole"].first_start is None
+    assert records["whole"].reason == (
+        "needs 32 GPUs, the cluster has 32 of which 8 are reserved as spares"
+    )
+    # Without spares it runs.
+    assert all(r.finish is not None for r in simulate(topology, workload).records)

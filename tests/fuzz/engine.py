@@ -5,13 +5,14 @@ samples in tests/data (and the examples); an input is a seed mutated by byte fli
 two seeds, huge numbers, deep nesting, long runs of one character, invalid UTF-8, repeated
 lines, widened ranges and truncation. Every input runs in a worker subprocess whose address
 space is limited (RLIMIT_AS: what the imports use plus ``--memory-mb``, 256 MB by default) and
-which must answer within ``--timeout`` seconds (1 s, plus 30 µs per byte of input): a hang
-or a blow-up is caught and
-reported instead of stalling or killing the caller. A finding is
+which must answer within ``--timeout`` seconds of CPU time (1 s, plus 30 µs per byte of input;
+CPU time, so that a loaded machine scheduling the worker late does not count as a hang, with a
+wall-clock stop at ten times the budget): a hang or a blow-up is caught and reported instead of
+stalling or killing the caller. A finding is
 
 * an escape: any exception that is not a gpuplace error (GpuplaceError), or a gpuplace error
   that only the readers' safety net produced ("unexpected parse failure");
-* a hang: no answer within the time budget (the worker is killed and restarted);
+* a hang: no answer within the CPU-time budget (the worker is killed and restarted);
 * a blow-up: MemoryError under the memory budget, or the worker dying.
 
 Long runs, from the repository root::
@@ -48,6 +49,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 EXAMPLES = ROOT / "examples"
+
+#: A hang is judged on the worker's CPU time; its wall time may run to this many times the
+#: budget before it is stopped all the same (a loaded machine schedules it late).
+WALL_FACTOR = 10.0
 
 #: Default budgets of one input: ``TIMEOUT_S`` plus ``SECONDS_PER_BYTE`` for each byte (the
 #: pure-Python YAML parser reads about 130 kB/s, slower on a loaded machine; a superlinear
@@ -487,11 +492,34 @@ class Worker:
         limit = (hello["vm_kb"] << 10) + (self.memory_mb << 20)
         resource.prlimit(self.proc.pid, resource.RLIMIT_AS, (limit, limit))
 
-    def _answer(self, timeout: float) -> dict[str, Any] | None:
+    def _cpu_s(self) -> float:
+        """CPU seconds the worker has used (user + system, from /proc; 0 where unreadable)."""
+        assert self.proc is not None
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _answer(self, timeout: float, *, cpu_budget: bool = False) -> dict[str, Any] | None:
+        """The worker's next answer, or None after ``timeout`` seconds. With ``cpu_budget``, the
+        budget is the worker's CPU time, so a shared, loaded machine does not turn a slow
+        schedule into a hang; wall time then stops it at :data:`WALL_FACTOR` times the budget."""
         assert self.proc is not None and self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            return None
+        start_cpu, deadline = (
+            self._cpu_s(),
+            time.monotonic() + timeout * (WALL_FACTOR if cpu_budget else 1),
+        )
+        wait = timeout
+        while True:
+            ready, _, _ = select.select([self.proc.stdout], [], [], wait)
+            if ready:
+                break
+            left = deadline - time.monotonic()
+            used = self._cpu_s() - start_cpu
+            if left <= 0 or not cpu_budget or used >= timeout or self.proc.poll() is not None:
+                return None
+            wait = min(left, max(0.05, timeout - used))
         line = self.proc.stdout.readline()
         if not line:
             return None
@@ -510,11 +538,13 @@ class Worker:
             self.stop()
             return "blowup", "the worker died"
         budget = timeout + SECONDS_PER_BYTE * len(data)
-        answer = self._answer(budget)
+        answer = self._answer(budget, cpu_budget=True)
         if answer is None:
             died = self.proc.poll() is not None
             self.stop()
-            return ("blowup", "the worker died") if died else ("hang", f"over {budget:.1f} s")
+            return (
+                ("blowup", "the worker died") if died else ("hang", f"over {budget:.1f} s of CPU")
+            )
         self.peak_rss_kb = max(self.peak_rss_kb, int(answer["rss_kb"]))
         return answer["outcome"], answer["detail"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,21 @@ def test_reader_under_the_fuzzer(target):
         f"{outcome}: {detail.strip()[-600:]}" for outcome, detail, _ in report.findings[:3]
     )
     assert report.clean, f"{report.line()}\n{findings}"
+
+
+def test_the_fuzzer_judges_hangs_on_cpu_time():
+    """A reader that spins is a hang; one that waits (a worker scheduled late on a loaded
+    machine looks the same from outside) is not, until ten times the budget in wall time."""
+    worker = engine.Worker(engine.MEMORY_MB)
+    try:
+        spin = engine.Target("spin", ".txt", (), "exec('while True: pass')")
+        outcome, detail = worker.run(spin, b"x", timeout=0.3)
+        assert outcome == "hang" and "of CPU" in detail
+        wait = engine.Target("wait", ".txt", (), "__import__('time').sleep(1.0)")
+        assert worker.run(wait, b"x", timeout=0.3)[0] == "ok"
+        stuck = engine.Target("stuck", ".txt", (), "__import__('time').sleep(30)")
+        start = time.monotonic()
+        assert worker.run(stuck, b"x", timeout=0.3)[0] == "hang"
+        assert time.monotonic() - start < 10  # stopped at ten times the budget, not 30 s
+    finally:
+        worker.stop()

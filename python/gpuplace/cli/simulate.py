@@ -26,9 +26,9 @@ from gpuplace.sim.clusters import CLUSTERS
 from gpuplace.sim.engine import POLICIES, RESPONSES, SimConfig, SimResult, simulate
 from gpuplace.sim.failures import load_failures
 from gpuplace.sim.sweep import Task, run_on_ray
-from gpuplace.sim.traces import Workload, llm_mix, trace, with_estimates
+from gpuplace.sim.traces import LLM_MOE_SHARE, Workload, llm_mix, trace, with_estimates
 
-__all__ = ["print_summaries", "simulate_cmd", "write_outputs", "write_pngs"]
+__all__ = ["print_summaries", "simulate_cmd", "write_outputs", "write_pngs", "write_report"]
 
 
 def _cluster(
@@ -66,9 +66,11 @@ def _what_if_cluster(spec: str, nodes: int | None, racks: int | None, like_gpus:
     return Topology.preset(spec, **given)
 
 
-def _workload(spec: str, cluster_gpus: int, jobs: int, seed: int, min_duration: float) -> Workload:
+def _workload(
+    spec: str, cluster_gpus: int, jobs: int, seed: int, min_duration: float, moe_share: float
+) -> Workload:
     if spec == "llm-mix":
-        return llm_mix(jobs, cluster_gpus=cluster_gpus, seed=seed)
+        return llm_mix(jobs, cluster_gpus=cluster_gpus, seed=seed, moe_share=moe_share)
     kwargs = {"min_duration_s": min_duration} if spec == "philly" else {}
     return trace(spec, **kwargs)
 
@@ -106,8 +108,11 @@ _ROWS = (
     ("degraded_slowdown_mean", "degraded-hardware slowdown mean", "x"),
     ("jct_mean_s", "JCT mean", "h"),
     ("jct_p50_s", "JCT p50", "h"),
+    ("jct_p95_s", "JCT p95", "h"),
     ("jct_p99_s", "JCT p99", "h"),
     ("queue_mean_s", "queueing mean", "h"),
+    ("queue_p50_s", "queueing p50", "h"),
+    ("queue_p95_s", "queueing p95", "h"),
     ("largest_tp8_mean", "largest tp-8 job (mean GPUs)", "n"),
     ("fgd_unallocated_mean", "FGD unallocated (mean GPUs)", "n"),
     ("gpu_hours_lost", "GPU-hours lost", "gpuh"),
@@ -115,6 +120,17 @@ _ROWS = (
     ("failure_horizon_s", "failures drawn up to", "h"),
     ("elapsed_s", "simulation wall time", "s"),
 )
+
+
+def _cell(summary: dict[str, Any], key: str, kind: str) -> str:
+    """A metric, with its 95 % confidence interval over seeds as ``± half-width`` when the
+    summary is a mean over seeds (:func:`aggregate`)."""
+    text = _fmt(summary[key], kind)
+    interval = summary.get("ci95", {}).get(key)
+    if interval is None or summary[key] is None:
+        return text
+    half = (interval[1] - interval[0]) / 2
+    return text if half == 0 else f"{text} ± {_fmt(half, kind)}"
 
 
 def print_summaries(summaries: dict[str, dict[str, Any]], console: Console) -> None:
@@ -125,7 +141,7 @@ def print_summaries(summaries: dict[str, dict[str, Any]], console: Console) -> N
     for label in summaries:
         table.add_column(label, justify="right")
     for key, name, kind in _ROWS:
-        table.add_row(name, *(_fmt(s[key], kind) for s in summaries.values()))
+        table.add_row(name, *(_cell(s, key, kind) for s in summaries.values()))
     causes = sorted({c for s in summaries.values() for c in s["gpu_hours_lost_by_cause"]})
     for cause in causes:
         table.add_row(
@@ -263,6 +279,132 @@ def write_pngs(
     return written
 
 
+def write_report(
+    out: Path,
+    summaries: dict[str, dict[str, Any]],
+    runs: dict[str, dict[str, Any]],
+    plots: list[Path],
+) -> list[Path]:
+    """``report.html``, the page an operator reads (one column per policy: the tables of the
+    terminal with 95 % confidence intervals over seeds, GPU-hours lost and interruptions by
+    cause, fabric bytes per level, the plots embedded), and ``report.json`` with the same
+    summaries (``ci95`` per metric when there are seeds) and every run's own summary."""
+    import base64
+    import html
+
+    first = next(iter(summaries.values()))
+    labels = list(summaries)
+
+    def table(
+        title: str, rows: list[tuple[str, list[str]]], columns: list[str] | None = None
+    ) -> str:
+        head = "".join(f"<th>{html.escape(label)}</th>" for label in columns or labels)
+        body = "".join(
+            f"<tr><th>{html.escape(name)}</th>"
+            + "".join(f"<td>{html.escape(cell)}</td>" for cell in cells)
+            + "</tr>"
+            for name, cells in rows
+        )
+        return f"<h2>{html.escape(title)}</h2><table><tr><th></th>{head}</tr>{body}</table>"
+
+    def keyed(key: str, kind: str) -> list[tuple[str, list[str]]]:
+        names = list(dict.fromkeys(k for s in summaries.values() for k in s[key]))
+        rows = [(n, [_fmt(s[key].get(n, 0), kind) for s in summaries.values()]) for n in names]
+        return rows or [("none", ["-" for _ in labels])]
+
+    seeds = first.get("seeds")
+    sections = [
+        table(
+            "Summary"
+            + (f" (mean ± 95 % confidence interval over {len(seeds)} seeds)" if seeds else ""),
+            [
+                (name, [_cell(s, key, kind) for s in summaries.values()])
+                for key, name, kind in _ROWS
+            ],
+        ),
+        table("GPU-hours lost by cause", keyed("gpu_hours_lost_by_cause", "gpuh")),
+        table("Interruptions by cause", keyed("interruptions_by_cause", "n")),
+        table(
+            "Bytes per fabric level (PB)",
+            [
+                (
+                    level,
+                    [
+                        f"{s['fabric_bytes_by_level'].get(level, 0.0) / 1e15:,.3f}"
+                        for s in summaries.values()
+                    ],
+                )
+                for level in dict.fromkeys(
+                    lv for s in summaries.values() for lv in s["fabric_bytes_by_level"]
+                )
+            ],
+        ),
+        table(
+            "By job size (GPUs): JCT mean / p95 and mean queueing (h)",
+            [
+                (
+                    size,
+                    [
+                        "-"
+                        if size not in s["by_size"]
+                        else f"{s['by_size'][size]['jct_s']['mean'] / 3600:,.2f} / "
+                        f"{s['by_size'][size]['jct_s']['p95'] / 3600:,.2f} "
+                        f"({s['by_size'][size]['queue_s']['mean'] / 3600:,.2f})"
+                        for s in summaries.values()
+                    ],
+                )
+                for size in dict.fromkeys(c for s in summaries.values() for c in s["by_size"])
+            ],
+        ),
+    ]
+    paired = paired_differences(runs)
+    if paired:
+        sections.insert(1, _paired_table(paired, table))
+    window = first["steady_window_s"]
+    notes = [
+        f"Workload {first['workload']} ({round(first['jobs']):,} jobs) on {first['cluster']} "
+        f"({first['gpus']:,} GPUs).",
+        f"Steady window: the middle 80 % of the arrivals, {window[0] / 3600:,.1f} h to "
+        f"{window[1] / 3600:,.1f} h; the whole-run figures include ramp-up and drain.",
+        "Failures: "
+        + (
+            "none drawn."
+            if first["failure_horizon_s"] is None
+            else f"{first['failures']}, drawn up to {first['failure_horizon_s'] / 3600:,.1f} h"
+            + ("" if first["failures_cover_run"] else " (before the run ended)")
+            + f", response {first['response']}."
+        ),
+    ]
+    images = (
+        "".join(
+            f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
+            f'{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{html.escape(p.stem)}'
+            "</figcaption></figure>"
+            for p in plots
+        )
+        or "<p>No plots: they need matplotlib (pip install 'gpuplace[plot]').</p>"
+    )
+    page = (
+        '<!DOCTYPE html><html><head><meta charset="utf-8">'
+        f"<title>gpuplace simulate: {html.escape(first['workload'])}</title><style>"
+        "body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
+        "table{border-collapse:collapse;margin-bottom:1.5em}"
+        "th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}"
+        "th:first-child{text-align:left}img{max-width:100%}</style></head><body>"
+        f"<h1>{html.escape(first['workload'])} on {html.escape(first['cluster'])}</h1>"
+        + "".join(f"<p>{html.escape(n)}</p>" for n in notes)
+        + "".join(sections)
+        + "<h2>Plots</h2>"
+        + images
+        + "</body></html>\n"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomically(out / "report.html", page)
+    document = {"policies": summaries, "paired_differences": paired, "runs": runs}
+    write_atomically(out / "report.json", json.dumps(document, indent=2) + "\n")
+    return [out / "report.html", out / "report.json"]
+
+
 def _solvers(policy: str, compare: str | None) -> list[str]:
     names = [s.strip() for s in (compare or policy).split(",") if s.strip()]
     if not names:
@@ -287,6 +429,13 @@ def _solvers(policy: str, compare: str | None) -> list[str]:
     help="philly, openb, llm-mix (synthetic, --jobs of them) or a workload file (CSV/YAML).",
 )
 @click.option("--jobs", type=int, default=2000, show_default=True, help="Jobs of the llm-mix.")
+@click.option(
+    "--moe-share",
+    type=click.FloatRange(0.0, 1.0),
+    default=LLM_MOE_SHARE,
+    show_default=True,
+    help="llm-mix: share of the jobs that train a mixture of experts (ep, all-to-all).",
+)
 @click.option("--limit", type=int, default=None, help="Replay only the first N jobs.")
 @click.option(
     "--min-duration",
@@ -397,6 +546,7 @@ def simulate_cmd(
     racks: int | None,
     trace_spec: str,
     jobs: int,
+    moe_share: float,
     limit: int | None,
     min_duration: float,
     policy: str,
@@ -448,6 +598,7 @@ def simulate_cmd(
                 jobs,
                 run_seed,
                 min_duration,
+                moe_share,
                 limit,
                 estimate_factor,
             )
@@ -509,18 +660,93 @@ def simulate_cmd(
                     reference=topologies[0],
                 )
                 summaries[task.label] = metrics.summary(results[task.label])
+    shown = aggregate(summaries) if seeds > 1 else summaries
+    pngs = write_pngs(Path(out or "."), results, summaries) if png else []
+    report: list[Path] = []
     if out is not None:
         write_outputs(Path(out), results, summaries)
-    pngs = write_pngs(Path(out or "."), results, summaries) if png else []
+        report = write_report(
+            Path(out), shown, summaries, pngs or _quiet_pngs(Path(out), results, summaries)
+        )
     if fmt == "json":
         emit(summaries)
         return
     console = Console(highlight=False, soft_wrap=True)
-    print_summaries(aggregate(summaries) if seeds > 1 else summaries, console)
+    print_summaries(shown, console)
     if out is not None:
         console.print(f"wrote summary.json, jobs-*.csv/json and bins-*.csv/json to {out}")
-    for path in pngs:
+    for path in pngs + report:
         console.print(f"wrote {path}")
+
+
+#: Metrics whose paired differences the report gives (seeds share their workload and failures,
+#: so a policy's difference from the first is measured run by run).
+_PAIRED = (
+    "jct_mean_s",
+    "jct_p95_s",
+    "queue_mean_s",
+    "utilization_steady",
+    "goodput_steady",
+    "ettr",
+)
+
+
+def paired_differences(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each policy minus the first, seed by seed, for the metrics of :data:`_PAIRED`: per
+    policy and metric the mean difference and its 95 % confidence interval (a paired t
+    interval: the runs of one seed share the workload and failures, so it is far tighter than
+    the intervals of the two means). Empty with one policy or one seed."""
+    by_seed: dict[str, dict[int, dict[str, Any]]] = {}
+    for label, summary in runs.items():
+        by_seed.setdefault(label.split(" seed=")[0], {})[summary["seed"]] = summary
+    bases = list(by_seed)
+    out: dict[str, dict[str, Any]] = {}
+    if len(bases) < 2:
+        return out
+    first = by_seed[bases[0]]
+    for base in bases[1:]:
+        other, rows = by_seed[base], {}
+        for key in _PAIRED:
+            diffs = [
+                other[seed][key] - first[seed][key]
+                for seed in sorted(first.keys() & other.keys())
+                if other[seed][key] is not None and first[seed][key] is not None
+            ]
+            interval = metrics.confidence_interval(diffs)
+            if interval is not None:
+                rows[key] = {"mean": sum(diffs) / len(diffs), "ci95": list(interval)}
+        out[f"{base} - {bases[0]}"] = rows
+    return out
+
+
+def _paired_table(paired: dict[str, dict[str, Any]], table: Callable[..., str]) -> str:
+    kinds = {key: kind for key, _, kind in _ROWS}
+    names = {key: name for key, name, _ in _ROWS}
+    rows = []
+    for key in _PAIRED:
+        cells = []
+        for diffs in paired.values():
+            if key not in diffs:
+                cells.append("-")
+                continue
+            mean, (low, high) = diffs[key]["mean"], diffs[key]["ci95"]
+            half, sign = (high - low) / 2, "+" if mean >= 0 else "-"
+            if kinds[key] == "pct":  # a difference of shares is in percentage points
+                cells.append(f"{sign}{100 * abs(mean):.2f} ± {100 * half:.2f} points")
+            else:
+                cells.append(f"{sign}{_fmt(abs(mean), kinds[key])} ± {_fmt(half, kinds[key])}")
+        rows.append((names[key], cells))
+    return table("Paired differences, seed by seed (mean ± 95 % interval)", rows, list(paired))
+
+
+def _quiet_pngs(
+    out: Path, results: dict[str, SimResult], summaries: dict[str, dict[str, Any]]
+) -> list[Path]:
+    """The plots for the report when matplotlib is installed (none, and no error, without)."""
+    try:
+        return write_pngs(out, results, summaries)
+    except InvalidJob:
+        return []
 
 
 def _advance(bar: Progress, row: TaskID, fraction: float) -> None:
@@ -535,10 +761,15 @@ def aggregate(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]
     out = {}
     for base, members in groups.items():
         merged = dict(members[0])
+        merged["seeds"] = [m["seed"] for m in members]
+        merged["ci95"] = {}
         for key, _, _ in _ROWS:
             values = [m[key] for m in members if m[key] is not None]
             merged[key] = sum(values) / len(values) if values else None
-        for key in ("gpu_hours_lost_by_cause", "fabric_bytes_by_level"):
+            interval = metrics.confidence_interval(values) if key != "elapsed_s" else None
+            if interval is not None:
+                merged["ci95"][key] = list(interval)
+        for key in ("gpu_hours_lost_by_cause", "fabric_bytes_by_level", "interruptions_by_cause"):
             names = list(dict.fromkeys(k for m in members for k in m[key]))
             merged[key] = {
                 k: sum(m[key].get(k, 0.0) for m in members) / len(members) for k in names
@@ -575,13 +806,14 @@ def _workload_builder(
     jobs: int,
     seed: int,
     min_duration: float,
+    moe_share: float,
     limit: int | None,
     estimate_factor: float,
 ) -> Callable[[], Workload]:
     """The workload of a run; the same on both clusters of a what-if (sized for the first)."""
 
     def build() -> Workload:
-        workload = _workload(spec, cluster_gpus, jobs, seed, min_duration)
+        workload = _workload(spec, cluster_gpus, jobs, seed, min_duration, moe_share)
         if limit is not None:
             workload = workload.head(limit)
         return with_estimates(workload, estimate_factor)

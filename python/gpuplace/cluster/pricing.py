@@ -57,8 +57,10 @@ def pricing_view(state: ClusterState) -> PricingView:
 
 def collective_terms(kind: str, n: int, size_bytes: float) -> tuple[float, float]:
     """(latency steps, bytes each rank sends) of one call of a collective of ``kind`` over
-    ``n`` ranks moving ``size_bytes`` per rank. A point-to-point or all-to-all call costs
-    ``steps * latency(span) + bytes / bandwidth(slowest pair)``, as in the core's cost model;
+    ``n`` ranks moving ``size_bytes`` per rank. A point-to-point call, or an all-to-all inside one
+    NVLink domain, costs ``steps * latency(span) + bytes / bandwidth(slowest pair)``, as in the
+    core's cost model (an all-to-all across domains is priced there per domain: its fabric bytes
+    over its NIC shares plus its NVLink rounds, ``nccl::alltoall_bytes_seconds``);
     ring collectives are priced there in NCCL's ring order, with NIC shares on fabric hops and,
     for all-reduce, the fastest of NCCL's algorithms (``rust/core/src/nccl.rs``)."""
     return _core.collective_terms(_core.CollectiveKind.from_label(kind), int(n), float(size_bytes))

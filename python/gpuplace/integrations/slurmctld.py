@@ -9,7 +9,8 @@ timeout, so a controller that is down is reported in seconds ("slurmctld did not
 
 :func:`eligible` is what gpuplace honours when placing a Slurm job: the partition (its nodes,
 state, ``MaxTime``, ``AllowQos``/``DenyQos``), ``-C`` feature constraints, reservations (a job
-in a reservation gets its nodes only; any other job avoids the nodes of every reservation that
+in a reservation gets its nodes only, whatever its time limit: Slurm ends it at the
+reservation's end plus ``ResvOverRun``; any other job avoids the nodes of every reservation that
 is active, or starts before the job's time limit would end) and the time limit itself
 (``-t``, else the partition's ``DefaultTime``, else its ``MaxTime``). Every node left out
 carries the reason, so an error can name the node and say why.
@@ -593,11 +594,9 @@ def eligible(
             raise SlurmError(
                 f"reservation {res.name} starts at {res.start:%Y-%m-%dT%H:%M}, not now"
             )
-        if res.end < end and "FLEX" not in [f.upper() for f in res.flags]:
-            raise SlurmError(
-                f"reservation {res.name} ends at {res.end:%Y-%m-%dT%H:%M}, before the job's "
-                f"time limit ({'unlimited' if limit is None else f'{limit} min'}) would end"
-            )
+        # A time limit past the reservation's end does not keep a job out: Slurm starts it and
+        # ends it at the reservation's end plus ResvOverRun (slurm.conf(5)), as a real slurmctld
+        # does in tests/test_slurm_serve.py.
         if res.admits(request.user, request.account) is False:
             raise SlurmError(
                 f"reservation {res.name} does not admit user {request.user} / account "

@@ -23,7 +23,13 @@ micro-batches per step and ``P`` parameters:
   (activations forward, gradients backward; with the scatter/gather optimisation of SC21
   section 4.1).
 * dp, all-reduce of the gradients, ``P * grad_bytes / (tp*pp)`` bytes, once per step (the
-  distributed optimizer's reduce-scatter + all-gather moves the same volume).
+  distributed optimizer's reduce-scatter + all-gather moves the same volume). For a mixture of
+  experts with ``experts`` routed experts of which ``top_k`` are active, the expert weights
+  are split over the ep ranks (each holds ``experts/ep`` of them; Megatron-Core's expert
+  parallelism, DeepSpeed-MoE), so a rank reduces ``(P_dense + P_expert/ep) * grad_bytes /
+  (tp*pp)``, where ``P_expert = (P - P_active) * experts / (experts - top_k)`` and ``P_dense =
+  P - P_expert`` follow from the total and active parameter counts (Mixtral 8x7B: 46.7B total,
+  12.9B active, 8 experts, top-2 gives 45.1B of expert and 1.6B of shared weights).
 """
 
 from __future__ import annotations
@@ -115,6 +121,34 @@ class TransformerModel:
     moe_top_k: int = 2
     #: Parameters active per token (mixture of experts); None: all of ``parameters``.
     active_parameters: float | None = None
+    #: Routed experts per MoE layer; with ``active_parameters``, the expert weights are split
+    #: over the ep ranks in the gradient all-reduce. None: every weight on every ep rank.
+    experts: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.experts is not None:
+            if self.active_parameters is None:
+                raise InvalidJob("model.experts: needs model.active_parameters as well")
+            if self.experts <= self.moe_top_k:
+                raise InvalidJob(
+                    f"model.experts: expected more than moe_top_k ({self.moe_top_k}) experts, "
+                    f"got {self.experts}"
+                )
+        if self.active_parameters is not None and self.active_parameters > self.parameters:
+            raise InvalidJob(
+                f"model.active_parameters: expected at most parameters ({self.parameters:.4g}), "
+                f"got {self.active_parameters:.4g}"
+            )
+
+    @property
+    def expert_parameters(self) -> float:
+        """Parameters in routed experts (0 for a dense model): the inactive ones are
+        ``experts - top_k`` of ``experts`` expert blocks, so the experts hold
+        ``(parameters - active) * experts / (experts - top_k)``."""
+        if self.experts is None or self.active_parameters is None:
+            return 0.0
+        inactive = self.parameters - self.active_parameters
+        return min(self.parameters, inactive * self.experts / (self.experts - self.moe_top_k))
 
     def communication(
         self, tp: int, cp: int, ep: int, dp: int, pp: int
@@ -143,7 +177,9 @@ class TransformerModel:
         if pp > 1:
             out["pp"] = Communication("p2p", activation / tp, 2 * m)
         if dp > 1:
-            out["dp"] = Communication("all-reduce", self.parameters * grad_e / (tp * pp), 1)
+            expert = self.expert_parameters
+            per_rank = (self.parameters - expert) + expert / ep
+            out["dp"] = Communication("all-reduce", per_rank * grad_e / (tp * pp), 1)
         return out
 
 
@@ -561,12 +597,23 @@ def _model(c: Checker, raw: Any) -> TransformerModel:
         "grad_bytes_per_element",
         "moe_top_k",
         "active_parameters",
+        "experts",
     }
     c.keys(m, "model", fields)
     for required in ("parameters", "layers", "hidden_size", "sequence_length"):
         if required not in m:
             raise c.fail(f"model.{required}", "required")
     grad = m.get("grad_bytes_per_element")
+    if m.get("experts") is not None and m.get("active_parameters") is None:
+        raise c.fail("model.experts", "needs model.active_parameters as well")
+    try:
+        return _model_fields(c, m, grad)
+    except InvalidJob as exc:  # the cross-field checks of TransformerModel, named in the file
+        field_name, _, message = str(exc).partition(": ")
+        raise c.fail(field_name, message) from None
+
+
+def _model_fields(c: Checker, m: Mapping[str, Any], grad: Any) -> TransformerModel:
     return TransformerModel(
         parameters=c.number(m["parameters"], "model.parameters", positive=True),
         layers=c.integer(m["layers"], "model.layers", minimum=1),
@@ -586,6 +633,9 @@ def _model(c: Checker, raw: Any) -> TransformerModel:
         active_parameters=None
         if m.get("active_parameters") is None
         else c.number(m["active_parameters"], "model.active_parameters", positive=True),
+        experts=None
+        if m.get("experts") is None
+        else c.integer(m["experts"], "model.experts", minimum=2),
     )
 
 

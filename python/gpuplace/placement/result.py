@@ -66,7 +66,7 @@ class CostReport:
     #: The rest of the core's step report (bubble, per-class exposed time, peak, GPU model).
     step_details: dict[str, Any] = field(default_factory=dict)
     #: The NCCL algorithm priced for each class's slowest collective (ring, tree, nvls,
-    #: pairwise, p2p; ``rust/core/src/nccl.rs``).
+    #: nvls-tree, collnet, pairwise, p2p; ``rust/core/src/nccl.rs``).
     class_algorithms: dict[str, str] = field(default_factory=dict)
     #: Priced in a state whose running jobs load the fabric: the same placement's seconds
     #: with nobody else on it, and the uplinks over capacity on its paths

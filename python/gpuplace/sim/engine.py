@@ -436,8 +436,8 @@ class _Simulator:
         self.reference = reference
         self.empty: dict[int, ClusterState] = {}
         self.typical: dict[int, np.ndarray | None] = {}
-        self.templates: dict[tuple[int, int, int, str], Job] = {}
-        self.profiles: dict[tuple[int, int, int, str], JobProfile] = {}
+        self.templates: dict[tuple[int, int, int, str, int], Job] = {}
+        self.profiles: dict[tuple[int, int, int, str, int], JobProfile] = {}
         self.running: dict[str, _Run] = {}
         self.queue: list[tuple[tuple[Any, ...], str]] = []
         self.events: list[tuple[float, int, int, Any]] = []
@@ -481,9 +481,15 @@ class _Simulator:
         self.node_capacity = np.asarray(topology.domain_sizes(topology.node_level))
         self.host_of_gpu = topology.path[:, topology.node_level]
         self.frag: list[tuple[float, int, float]] = []
-        self.over_capacity = {j.name for j in workload.jobs if j.gpus > topology.num_gpus}
-        if config.spares_per_leaf:
-            self._reserve_spares()
+        spares = self._reserve_spares() if config.spares_per_leaf else 0
+        usable = topology.num_gpus - spares
+        # Jobs that can never start, and why (said at arrival, not "still queued at the end").
+        self.over_capacity = {
+            j.name: f"needs {j.gpus} GPUs, the cluster has {topology.num_gpus}"
+            + (f" of which {spares} are reserved as spares" if spares else "")
+            for j in workload.jobs
+            if j.gpus > usable
+        }
 
     # ------------------------------------------------------------------ internals
     def _push(self, t: float, kind: int, payload: Any) -> None:
@@ -536,7 +542,8 @@ class _Simulator:
             else job.work_s * self.config.estimate_factor
         )
 
-    def _reserve_spares(self) -> None:
+    def _reserve_spares(self) -> int:
+        """Reserve ``spares_per_leaf`` GPUs of every leaf for repairs; how many in all."""
         leaf = min(self.topology.node_level + 1, len(self.names) - 1)
         path = self.topology.path
         gpus = []
@@ -544,6 +551,7 @@ class _Simulator:
             members = np.flatnonzero(path[:, leaf] == domain)
             gpus.extend(members[-self.config.spares_per_leaf :].tolist())
         self.state.reserve_spares(gpus=gpus)
+        return len(gpus)
 
     # ------------------------------------------------------------------ running jobs
     def _set_speed(
@@ -1087,9 +1095,7 @@ class _Simulator:
                 job = jobs[next_job]
                 next_job += 1
                 if job.name in self.over_capacity:
-                    self.records[
-                        job.name
-                    ].reason = f"needs {job.gpus} GPUs, the cluster has {self.topology.num_gpus}"
+                    self.records[job.name].reason = self.over_capacity[job.name]
                     self.arrived = next_job
                     self.ended += 1
                     continue

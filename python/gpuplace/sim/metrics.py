@@ -28,13 +28,21 @@ Definitions (GPU-seconds; the span is the makespan, first arrival to last finish
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from gpuplace.sim.engine import SimResult
 
-__all__ = ["SIZE_CLASSES", "job_rows", "size_class", "summary", "time_bins"]
+__all__ = [
+    "SIZE_CLASSES",
+    "confidence_interval",
+    "job_rows",
+    "size_class",
+    "summary",
+    "time_bins",
+]
 
 #: Size classes of the per-class JCT table: upper bounds in GPUs.
 SIZE_CLASSES = (
@@ -64,17 +72,31 @@ def _integral_between(times: np.ndarray, values: np.ndarray, a: float, b: float)
     return float(np.sum(values * np.diff(edges)))
 
 
-def _stats(seconds: list[float | None]) -> dict[str, float | None]:
+def _stats(seconds: Sequence[float | None]) -> dict[str, float | None]:
     """Mean, median and 99th percentile of the known values (None where none is known)."""
     values = [v for v in seconds if v is not None]
     if not values:
-        return {"mean": None, "p50": None, "p99": None}
+        return {"mean": None, "p50": None, "p95": None, "p99": None}
     arr = np.asarray(values)
     return {
         "mean": float(arr.mean()),
         "p50": float(np.percentile(arr, 50)),
+        "p95": float(np.percentile(arr, 95)),
         "p99": float(np.percentile(arr, 99)),
     }
+
+
+def confidence_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """The Student-t confidence interval of the mean of independent runs (seeds); None for
+    fewer than two runs. Equal values give a zero-width interval."""
+    if len(values) < 2:
+        return None
+    from scipy import stats
+
+    arr = np.asarray(values, dtype=np.float64)
+    mean = float(arr.mean())
+    half = float(stats.t.ppf(0.5 + level / 2, arr.size - 1) * arr.std(ddof=1) / np.sqrt(arr.size))
+    return mean - half, mean + half
 
 
 def _slowdowns(values: list[float | None]) -> dict[str, float | None]:
@@ -114,7 +136,7 @@ def summary(result: SimResult) -> dict[str, Any]:
                 "jct_s": _stats([r.jct_s for r in members]),
                 "queue_s": _stats([r.queue_s for r in members]),
             }
-    jct_stats = _stats(jct)
+    jct_stats, queue_stats = _stats(jct), _stats(queue)
     cfg = result.config
     # The steady window: the middle 80 % of the arrivals (ramp-up and drain left out).
     w0, w1 = result.window
@@ -171,6 +193,9 @@ def summary(result: SimResult) -> dict[str, Any]:
         "workload": result.workload,
         "jobs_unfinished": len(records) - len(finished),
         "jct_p50_s": jct_stats["p50"],
+        "jct_p95_s": jct_stats["p95"],
+        "queue_p50_s": queue_stats["p50"],
+        "queue_p95_s": queue_stats["p95"],
         "jobs_per_s": len(records) / result.elapsed_s if result.elapsed_s > 0 else None,
         "gpu_hours_lost_by_cause": {k: v / 3600.0 for k, v in result.lost_gpu_s.items()},
         "failure_events": result.failures,
@@ -198,6 +223,7 @@ def job_rows(result: SimResult) -> list[dict[str, Any]]:
                 "model": r.job.model,
                 "tp": r.job.tp,
                 "pp": r.job.pp,
+                "ep": r.job.ep,
                 "submit_s": r.job.submit_s,
                 "start_s": r.first_start,
                 "finish_s": r.finish,

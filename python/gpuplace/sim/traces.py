@@ -38,25 +38,37 @@ from gpuplace.model.job import Job, TransformerModel
 from gpuplace.sim.workload import DEFAULT_MODEL
 
 __all__ = [
+    "LLM_MOE_SHARE",
     "MODELS",
     "SimJob",
     "Workload",
     "job_template",
     "llm_mix",
+    "llm_moe_layout",
     "load_workload",
     "openb",
     "philly",
     "trace",
 ]
 
-#: Models a workload may name, Llama-3-like (Llama 3 paper, table 3: layers, model dimension);
-#: 8k-token sequences, micro-batches enough to fill a 16-stage pipeline.
+#: Models a workload may name. Dense ones Llama-3-like (Llama 3 paper, table 3: layers, model
+#: dimension; 8k-token sequences, micro-batches enough to fill a 16-stage pipeline). Mixtures of
+#: experts: Mixtral 8x7B (Jiang et al. 2024: 46.7B parameters, 12.9B active, 32 layers, model
+#: dimension 4096, 8 experts, top-2) and DeepSeek-V3 (DeepSeek-AI 2024, tables 1 and section
+#: 3.2/4.2: 671B parameters, 37B active, 61 layers, model dimension 7168, 256 routed experts,
+#: top-8, 4k-token pre-training sequences); every layer is counted as an MoE layer.
 MODELS: dict[str, TransformerModel | None] = {
     "none": None,
     "llama2-13b": DEFAULT_MODEL,
     "llama3-8b": TransformerModel(8e9, 32, 4096, 8192, 1, 4),
     "llama3-70b": TransformerModel(70e9, 80, 8192, 8192, 1, 8),
     "llama3-405b": TransformerModel(405e9, 126, 16384, 8192, 1, 16),
+    "mixtral-8x7b": TransformerModel(
+        46.7e9, 32, 4096, 4096, 1, 8, moe_top_k=2, active_parameters=12.9e9, experts=8
+    ),
+    "deepseek-v3": TransformerModel(
+        671e9, 61, 7168, 4096, 1, 16, moe_top_k=8, active_parameters=37e9, experts=256
+    ),
 }
 
 
@@ -65,7 +77,8 @@ class SimJob:
     """One submission. ``work_s``: runtime (s) at the job's reference step time;
     ``estimate_s``: the runtime the user declared (backfill), None to use ``work_s`` times the
     simulator's estimate factor; ``priority``: a class, higher first under the priority
-    policy; ``tp``/``pp``: layout (dp = gpus / (tp * pp)); ``model``: a key of :data:`MODELS`;
+    policy; ``tp``/``pp``/``ep``: layout (dp = gpus / (tp * pp * ep)); ``ep`` > 1 (expert
+    parallelism, all-to-all) needs a mixture-of-experts model; ``model``: a key of :data:`MODELS`;
     ``exclusive``: whole nodes under Slurm; ``pod``: one Kubernetes pod, on one host."""
 
     name: str
@@ -77,6 +90,7 @@ class SimJob:
     tp: int = 1
     pp: int = 1
     model: str = "llama2-13b"
+    ep: int = 1
     #: The job asked for whole nodes (Slurm ``--exclusive``): ``slurm-tree`` then gives it idle
     #: nodes only; other policies place it as any job.
     exclusive: bool = False
@@ -85,8 +99,8 @@ class SimJob:
     pod: bool = False
 
     @property
-    def shape(self) -> tuple[int, int, int, str]:
-        return (self.gpus, self.tp, self.pp, self.model)
+    def shape(self) -> tuple[int, int, int, str, int]:
+        return (self.gpus, self.tp, self.pp, self.model, self.ep)
 
 
 @dataclass(frozen=True)
@@ -118,12 +132,13 @@ def trace_layout(gpus: int) -> tuple[int, int]:
 
 def job_template(job: SimJob) -> Job:
     """The :class:`gpuplace.Job` a simulated job runs as (one per shape, shared)."""
-    gpus, tp, pp, model_name = job.shape
+    gpus, tp, pp, model_name, ep = job.shape
     return Job(
-        name=f"{model_name}-{gpus}g-tp{tp}-pp{pp}",
+        name=f"{model_name}-{gpus}g-tp{tp}-pp{pp}" + (f"-ep{ep}" if ep > 1 else ""),
         tp=tp,
         pp=pp,
-        dp=gpus // (tp * pp),
+        ep=ep,
+        dp=gpus // (tp * pp * ep),
         model=MODELS[model_name],
     )
 
@@ -257,6 +272,7 @@ COLUMNS = (
     "priority",
     "tp",
     "pp",
+    "ep",
     "model",
     "exclusive",
 )
@@ -304,13 +320,27 @@ def _job_from_fields(fields: dict[str, Any], where: str) -> SimJob:
         )
     name = text("name", need("name"))
     gpus = number("gpus", need("gpus"), minimum=1, integer=True)
-    tp = number("tp", fields.get("tp") or trace_layout(gpus)[0], minimum=1, integer=True)
     pp = number("pp", fields.get("pp") or 1, minimum=1, integer=True)
-    if gpus % (tp * pp):
-        raise InvalidJob(f"{where}: gpus: {gpus} is not a multiple of tp * pp = {tp * pp}")
+    ep = number("ep", fields.get("ep") or 1, minimum=1, integer=True)
+    # No tp given: the largest of 8, 4, 2, 1 that the other degrees leave room for.
+    fit = next((t for t in (8, 4, 2, 1) if gpus % (t * pp * ep) == 0), 1)
+    tp = number("tp", fields.get("tp") or fit, minimum=1, integer=True)
+    if gpus % (tp * pp * ep):
+        raise InvalidJob(
+            f"{where}: gpus: {gpus} is not a multiple of tp * pp * ep = {tp * pp * ep}"
+        )
     model = text("model", fields.get("model") or "llama2-13b")
     if model not in MODELS:
         raise InvalidJob(f"{where}: model: expected one of {', '.join(MODELS)}, got {model!r}")
+    experts = getattr(MODELS[model], "experts", None)
+    if ep > 1 and experts is None:
+        raise InvalidJob(
+            f"{where}: ep: expert parallelism needs a mixture-of-experts model "
+            f"({', '.join(k for k, m in MODELS.items() if m is not None and m.experts)}), "
+            f"got {model!r}"
+        )
+    if experts is not None and ep > experts:
+        raise InvalidJob(f"{where}: ep: {ep} is over {model}'s {experts} experts")
     estimate = fields.get("estimate_s")
     exclusive = fields.get("exclusive")
     flag = str(exclusive).strip().lower() if exclusive is not None else ""
@@ -325,6 +355,7 @@ def _job_from_fields(fields: dict[str, Any], where: str) -> SimJob:
         priority=number("priority", fields.get("priority") or 0, minimum=-1_000_000, integer=True),
         tp=tp,
         pp=pp,
+        ep=ep,
         model=model,
         exclusive=flag in _TRUE,
     )
@@ -364,10 +395,11 @@ def load_workload(path: str | Path) -> Workload:
             if not any(fields.values()):
                 continue
             jobs.append(_job_from_fields(fields, f"{p} line {line}"))
-    names = [j.name for j in jobs]
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise InvalidJob(f"{p}: job name {dup!r} appears twice")
+    seen: set[str] = set()
+    for job in jobs:  # linear: a list.count per name was quadratic in a long file
+        if job.name in seen:
+            raise InvalidJob(f"{p}: job name {job.name!r} appears twice")
+        seen.add(job.name)
     if not jobs:
         raise InvalidJob(f"{p}: no jobs")
     return _sorted(p.stem, jobs)
@@ -394,6 +426,24 @@ def llm_layout(gpus: int) -> tuple[str, int, int]:
     return "llama3-405b", 8, 16
 
 
+#: Share of the LLM mix's jobs that train a mixture of experts (a modelling choice, not a
+#: measured figure: no public trace labels its jobs dense or MoE).
+LLM_MOE_SHARE = 0.25
+
+
+def llm_moe_layout(gpus: int) -> tuple[str, int, int, int]:
+    """(model, tp, pp, ep) of a mixture-of-experts job as people run them: Mixtral 8x7B with
+    ep 8 (and pp 4 from 32 GPUs: Megatron-Core's MoE README gives TP1 EP8 PP4 for it) up to
+    256 GPUs; DeepSeek-V3 above, with pp 16 and ep 64 (its paper, section 3.2: 16-way pipeline,
+    64-way expert parallelism over 8 nodes, ZeRO-1 data parallelism), ep smaller below 1,024
+    GPUs."""
+    if gpus <= 16:
+        return "mixtral-8x7b", 1, 1, min(8, gpus)
+    if gpus <= 256:
+        return "mixtral-8x7b", 1, 4, 8
+    return "deepseek-v3", 1, 16, min(64, gpus // 16)
+
+
 def _philly_multi_gpu_durations() -> np.ndarray:
     text = _package_text("pollux_philly.csv.gz")
     durations = [
@@ -411,6 +461,7 @@ def llm_mix(
     load: float = 0.9,
     seed: int = 0,
     max_gpus: int | None = None,
+    moe_share: float = LLM_MOE_SHARE,
 ) -> Workload:
     """``count`` synthetic LLM training jobs for a cluster of ``cluster_gpus`` GPUs. Sizes are
     drawn from :data:`LLM_SIZES` (up to ``max_gpus``, default half the cluster: a job needing
@@ -418,9 +469,13 @@ def llm_mix(
     of a 24,576-GPU cluster) with weights
     n^-:data:`LLM_SIZE_EXPONENT`; layouts from :func:`llm_layout`; durations resampled from the
     Philly trace's jobs of 8 GPUs or more lasting 60 s or more; arrivals Poisson with the rate
-    that offers ``load`` times the cluster's GPU-time. Deterministic for a seed."""
+    that offers ``load`` times the cluster's GPU-time. A ``moe_share`` of the jobs train a
+    mixture of experts instead (:func:`llm_moe_layout`: expert parallelism, all-to-all every
+    layer). Deterministic for a seed."""
     if count < 1 or cluster_gpus < 8:
         raise InvalidJob("llm_mix: needs count >= 1 and a cluster of at least 8 GPUs")
+    if not 0.0 <= moe_share <= 1.0:
+        raise InvalidJob(f"llm_mix: moe_share: expected a share in [0, 1], got {moe_share!r}")
     cap = min(max_gpus or cluster_gpus // 2, cluster_gpus)
     sizes = np.array([s for s in LLM_SIZES if s <= cap], dtype=np.int64)
     weights = sizes.astype(float) ** -LLM_SIZE_EXPONENT
@@ -431,9 +486,14 @@ def llm_mix(
     rate = count / (offered / (load * cluster_gpus))  # arrivals per second
     submits = np.cumsum(rng.exponential(1.0 / rate, size=count))
     submits -= submits[0]
+    # Drawn last, so the sizes, durations and arrivals do not depend on the share.
+    moe = rng.random(count) < moe_share
     jobs = []
     for i in range(count):
-        model, tp, pp = llm_layout(int(drawn[i]))
+        if moe[i]:
+            model, tp, pp, ep = llm_moe_layout(int(drawn[i]))
+        else:
+            (model, tp, pp), ep = llm_layout(int(drawn[i])), 1
         jobs.append(
             SimJob(
                 f"llm-{i:05d}",
@@ -443,6 +503,7 @@ def llm_mix(
                 tp=tp,
                 pp=pp,
                 model=model,
+                ep=ep,
             )
         )
     return _sorted("llm-mix", jobs)

@@ -16,8 +16,10 @@
 //! as NCCL builds it; its bandwidth `B` is that of its slowest hop (a hop out of the NVLink
 //! domain counting one NIC share per GPU of the group on its smaller side), its latency that of
 //! the highest level it spans. An all-reduce takes the fastest of ring, tree and NVLS, as
-//! NCCL's tuner does ([`crate::nccl`] gives the algorithms and their sources). An all-to-all
-//! is limited by its slowest pair. Time = count · (steps · latency + bytes / B).
+//! NCCL's tuner does ([`crate::nccl`] gives the algorithms and their sources), NVLS-tree
+//! included. An all-to-all inside one NVLink domain is limited by its slowest pair; across
+//! domains each domain's fabric bytes go over its NIC shares and its NVLink rounds follow
+//! ([`crate::nccl::alltoall_bytes_seconds`]). Time = count · (steps · latency + bytes / B).
 //!
 //! Collectives of one class (e.g. the tp all-reduces of every tp group) run concurrently: a
 //! class costs its slowest member. Classes run one after another (no overlap of communication
@@ -238,7 +240,6 @@ fn priced(
     }
     let (_, per_rank) = ring_terms(kind, n, bytes);
     let mut span = 0usize;
-    let mut slowest = f64::INFINITY;
     if kind == CollectiveKind::AllToAll {
         members.sort_unstable();
         // Every ordered pair exchanges S/n bytes.
@@ -251,12 +252,19 @@ fn priced(
                     acc[l] += 2.0 * pair_bytes;
                 }
                 span = span.max(l);
-                slowest = slowest.min(health.bandwidth(topo, a, b, l));
             }
         }
-        slowest *=
-            crate::fabric::collective_share(topo, health.fabric, health.class_load, kind, members);
-        let t = call_seconds(kind, n, bytes, levels[span].latency_us, slowest);
+        // Contention and hash collisions slow the bytes that cross the fabric only.
+        let share = if span > topo.nvlink_level() {
+            crate::fabric::collective_share(topo, health.fabric, health.class_load, kind, members)
+        } else {
+            1.0
+        };
+        let (steps, _) = ring_terms(kind, n, bytes);
+        let t = steps * levels[span].latency_us * 1e-6
+            + nccl::alltoall_bytes_seconds(topo, members, bytes, share, |a, b, l| {
+                health.bandwidth(topo, a, b, l)
+            });
         return (t, Algorithm::Pairwise);
     }
     nccl::ring_order(topo, members);
@@ -312,6 +320,29 @@ fn priced(
         if t < best.0 {
             best = (t, Algorithm::Tree);
         }
+        // NVLS-tree: NVLS inside each NVLink domain whose switches have it (every domain
+        // holding at least two of the group's GPUs), NCCL's tree between the domains.
+        let k_min = runs.iter().copied().min().unwrap_or(0);
+        let nvls = members
+            .iter()
+            .map(|&g| topo.nvls_gbps(g as usize))
+            .fold(f64::INFINITY, f64::min);
+        if nvls > 0.0 && k_min >= 2 && intra.is_finite() {
+            let healthy = topo.effective_bandwidth(nvlink);
+            let factor = (intra / healthy).min(1.0);
+            let latency = NVLS_LATENCY_US + 2.0 * nccl::ceil_log2(hosts) * levels[span].latency_us;
+            let t = latency * 1e-6
+                + nccl::nvls_tree_bytes_seconds(
+                    bytes,
+                    hosts,
+                    k_max,
+                    nvls * factor * nvls_eff,
+                    inter,
+                ) / tree_eff;
+            if t < best.0 {
+                best = (t, Algorithm::NvlsTree);
+            }
+        }
         if topo.sharp_up_to(span) {
             let latency = 2.0 * (intra_latency + levels[span].latency_us);
             let t = latency * 1e-6
@@ -353,8 +384,10 @@ fn call_seconds(
 
 /// Seconds of one call of a collective over `n` ranks whose group spans each level (indexed
 /// by level), on healthy hardware without host matrices: for each level, a lower bound of what
-/// [`evaluate`] charges any such group, from the same formulas. It is exact for point-to-point
-/// and all-to-all, and for rings inside the NVLink domain without NVLS; above the NVLink domain
+/// [`evaluate`] charges any such group, from the same formulas. It is exact for point-to-point,
+/// for all-to-all inside the NVLink domain, and for rings inside the NVLink domain without NVLS
+/// (an all-to-all across domains is bounded by the half of its bytes the smallest domain's GPUs
+/// must send over the fabric); above the NVLink domain
 /// the price depends on how many of the group's GPUs share each host (NIC shares, see
 /// [`crate::nccl`]), so the bound assumes the most a host can drive (`min(host GPUs, n/2)`
 /// shares), the cheapest algorithm and the smallest host-count factor.
@@ -376,6 +409,18 @@ pub fn collective_seconds_by_level(
         .iter()
         .enumerate()
         .map(|(l, level)| {
+            if kind == CollectiveKind::AllToAll && l > nvlink && n >= 2 {
+                // The domain holding the fewest of the group's GPUs sends at least half of
+                // each of its GPUs' bytes over the fabric, at no more than the fastest fabric
+                // level's bandwidth times the most NIC shares one GPU can drive.
+                let fastest = (nvlink + 1..=l)
+                    .map(|x| topo.effective_bandwidth(x))
+                    .fold(0.0, f64::max);
+                let per_gpu = topo.max_nic_shares(1).max(1.0);
+                return factor
+                    * ((n - 1) as f64 * level.latency_us * 1e-6
+                        + 0.5 * bytes / (fastest * per_gpu * 1e9));
+            }
             let simple = matches!(
                 kind,
                 CollectiveKind::PointToPoint | CollectiveKind::AllToAll
@@ -422,6 +467,19 @@ pub fn collective_seconds_by_level(
                         })
                         .fold(f64::INFINITY, f64::min);
                     t = t.min(tree);
+                    if nvls > 0.0 {
+                        // NVLS-tree: at least two domains (one tree level), at least two GPUs
+                        // in the fullest, `S` per domain over at most `lanes` shares.
+                        let nvls_tree = (NVLS_LATENCY_US + 2.0 * level.latency_us) * 1e-6
+                            + nccl::nvls_tree_bytes_seconds(
+                                bytes,
+                                2,
+                                2,
+                                nvls * nvls_eff,
+                                lanes * topo.effective_bandwidth(l),
+                            ) / tree_eff;
+                        t = t.min(nvls_tree);
+                    }
                     if topo.sharp_up_to(l) {
                         let collnet = 2.0 * level.latency_us * 1e-6
                             + nccl::collnet_bytes_seconds(
@@ -683,7 +741,32 @@ fn evaluate_health(
 mod tests {
     use super::*;
     use crate::job::{Collective, Dim};
+    use crate::nccl::TREE_BW_FACTOR;
     use crate::topology::tests::tree;
+
+    /// [`tree`] with every fabric level at `fabric` GB/s per GPU.
+    fn tree_bw(nodes: usize, per_node: usize, per_leaf: usize, fabric: f64) -> Topology {
+        use crate::topology::{Level, NodeType};
+        let t = tree(nodes, per_node, per_leaf);
+        let mut levels: Vec<Level> = t.levels().to_vec();
+        for l in &mut levels[1..] {
+            l.bandwidth_gbps = fabric;
+        }
+        let mut path = Vec::new();
+        let mut local = Vec::new();
+        for n in 0..nodes {
+            for g in 0..per_node {
+                path.extend_from_slice(&[n as u32, (n / per_leaf) as u32, 0]);
+                local.push(g as u32);
+            }
+        }
+        let nt = NodeType {
+            name: "box".into(),
+            gpus: per_node,
+            bandwidth_gbps: None,
+        };
+        Topology::new(levels, 0, 0, path, vec![nt], vec![0; nodes], local).unwrap()
+    }
 
     fn allreduce_job(topo: &Topology, n: usize, bytes: f64) -> JobSpec {
         JobSpec::new(
@@ -844,13 +927,122 @@ mod tests {
         let across: Vec<u32> = vec![0, 1, 8, 9, 16, 17, 24, 25];
         let r = evaluate(&topo, &small, &across).unwrap();
         assert_eq!(r.class_algorithms, vec![Algorithm::Tree]);
-        // Two full hosts under one leaf (8 shares of 50 GB/s against 450 GB/s NVLink): the
-        // tree's NVLink chain is its bottleneck, the ring wins large all-reduces.
-        let job16 = allreduce_job(&topo, 16, 1e9);
-        let r = evaluate(&topo, &job16, &(0..16).collect::<Vec<u32>>()).unwrap();
+        // Two full hosts under one leaf (8 shares of 50 GB/s against 450 GB/s NVLink) without
+        // NVLS: the tree's NVLink chain is its bottleneck, the ring wins large all-reduces.
+        let plain = tree(4, 8, 2);
+        let job16 = allreduce_job(&plain, 16, 1e9);
+        let r = evaluate(&plain, &job16, &(0..16).collect::<Vec<u32>>()).unwrap();
         assert_eq!(r.class_algorithms, vec![Algorithm::Ring]);
+        // With NVLS (H100-like NVSwitches), NCCL's NVLS-tree replaces the chain by NVLS: each
+        // host's 8 GPUs reduce in the switch, the two hosts exchange S over 8 shares.
+        let r = evaluate(&topo, &job16, &(0..16).collect::<Vec<u32>>()).unwrap();
+        assert_eq!(r.class_algorithms, vec![Algorithm::NvlsTree]);
+        let expect = (NVLS_LATENCY_US + 2.0 * 3.0) * 1e-6
+            + (2.0 * 7.0 / 8.0 * 1e9 / 470e9_f64).max(1e9 / (8.0 * 50e9)) / TREE_BW_FACTOR;
+        assert!((r.comm_seconds - expect).abs() < 1e-12);
+        let ring = evaluate(&plain, &job16, &(0..16).collect::<Vec<u32>>()).unwrap();
+        assert!(r.comm_seconds < ring.comm_seconds);
         let r = evaluate(&topo, &job, &across).unwrap();
         assert_eq!(r.class_algorithms, vec![Algorithm::Tree]);
+    }
+
+    #[test]
+    fn nvls_tree_moves_twice_the_bytes_per_domain_beyond_two_domains() {
+        // Fabric-bound (8 shares of 1 GB/s): two domains move S each, more 2 S each.
+        let two = nccl::nvls_tree_bytes_seconds(1e9, 2, 8, 470.0, 8.0);
+        let four = nccl::nvls_tree_bytes_seconds(1e9, 4, 8, 470.0, 8.0);
+        assert!((two - 1e9 / 8e9 / TREE_BW_FACTOR).abs() < 1e-12);
+        assert!((four - 2.0 * two).abs() < 1e-12);
+        // NVLS-bound (a fast fabric): the domain count does not matter.
+        let two = nccl::nvls_tree_bytes_seconds(1e9, 2, 8, 470.0, 1e6);
+        let four = nccl::nvls_tree_bytes_seconds(1e9, 16, 8, 470.0, 1e6);
+        assert_eq!(two, four);
+        // Without NVLS on the hosts, no NVLS-tree.
+        let plain = tree(4, 8, 2);
+        let job = allreduce_job(&plain, 32, 1e9);
+        let r = evaluate(&plain, &job, &(0..32).collect::<Vec<u32>>()).unwrap();
+        assert_ne!(r.class_algorithms, vec![Algorithm::NvlsTree]);
+        // One GPU per host: nothing for the switches to reduce.
+        let topo = tree(4, 8, 2).with_fabric(vec![470.0], vec![0]).unwrap();
+        let job = allreduce_job(&topo, 4, 1e9);
+        let r = evaluate(&topo, &job, &[0, 8, 16, 24]).unwrap();
+        assert_ne!(r.class_algorithms, vec![Algorithm::NvlsTree]);
+    }
+
+    fn alltoall_job(topo: &Topology, n: usize, bytes: f64) -> JobSpec {
+        let mut job = allreduce_job(topo, n, bytes);
+        job.collectives[0].kind = CollectiveKind::AllToAll;
+        job
+    }
+
+    fn busbw(topo: &Topology, gpus: &[u32], bytes: f64) -> f64 {
+        let n = gpus.len();
+        let job = alltoall_job(topo, n, bytes);
+        let t = evaluate(topo, &job, gpus).unwrap().comm_seconds;
+        (n as f64 - 1.0) / n as f64 * bytes / t / 1e9
+    }
+
+    #[test]
+    fn alltoall_inside_an_nvlink_domain_never_crosses_the_fabric() {
+        let topo = tree(4, 8, 2);
+        let gpus: Vec<u32> = (0..8).collect();
+        let job = alltoall_job(&topo, 8, 1e9);
+        let r = evaluate(&topo, &job, &gpus).unwrap();
+        assert_eq!(r.class_algorithms, vec![Algorithm::Pairwise]);
+        assert!(r.bytes_by_level[1..].iter().all(|&b| b == 0.0));
+        let expect = 7.0 * 1e-6 + 7.0 / 8.0 * 1e9 / 450e9;
+        assert!((r.comm_seconds - expect).abs() < 1e-12);
+        // A fabric a hundred times slower does not change it.
+        let slow = tree_bw(4, 8, 2, 0.5);
+        assert_eq!(
+            evaluate(&slow, &job, &gpus).unwrap().comm_seconds,
+            r.comm_seconds
+        );
+    }
+
+    #[test]
+    fn alltoall_busbw_falls_as_the_fabric_share_grows() {
+        // 8 GPUs on each of d hosts: a share (d-1)/d of each GPU's bytes leaves its host.
+        let topo = tree(8, 8, 8);
+        let mut last = f64::INFINITY;
+        for d in 1..=8u32 {
+            let gpus: Vec<u32> = (0..8 * d).collect();
+            let b = busbw(&topo, &gpus, 1e9);
+            assert!(b < last, "{d} hosts: {b} not below {last}");
+            last = b;
+        }
+        // Two hosts: between once and twice a GPU's network bandwidth (nccl-tests #130/#267),
+        // less the NVLink rounds; many hosts: towards once.
+        let two = busbw(&topo, &(0..16).collect::<Vec<u32>>(), 1e9);
+        assert!(two > 50.0 && two < 100.0, "{two}");
+        let eight = busbw(&topo, &(0..64).collect::<Vec<u32>>(), 1e9);
+        assert!(eight > 45.0 && eight < 58.0, "{eight}");
+        // Fewer GPUs of each host in the group: the same fabric bytes per GPU, fewer NVLink
+        // rounds, no faster than the full hosts per byte of fabric.
+        let one_each: Vec<u32> = (0..8).map(|h| 8 * h).collect();
+        let spread = busbw(&topo, &one_each, 1e9);
+        assert!((spread - 50.0 * 7.0 / 7.0).abs() < 1.0, "{spread}");
+    }
+
+    #[test]
+    fn alltoall_time_grows_as_the_fabric_share_shrinks() {
+        let topo = tree(4, 8, 2);
+        let gpus: Vec<u32> = (0..8).chain(16..24).collect();
+        let mut last = 0.0;
+        for share in [1.0, 0.8, 0.5, 0.25] {
+            let t = nccl::alltoall_bytes_seconds(&topo, &gpus, 1e9, share, |a, b, _| {
+                topo.pair_bandwidth(a, b)
+            });
+            assert!(t > last);
+            last = t;
+        }
+        // Inside one host the fabric share does not matter.
+        let inside: Vec<u32> = (0..8).collect();
+        let bw = |a: usize, b: usize, _| topo.pair_bandwidth(a, b);
+        assert_eq!(
+            nccl::alltoall_bytes_seconds(&topo, &inside, 1e9, 1.0, bw),
+            nccl::alltoall_bytes_seconds(&topo, &inside, 1e9, 0.1, bw)
+        );
     }
 
     #[test]

@@ -24,7 +24,9 @@
 //! GPU's total is the collective's bandwidth); a point-to-point sends one flow. The rate of a
 //! collective is its healthy bottleneck bandwidth: for a ring the one the cost model gives it
 //! ([`crate::nccl::ring_bandwidths`], a hop out of the NVLink domain at the NIC shares of the
-//! group's GPUs on its smaller side), so the load does not change when hardware degrades. A job's load on an uplink is that of its heaviest class:
+//! group's GPUs on its smaller side), for an all-to-all the rate the cost model runs it at
+//! ([`crate::nccl::alltoall_bytes_seconds`]: each flow carries `S/n` in its healthy time), so
+//! the load does not change when hardware degrades. A job's load on an uplink is that of its heaviest class:
 //! its classes run one after another, so it never loads a link with two classes at once.
 //! The state ([`crate::state`]) keeps the sum over running jobs, per uplink direction,
 //! updated on allocate, release and repair and recounted by `check()`.
@@ -426,6 +428,17 @@ fn healthy_rates(topo: &Topology, kind: CollectiveKind, members: &[u32]) -> (f64
             1.0
         };
         return (rate, scale);
+    }
+    if kind == CollectiveKind::AllToAll {
+        // The rate the cost model runs it at ([`crate::nccl::alltoall_bytes_seconds`]): each
+        // of the n-1 flows of a GPU carries S/n in the collective's time.
+        let n = members.len() as f64;
+        let t = crate::nccl::alltoall_bytes_seconds(topo, members, 1e9, 1.0, |a, b, _| {
+            topo.pair_bandwidth(a, b)
+        });
+        if t > 0.0 && t.is_finite() {
+            return ((n - 1.0) / n / t, 1.0);
+        }
     }
     let mut slowest = f64::INFINITY;
     collective_flows(kind, members, |a, b, _| {

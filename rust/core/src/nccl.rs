@@ -40,7 +40,14 @@
 //!     and each host sending `S` once to the switches and receiving the sum, so time
 //!     `2 (α_intra + α_span) + max(2(k−1)/k · S / B_intra, S / B_inter)` (NCCL CollNet Direct;
 //!     Graham et al., "Scalable Hierarchical Aggregation Protocol (SHArP)", COMHPC 2016);
-//!   - all-gather and reduce-scatter use the ring, all-to-all pairwise exchange, p2p one hop.
+//!   - *NVLS-tree* (NCCL 2.18+, all-reduce across NVLink domains whose switches have NVLS, at
+//!     least two of the group's GPUs in each): NVLS inside each domain, NCCL's tree between
+//!     them, pipelined ([`nvls_tree_bytes_seconds`]; latency `25 µs + 2 ⌈log2 H⌉ · α_span`,
+//!     NCCL `tuning.cc`'s `intraLat + 2 log2(nNodes) interLat`);
+//!   - all-gather and reduce-scatter use the ring, p2p one hop;
+//!   - *all-to-all*: grouped send/receive, per NVLink domain its fabric bytes over its NIC
+//!     shares plus its NVLink rounds (PXN forwarding included), the slowest domain setting the
+//!     pace ([`alltoall_bytes_seconds`]).
 //!
 //! The report names the algorithm chosen for each class's slowest collective.
 //!
@@ -62,6 +69,8 @@ pub enum Algorithm {
     P2p = 4,
     /// CollNet (SHARP): the fabric's switches reduce.
     CollNet = 5,
+    /// NVLS inside each NVLink domain, NCCL's tree between them (NCCL `NVLS_TREE`).
+    NvlsTree = 6,
 }
 
 impl Algorithm {
@@ -73,6 +82,7 @@ impl Algorithm {
             Algorithm::Pairwise => "pairwise",
             Algorithm::P2p => "p2p",
             Algorithm::CollNet => "collnet",
+            Algorithm::NvlsTree => "nvls-tree",
         }
     }
 }
@@ -262,6 +272,119 @@ pub fn collnet_bytes_seconds(bytes: f64, k_max: u32, intra: f64, inter: f64) -> 
         0.0
     };
     local.max(bytes / (inter * 1e9))
+}
+
+/// Bandwidth time (s) of an NVLS-tree all-reduce of `bytes` (NCCL's `NVLS_TREE`, 2.18+):
+/// inside each NVLink domain the NVSwitches reduce and multicast (NVLS, at `nvls` GB/s of bus
+/// bandwidth, the figure a one-domain NVLS all-reduce reaches, degradation and efficiency
+/// applied by the caller), between domains NCCL's tree moves each domain's data over its NIC
+/// shares (`inter` GB/s). The two stages are pipelined, so the slower one sets the pace. The
+/// tree's fabric bytes follow NCCL's tuner (`src/graph/tuning.cc`, `interBw * (nNodes <= 2 ?
+/// 2 : 1)` for `NCCL_ALGO_NVLS_TREE`): `S` per domain for two domains (each is the other's
+/// root), `2 S` beyond (an interior node of the double binary tree receives from two children
+/// and sends to two). Derated by the tree's [`TREE_BW_FACTOR`] like NCCL's tree.
+pub fn nvls_tree_bytes_seconds(bytes: f64, hosts: usize, k_max: u32, nvls: f64, inter: f64) -> f64 {
+    let k = k_max.max(1) as f64;
+    let intra = 2.0 * (k - 1.0) / k * bytes / (nvls * 1e9);
+    let per_domain = if hosts <= 2 { 1.0 } else { 2.0 };
+    let fabric = per_domain * bytes / (inter * 1e9);
+    intra.max(fabric) / TREE_BW_FACTOR
+}
+
+/// Bandwidth time (s) of an all-to-all of `bytes` per rank over `members` (GPU ids, any
+/// order), as NCCL runs it: grouped send/receive, every rank sending `S/n` to every other.
+///
+/// * Bytes to peers in the sender's NVLink domain stay on NVLink; bytes to the other peers
+///   cross the fabric. A domain's fabric bytes (out, and in: the larger of the two) go over the
+///   NIC shares its `k` GPUs drive ([`Topology::nic_shares`]), each pair at its own path
+///   bandwidth `bw(a, b, level)` (GB/s per share, degradation included), times
+///   `fabric_share` (contention and hash collisions on the uplinks).
+/// * PXN (NCCL 2.12+, on by default): a message whose destination sits on another rail is
+///   first copied over NVLink to the sender domain's GPU on the destination's rail, so the
+///   fabric keeps traffic on its rails; a fraction `1 - 1/min(rails, k)` of the fabric bytes
+///   crosses NVLink once more on the sending side.
+/// * NCCL schedules the peers of an all-to-all in rounds (peer `rank ± δ` for δ = 1..n-1) over
+///   the same channels, so the NVLink rounds and the network rounds of a domain take turns
+///   rather than overlap: a domain's time is its fabric time plus its NVLink time, and the
+///   collective runs at the pace of the slowest domain.
+///
+/// Inside one NVLink domain this is `(n-1)/n · S` at the slowest pair, the ring model's
+/// all-to-all. Across domains it gives the shape nccl-tests issues #130 and #267 show: bus
+/// bandwidth near `(n-1)/(n-k)` times a GPU's network bandwidth (twice it across two domains,
+/// falling towards once as domains are added), less the NVLink time.
+pub fn alltoall_bytes_seconds(
+    topo: &Topology,
+    members: &[u32],
+    bytes: f64,
+    fabric_share: f64,
+    mut bw: impl FnMut(usize, usize, usize) -> f64,
+) -> f64 {
+    let n = members.len();
+    if n < 2 {
+        return 0.0;
+    }
+    let pair = bytes / n as f64;
+    let unit: Vec<usize> = members.iter().map(|&g| unit_of(topo, g as usize)).collect();
+    let mut ids = unit.clone();
+    ids.sort_unstable();
+    ids.dedup();
+    let index = |u: usize| ids.binary_search(&u).unwrap_or(0);
+    let m = ids.len();
+    // Per domain: its GPUs, first GPU, slowest pair inside, seconds out and in at one share.
+    let mut k = vec![0u32; m];
+    let mut first = vec![usize::MAX; m];
+    let mut slow_intra = vec![f64::INFINITY; m];
+    let mut out = vec![0.0f64; m];
+    let mut inn = vec![0.0f64; m];
+    let slot: Vec<usize> = unit.iter().map(|&u| index(u)).collect();
+    for (i, &g) in members.iter().enumerate() {
+        k[slot[i]] += 1;
+        if first[slot[i]] == usize::MAX {
+            first[slot[i]] = g as usize;
+        }
+    }
+    for i in 0..n {
+        for j in (i + 1)..n {
+            let (a, b) = (members[i] as usize, members[j] as usize);
+            let l = topo.lca(a, b);
+            let v = bw(a, b, l);
+            let (ua, ub) = (slot[i], slot[j]);
+            if ua == ub {
+                slow_intra[ua] = slow_intra[ua].min(v);
+            } else {
+                // Both directions of the pair: a -> b leaves ua and enters ub, and back.
+                let t = pair / (v * 1e9);
+                out[ua] += t;
+                inn[ub] += t;
+                out[ub] += t;
+                inn[ua] += t;
+            }
+        }
+    }
+    let share = if fabric_share > 0.0 {
+        fabric_share
+    } else {
+        1.0
+    };
+    let mut worst = 0.0f64;
+    for u in 0..m {
+        let ku = k[u] as f64;
+        let remote = (n as f64) - ku;
+        let fabric = if remote > 0.0 {
+            out[u].max(inn[u]) / topo.nic_shares(first[u], k[u]) / share
+        } else {
+            0.0
+        };
+        let nvlink = if k[u] > 1 && slow_intra[u].is_finite() {
+            let rails = topo.rails(first[u]).min(k[u]).max(1) as f64;
+            let pxn = if remote > 0.0 { 1.0 - 1.0 / rails } else { 0.0 };
+            ((ku - 1.0) + pxn * remote) * pair / (slow_intra[u] * 1e9)
+        } else {
+            0.0
+        };
+        worst = worst.max(fabric + nvlink);
+    }
+    worst
 }
 
 /// ⌈log2 x⌉ for x >= 1.

@@ -794,6 +794,18 @@ impl Topology {
         }
     }
 
+    /// The rails of the host of `gpu`: its NICs when it lists them, else one per GPU (a
+    /// rail-optimized fabric has one rail per NIC index of a host).
+    #[inline]
+    pub fn rails(&self, gpu: usize) -> u32 {
+        let t = self.node_type_of_node[self.node_of(gpu)] as usize;
+        let gpus = self.node_types[t].gpus as u32;
+        match self.nics.get(t).copied() {
+            Some(n) if n > 0 => n.min(gpus).max(1),
+            _ => gpus.max(1),
+        }
+    }
+
     /// The most NIC shares `k` GPUs of one NVLink domain can drive, as [`Self::nic_shares`]
     /// counts them for any host type (not capped at a host's GPUs: on NVL72 a rack's GPUs
     /// reach the NICs of every tray through NVLink).

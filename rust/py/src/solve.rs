@@ -114,7 +114,7 @@ impl PyCostReport {
         self.inner.violations.clone()
     }
     /// The NCCL algorithm priced for the slowest collective of each class (`ring`, `tree`,
-    /// `nvls`, `collnet`, `pairwise`, `p2p`), in the order of `class_seconds`.
+    /// `nvls`, `nvls-tree`, `collnet`, `pairwise`, `p2p`), in the order of `class_seconds`.
     #[getter]
     fn class_algorithms(&self) -> Vec<&'static str> {
         self.inner

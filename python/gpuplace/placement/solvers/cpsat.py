@@ -103,9 +103,10 @@ Everything above assumes GPUs of one site are interchangeable, which degraded ha
 candidate GPU is degraded and the placements number at most :data:`ENUMERATE_MAX` (candidates
 permuting the ranks), :func:`solve` prices every one with the core's evaluator: a proof by
 enumeration. Otherwise it uses the GPU-level model of
-:mod:`gpuplace.placement.solvers.cpsat_gpus` when it fits. Its prices are the core's for point-to-point,
-all-to-all and explicit traffic, so there its ``optimal`` is a proof on the real prices. Ring
-collectives follow NCCL's ring order and algorithms, which that model only approximates: its
+:mod:`gpuplace.placement.solvers.cpsat_gpus` when it fits. Its prices are the core's for point-to-point
+and explicit traffic, so there its ``optimal`` is a proof on the real prices. Ring collectives
+follow NCCL's ring order and algorithms and an all-to-all across NVLink domains NCCL's
+per-domain rounds, which that model only approximates: its
 placement is then one candidate, and the answer is the cheapest on the real prices of it,
 greedy, this module's model on the GPUs no degradation touches, this model on every candidate
 priced healthy (every price a lower bound, so its bound stays valid) and ``refine``;

@@ -22,8 +22,10 @@ model decides the GPU of every rank and prices every group exactly as the cost m
   ``T / B(i, j)`` per rank pair placed on ``(i, j)``. Confinement and ``max_span`` use the same
   exact indicators.
 
-These are the cost model's prices for point-to-point, all-to-all and explicit traffic, so for
-jobs that communicate only that way (:func:`exact_prices`) the model's optimum is the cost
+These are the cost model's prices for point-to-point and explicit traffic (and for an
+all-to-all inside one NVLink domain; across domains the core prices each domain's fabric bytes
+over its NIC shares, which this model does not state), so for jobs that communicate only that
+way (:func:`exact_prices`) the model's optimum is the cost
 model's optimum (up to rounding to quanta), and ``optimal=True`` is a proof on the state's real
 prices. Ring collectives (all-reduce, all-gather, reduce-scatter) are priced by the core as NCCL
 runs them: in NCCL's ring order (NVLink domains by lowest rank), with NIC shares on fabric hops
@@ -104,14 +106,17 @@ def fits(num_ranks: int, num_candidates: int) -> bool:
     return num_candidates <= MAX_CANDIDATES and num_ranks * num_candidates <= MAX_ASSIGNMENTS
 
 
-#: Kinds whose price the model states exactly as the core's cost model does.
-_EXACT_KINDS = frozenset({"p2p", "all-to-all"})
+#: Kinds whose price the model states exactly as the core's cost model does. An all-to-all
+#: is not among them: across NVLink domains the core prices it by each domain's fabric bytes
+#: over its NIC shares plus its NVLink rounds (``nccl::alltoall_bytes_seconds``), which the
+#: slowest-pair bound below does not state.
+_EXACT_KINDS = frozenset({"p2p"})
 
 
 def exact_prices(job: Job, topology: Topology) -> bool:
     """Whether the model's prices are the core's for this job on this topology: explicit
-    traffic or only point-to-point and all-to-all collectives (ring collectives follow NCCL's
-    ring order and algorithms, see the module docs), no host-count factors, and no fabric
+    traffic or only point-to-point collectives (ring collectives follow NCCL's ring order and
+    algorithms, an all-to-all NCCL's per-domain rounds, see the module docs), no host-count factors, and no fabric
     contention (every level's uplinks at full capacity, so running jobs slow nobody)."""
     if topology.host_count_factors or topology.uplink_gbps:
         return False
