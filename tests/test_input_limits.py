@@ -539,3 +539,78 @@ def test_a_yaml_document_past_the_yaml_size_limit_is_refused_before_parsing(tmp_
     path.write_text("name: a\nparallelism: {tp: 8}\n" + "# padding\n" * 1_800_000)
     out = refused("from gpuplace import Job", f"Job.load({str(path)!r})", "InvalidJob", seconds=20)
     assert "big.yaml: a YAML document of 18000029 characters; at most 16777216" in out
+
+
+# Found by the fuzzer (tests/fuzz/engine.py): three health readers were superlinear in the
+# length of a line or in the number of message lines. Each input is generated, ~20-100 kB;
+# the bounded child fails the test by its time limit if the reader is superlinear again.
+def test_dcgmi_health_system_rows_with_long_blanks_are_linear():
+    # "-> <name> system" went through ^->\s*(.+?)\s+system$: 1,000 spaces took 34 s.
+    out = bounded(
+        """
+        import io
+        from gpuplace.health.readers import read_dcgmi_health
+        rows = ["| GPU | |", "| -> 0 | Warning |"]
+        rows += ["| -> " + " " * 20_000 + "x |  |", "| -> Power" + " " * 20_000 + "system | Warning |"]
+        text = "\\n".join(rows) + "\\n"
+        for ev in read_dcgmi_health(io.StringIO(text)).evidence:
+            print(ev.gpu_index, ev.values["system"], ev.values["status"])
+        """,
+        seconds=20,
+    )
+    assert out.split("\n")[0] == "0 Power Warning"
+
+
+def test_dcgmi_diag_category_rules_and_gpu_lists_with_long_blanks_are_linear():
+    # "+--- <name> ---+" went through a lazy name before \s+ (quadratic) and "Fail - GPU: 0"
+    # through ^GPU[s]?\s*:?\s*([\d,\s]+)$ (three adjacent blank runs: cubic).
+    out = bounded(
+        """
+        import io
+        from gpuplace.health.readers import read_dcgmi_diag
+        text = (
+            "+---- Integration" + " " * 20_000 + "x ----+\\n"
+            "| PCIe | Fail - GPU" + " " * 20_000 + "x |\\n"
+            "| Memory | Fail - GPU:" + " " * 20_000 + "2, 3 |\\n"
+        )
+        for ev in read_dcgmi_diag(io.StringIO(text)).evidence:
+            print(ev.values["test"], ev.gpu_index)
+        """,
+        seconds=20,
+    )
+    assert out.split() == ["PCIe", "None", "Memory", "2", "Memory", "3"]
+
+
+def test_dcgmi_diag_thousands_of_warning_lines_are_linear():
+    # Each "| Warning: GPU2 | <message> |" line rebuilt the evidence with its whole message so
+    # far appended to its text: 3,000 such lines (a 239 kB input) took 277 s.
+    out = bounded(
+        """
+        import io
+        from gpuplace.health.readers import read_dcgmi_diag
+        text = "| Memory | Fail |\\n|  | GPU2: Fail |\\n"
+        text += "| Warning: GPU2 | Error using CUDA API cudaMalloc |\\n" * 20_000
+        (ev,) = read_dcgmi_diag(io.StringIO(text)).evidence
+        print(ev.gpu_index, len(ev.text), ev.values["message"].count("cudaMalloc"))
+        """,
+        seconds=20,
+    )
+    gpu, length, count = out.split()
+    assert (gpu, count) == ("2", "20000")
+    assert int(length) < 40 * 20_000  # the message once, not once per line
+
+
+def test_nvidia_smi_nvlink_gpu_line_with_long_blanks_is_linear():
+    # "GPU 0: <name> (UUID: ...)" went through a lazy name, an optional group and \s*$:
+    # quadratic (20 kB of spaces took about 40 s).
+    out = bounded(
+        """
+        import io
+        from gpuplace.health.readers import read_evidence
+        text = "GPU 0: NVIDIA" + " " * 50_000 + "H100\\n\\t Link 0: 26.562 GB/s\\n"
+        (ev,) = read_evidence(io.StringIO(text), format="nvidia-smi-nvlink").evidence
+        print(ev.gpu_index, ev.values["links_gbps"])
+        """,
+        seconds=20,
+    )
+    assert out.strip() == "0 {0: 26.562}"
