@@ -275,6 +275,88 @@ def test_a_duplicate_nic_is_refused_at_load(tmp_path):
         gpuplace.Topology.load(path)
 
 
+def _with_sections(**sections: Any) -> dict:
+    doc = cluster_dict()
+    doc["levels"].append({"name": "spine", "bandwidth_gbps": 25, "latency_us": 5})
+    doc["nodes"] = [
+        {"name": "h[01-04]", "type": "hgx", "domains": {"leaf": "la", "spine": "s"}},
+        {"name": "h[05-08]", "type": "hgx", "domains": {"leaf": "lb", "spine": "s"}},
+    ]
+    doc.update(sections)
+    return doc
+
+
+def _load_error(tmp_path: Path, doc: dict) -> str:
+    """The message of loading ``doc``; it must fail at load, not at the first job."""
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InvalidTopology) as info:
+        gpuplace.Topology.load(path)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("sections", "expected"),
+    [
+        # a store attached to a domain that does not exist: refused by the first job that
+        # read from it, as "store 'lustre': attach ... is not ... a domain of small"
+        (
+            {"stores": {"lustre": {"attach": "leaf:lz", "read_gbps": 100, "write_gbps": 50}}},
+            "stores.lustre.attach: expected local, remote or a domain ([level:]name; levels "
+            "node, leaf, spine), got str 'leaf:lz'",
+        ),
+        (
+            {"stores": {"lustre": {"attach": "spine:la", "read_gbps": 100, "write_gbps": 50}}},
+            "stores.lustre.attach: expected local, remote or a domain",
+        ),
+        # power domains over GPUs without a board power: refused by the first placement as
+        # "power domains need every GPU's board power" without file or field
+        (
+            {
+                "node_types": {"hgx": {"gpus": 4, "gpu_model": "ZZ-999"}},
+                "power_domains": [{"name": "r1", "hosts": "h[01-04]", "budget_w": 9000}],
+            },
+            "node_types.hgx.power_w: power_domains need every GPU's board power",
+        ),
+    ],
+)
+def test_dangling_references_of_the_newer_sections_are_refused_at_load(
+    tmp_path, sections, expected
+):
+    message = _load_error(tmp_path, _with_sections(**sections))
+    assert message.startswith(f"{tmp_path / 't.yaml'}: {expected}")
+
+
+@pytest.mark.parametrize("section", ["stores", "node_types", "pools", "priority_classes"])
+def test_a_key_given_twice_in_a_topology_section_is_refused_with_its_line(tmp_path, section):
+    # PyYAML keeps the last of two equal keys: a second entry replaced the first silently.
+    entry = {
+        "stores": "  lustre: {attach: local, read_gbps: 1, write_gbps: 1}",
+        "node_types": "  hgx: {gpus: 4, gpu_model: H100-SXM5-80GB}",
+        "pools": "  training: la",
+        "priority_classes": "  prod: {priority: 1}",
+    }[section]
+    doc = _with_sections()
+    doc.pop(section, None)
+    text = yaml.safe_dump(doc) + f"{section}:\n{entry}\n{entry}\n"
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    line = len(text.splitlines())
+    with pytest.raises(InvalidTopology) as info:
+        gpuplace.Topology.load(path)
+    key = entry.split(":")[0].strip()
+    assert str(info.value).startswith(
+        f"{path}: line {line}, column 3: invalid YAML: the key str '{key}' is given twice"
+    )
+
+
+def test_merge_keys_may_still_override():
+    from gpuplace._util.documents import parse_yaml
+
+    doc = parse_yaml("a: &x {p: 1, q: 2}\nb:\n  <<: *x\n  p: 3\n", "m.yaml", InvalidJob)
+    assert doc["b"] == {"p": 3, "q": 2}
+
+
 # ------------------------------------------------------------------- 10. guarded fallback
 @pytest.mark.parametrize(
     ("sample", "read"),

@@ -148,7 +148,20 @@ attributes:
   - {driver: 550.54.15}
   - {hosts: "h0[1-2]", firmware: 96.00.74.00.01}
 pools:
-  - {name: training, hosts: "h[01-06]"}
+  training: "h[01-06]"
+  inference: {domains: [lb], lend_to: [training]}
+priority_classes:
+  prod: {priority: 10}
+  scavenger: {priority: -5, preemptible: true}
+stores:
+  lustre: {attach: "spine:s", read_gbps: 100, write_gbps: 50}
+  scratch: {attach: local, read_gbps: 10, write_gbps: 5}
+power_domains:
+  - {name: r1, kind: rack, hosts: "h[01-04]", budget_w: 40000, max_synchronized: 2}
+power_phases: 3
+uplink_gbps: {"leaf:la": 40}
+host_count_factors: [1.0, 0.9]
+algorithm_efficiency: {ring: 0.9}
 """
 
 def _k8s_seed() -> str:
