@@ -696,3 +696,121 @@ def test_nvidia_smi_nvlink_gpu_line_with_long_blanks_is_linear():
         seconds=20,
     )
     assert out.strip() == "0 {0: 26.562}"
+
+
+# ------------------------------------------------------------------- trace readers
+PHILLY_HEAD = "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,1,66.0,c1\n"
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ("today,66.0,1,66.0,c1", "timestamp: expected a time as YYYY-MM-DD HH:MM:SS, got str 'today'"),
+        # numpy's parser read a 30-digit number as a time in the year -260,580,049,991
+        ("1" * 30 + ",66.0,1,66.0,c1", "timestamp: expected a time as YYYY-MM-DD HH:MM:SS"),
+        ("2017-13-09 07:01:55,66.0,1,66.0,c1", "timestamp: expected a time"),
+        ("2017-10-09 07:01:55,nan,1,66.0,c1", "duration: expected seconds >= 0, got str 'nan'"),
+        ("2017-10-09 07:01:55,-1,1,66.0,c1", "duration: expected seconds >= 0, got str '-1'"),
+        ("2017-10-09 07:01:55,66.0,0,66.0,c1", "num_gpus: expected an integer from 1 to"),
+        ("2017-10-09 07:01:55,66.0,1²,66.0,c1", "num_gpus: expected an integer from 1 to"),
+        ("2017-10-09 07:01:55,66.0," + "9" * 30 + ",66.0,c1", "num_gpus: expected an integer"),
+        ("2017-10-09 07:01:55,66.0", "expected the fields timestamp,duration,num_gpus; got 2"),
+        ("2017-10-09 07:01:55,66.0,1,66.0,c\r1", "not valid CSV: new-line character"),
+        ("2017-10-09 07:01:55,66.0,1,66.0," + "c" * 200_000, "not valid CSV: field larger"),
+    ],
+)
+def test_philly_trace_rows_name_the_file_line_and_field(tmp_path, row, expected):
+    from gpuplace.sim.traces import philly
+
+    path = tmp_path / "p.csv"
+    path.write_text(PHILLY_HEAD + row + "\n", newline="")
+    with pytest.raises(InvalidJob) as info:
+        philly(path)
+    assert str(info.value).startswith(f"{path} line 3: {expected}")
+
+
+def test_philly_trace_encoding_size_and_gzip_bomb(tmp_path):
+    from gpuplace._util.documents import MAX_DOCUMENT_BYTES
+    from gpuplace.sim.traces import philly
+
+    path = tmp_path / "p.csv"
+    path.write_bytes(PHILLY_HEAD.encode() + b"2017-10-09 07:01:55,6\xff6,1,1,c\n")
+    with pytest.raises(InvalidJob, match=r"p\.csv: line 3: expected UTF-8 text"):
+        philly(path)
+    # 64 MiB of zeros compress to 64 kB: refused after the limit, not inflated whole
+    bomb = tmp_path / "p.csv.gz"
+    import gzip
+
+    bomb.write_bytes(gzip.compress(PHILLY_HEAD.encode() + b"0" * (MAX_DOCUMENT_BYTES + 1)))
+    out = refused(
+        "from gpuplace.sim.traces import philly",
+        f"philly({str(bomb)!r})",
+        "InvalidJob",
+        seconds=30,
+        memory_mb=900,
+    )
+    assert "p.csv.gz: larger than 67108864 bytes uncompressed" in out
+    bomb.write_bytes(b"\x1f\x8b\x08\x00garbage")
+    with pytest.raises(InvalidJob, match=r"p\.csv\.gz: cannot read gzip file"):
+        philly(bomb)
+
+
+OPENB_HEAD = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time\n"
+    "openb-pod-0000,12000,16384,1,1000,,LS,Running,0,12537496,0\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ("p1,1,1,-1,1000,,LS,Running,0,5,0", "num_gpu: expected an integer from 0 to"),
+        ("p1,1,1,1²,1000,,LS,Running,0,5,0", "num_gpu: expected an integer from 0 to"),
+        ("p1,1,1,1,1000,,LS,Running,inf,5,0", "creation_time: expected seconds >= 0, got str 'inf'"),
+        ("p1,1,1,1,1000,,LS,Running,0,x,0", "deletion_time: expected seconds >= 0, got str 'x'"),
+        ("p1,1,1,1,1000,,LS,Running,0,5,0,extra", "more fields than the header's 11"),
+        ("p1,1,1,1,1000,,LS,Running,0", "deletion_time: missing (fewer fields than the header)"),
+        ("openb-pod-0000,1,1,1,1000,,LS,Running,0,5,0", "name: pod 'openb-pod-0000' is listed twice"),
+        ("p1,1,1,1,1000,,L\rS,Running,0,5,0", "not valid CSV: new-line character"),
+        ("p1,1,1,1,1000,," + "L" * 200_000 + ",Running,0,5,0", "not valid CSV: field larger"),
+    ],
+)
+def test_openb_trace_rows_name_the_file_line_and_field(tmp_path, row, expected):
+    from gpuplace.sim.traces import openb
+
+    path = tmp_path / "o.csv"
+    path.write_text(OPENB_HEAD + row + "\n", newline="")
+    with pytest.raises(InvalidJob) as info:
+        openb(path)
+    assert str(info.value).startswith(f"{path} line 3: {expected}")
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ("n1,5,1,2,T\r4", "n.csv:3: not valid CSV: new-line character"),
+        ("n1,5,1,2," + "T" * 200_000, "n.csv:3: not valid CSV: field larger"),
+        ("n1,5,1", "n.csv:3: gpu: missing (fewer fields than the header)"),
+        ("n1,5,1,2,T4,x", "n.csv:3: more fields than the header's 5"),
+        # the message was "n.csv:3: n.csv:3: cpu_milli: ..." (the line named twice)
+        ("n1,x,1,2,T4", "n.csv:3: cpu_milli: expected an integer, got 'x'"),
+        ("n1,99999999999999999,1,2,T4", "n.csv:3: cpu_milli: expected at most"),
+    ],
+)
+def test_openb_node_list_rows_name_the_line_and_field(row, expected):
+    from gpuplace.io.openb import read_openb_nodes
+
+    text = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,262144,8,G2\n" + row + "\n"
+    with pytest.raises(InvalidTopology) as info:
+        read_openb_nodes(_named(text, "n.csv"))
+    assert str(info.value).startswith(expected)
+
+
+def test_gpu_query_long_field_names_the_line():
+    from gpuplace.io.gpu_query import read_nvidia_smi_query
+
+    text = "index, name, driver_version\n0, H100, 550.54\n1, " + "H" * 200_000 + ", 550.54\n"
+    with pytest.raises(InvalidTopology) as info:
+        read_nvidia_smi_query(_named(text, "q.csv"), host="h1")
+    assert str(info.value).startswith("q.csv:3: not valid CSV: field larger than field limit")
