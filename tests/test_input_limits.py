@@ -705,7 +705,10 @@ PHILLY_HEAD = "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55
 @pytest.mark.parametrize(
     ("row", "expected"),
     [
-        ("today,66.0,1,66.0,c1", "timestamp: expected a time as YYYY-MM-DD HH:MM:SS, got str 'today'"),
+        (
+            "today,66.0,1,66.0,c1",
+            "timestamp: expected a time as YYYY-MM-DD HH:MM:SS, got str 'today'",
+        ),
         # numpy's parser read a 30-digit number as a time in the year -260,580,049,991
         ("1" * 30 + ",66.0,1,66.0,c1", "timestamp: expected a time as YYYY-MM-DD HH:MM:SS"),
         ("2017-13-09 07:01:55,66.0,1,66.0,c1", "timestamp: expected a time"),
@@ -767,11 +770,17 @@ OPENB_HEAD = (
     [
         ("p1,1,1,-1,1000,,LS,Running,0,5,0", "num_gpu: expected an integer from 0 to"),
         ("p1,1,1,1²,1000,,LS,Running,0,5,0", "num_gpu: expected an integer from 0 to"),
-        ("p1,1,1,1,1000,,LS,Running,inf,5,0", "creation_time: expected seconds >= 0, got str 'inf'"),
+        (
+            "p1,1,1,1,1000,,LS,Running,inf,5,0",
+            "creation_time: expected seconds >= 0, got str 'inf'",
+        ),
         ("p1,1,1,1,1000,,LS,Running,0,x,0", "deletion_time: expected seconds >= 0, got str 'x'"),
         ("p1,1,1,1,1000,,LS,Running,0,5,0,extra", "more fields than the header's 11"),
         ("p1,1,1,1,1000,,LS,Running,0", "deletion_time: missing (fewer fields than the header)"),
-        ("openb-pod-0000,1,1,1,1000,,LS,Running,0,5,0", "name: pod 'openb-pod-0000' is listed twice"),
+        (
+            "openb-pod-0000,1,1,1,1000,,LS,Running,0,5,0",
+            "name: pod 'openb-pod-0000' is listed twice",
+        ),
         ("p1,1,1,1,1000,,L\rS,Running,0,5,0", "not valid CSV: new-line character"),
         ("p1,1,1,1,1000,," + "L" * 200_000 + ",Running,0,5,0", "not valid CSV: field larger"),
     ],

@@ -164,6 +164,7 @@ host_count_factors: [1.0, 0.9]
 algorithm_efficiency: {ring: 0.9}
 """
 
+
 def _k8s_seed() -> str:
     """``kubectl get nodes -o json`` of four GPU nodes with Topograph tier and clique labels."""
     items = [

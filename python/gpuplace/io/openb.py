@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuplace._util.documents import csv_rows, text_lines
-from gpuplace.errors import InvalidJob, InvalidTopology
+from gpuplace.errors import GpuplaceError, InvalidJob, InvalidTopology
 from gpuplace.io._common import MAX_INPUT_BYTES, fail, guarded, read_source
 from gpuplace.model.share import MILLI, SharedNode, SharedRequest
 
@@ -31,7 +31,7 @@ __all__ = ["read_openb_nodes", "read_openb_pods"]
 
 
 def _rows(
-    source: Any, need: tuple[str, ...], error: type[Exception]
+    source: Any, need: tuple[str, ...], error: type[GpuplaceError]
 ) -> tuple[str, list[tuple[int, dict[str, str]]]]:
     if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".gz"):
         path = os.fspath(source)
@@ -66,7 +66,7 @@ def _rows(
     return name, rows
 
 
-def _int(row: dict[str, str], key: str, name: str, line: int, error: type[Exception]) -> int:
+def _int(row: dict[str, str], key: str, name: str, line: int, error: type[GpuplaceError]) -> int:
     text = row.get(key, "")
     digits = text[1:] if text.startswith(("+", "-")) else text
     if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):

@@ -165,9 +165,7 @@ def _open_text(path: str | Path | None, packaged: str) -> tuple[str, str]:
     return decode_utf8(data, p, InvalidJob), str(p)
 
 
-def _trace_rows(
-    reader: Iterable[Any], source: str
-) -> Iterator[tuple[int, Any]]:
+def _trace_rows(reader: Iterable[Any], source: str) -> Iterator[tuple[int, Any]]:
     """``(line, row)`` of a trace's csv reader, the csv module's own errors (a field over its
     size limit, a bare carriage return) raised as InvalidJob naming the file and line."""
     return csv_rows(reader, source, InvalidJob, location=lambda line: f"{source} line {line}")
@@ -263,7 +261,11 @@ def _philly_row(row: list[str], where: str) -> tuple[int, float, int]:
         raise InvalidJob(
             f"{where}: timestamp: expected a time as YYYY-MM-DD HH:MM:SS, got {describe(row[0])}"
         )
-    return submit, _seconds(row[1], where, "duration"), _gpu_count(row[2], where, "num_gpus", minimum=1)
+    return (
+        submit,
+        _seconds(row[1], where, "duration"),
+        _gpu_count(row[2], where, "num_gpus", minimum=1),
+    )
 
 
 def philly(
