@@ -823,3 +823,18 @@ def test_gpu_query_long_field_names_the_line():
     with pytest.raises(InvalidTopology) as info:
         read_nvidia_smi_query(_named(text, "q.csv"), host="h1")
     assert str(info.value).startswith("q.csv:3: not valid CSV: field larger than field limit")
+
+
+def test_scontrol_records_with_long_blanks_are_linear():
+    # (\w+)=(.*?)(?=\s+\w+=|$): a lazy value with a look-ahead of blanks, quadratic on a long
+    # run of them (20 kB took about 16 s); the records read are the same.
+    out = bounded(
+        """
+        from gpuplace.integrations.slurmctld import read_records
+        line = "PartitionName=gpu Comment=a" + " " * 200_000 + "b Nodes=n[1-2] TRES=cpu=8,mem=1G"
+        (record,) = read_records(line + "\\n")
+        print(record["PartitionName"], len(record["Comment"]), record["Nodes"], record["TRES"])
+        """,
+        seconds=20,
+    )
+    assert out.split() == ["gpu", "200002", "n[1-2]", "cpu=8,mem=1G"]

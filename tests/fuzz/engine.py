@@ -186,6 +186,10 @@ def _k8s_seed() -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2)
 
 
+SCONTROL_SHOW = """PartitionName=gpu AllowGroups=ALL AllowAccounts=ALL Default=YES MaxTime=UNLIMITED Nodes=dgx[01-04] PriorityTier=1 State=UP TotalCPUs=448 TotalNodes=4 TRES=cpu=448,mem=8T,node=4,gres/gpu=32
+PartitionName=debug AllowGroups=ALL Default=NO Nodes=dgx05 State=DRAIN Comment=for the on-call team
+ReservationName=maint StartTime=2025-03-01T08:00:00 EndTime=2025-03-01T12:00:00 Duration=04:00:00 Nodes=dgx[01-02] NodeCnt=2 Flags=MAINT,SPEC_NODES Users=root State=INACTIVE
+"""
 GPU_QUERY = """index, name, driver_version, vbios_version, pci.bus_id
 0, NVIDIA H100 80GB HBM3, 550.54.15, 96.00.74.00.01, 00000000:1B:00.0
 1, NVIDIA H100 80GB HBM3, 550.54.15, 96.00.74.00.01, 00000000:43:00.0
@@ -364,6 +368,13 @@ TARGETS: dict[str, Target] = {
         Target("openb-trace", ".csv", (), "openb_trace(path)", ("OPENB_PODS",)),
         Target("openb-nodes", ".csv", (), "read_openb_nodes(path)", ("OPENB_NODES",)),
         Target("openb-pods", ".csv", (), "read_openb_pods(path)", ("OPENB_PODS",)),
+        Target(
+            "scontrol-show",
+            ".txt",
+            (),
+            "ctld.read_records(path.read_text(encoding='utf-8', errors='replace'))",
+            ("SCONTROL_SHOW",),
+        ),
         Target("k8s-nodes", ".json", (), "io.read_k8s_nodes(path)", ("K8S_NODES",)),
         Target(
             "gpu-query",
@@ -397,6 +408,7 @@ GENERATED: dict[str, str | Callable[[], str]] = {
     "SQUEUE": _squeue_seed(),
     "K8S_NODES": _k8s_seed(),
     "GPU_QUERY": GPU_QUERY,
+    "SCONTROL_SHOW": SCONTROL_SHOW,
     # Real rows (mixed: short and long jobs, 1 to 8 GPUs; pods with and without GPUs, shared,
     # never scheduled), read when the target runs.
     "PHILLY": lambda: _packaged_rows("pollux_philly.csv.gz", 60),
@@ -412,6 +424,7 @@ import gpuplace
 from gpuplace import io
 from gpuplace.errors import GpuplaceError, InvalidJob
 from gpuplace.integrations import slurm
+from gpuplace.integrations import slurmctld as ctld
 from gpuplace.integrations.extender import BadRequest, Extender
 from gpuplace.health import readers as health
 from gpuplace.health.judge import load_rules
