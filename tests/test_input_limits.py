@@ -838,3 +838,21 @@ def test_scontrol_records_with_long_blanks_are_linear():
         seconds=20,
     )
     assert out.split() == ["gpu", "200002", "n[1-2]", "cpu=8,mem=1G"]
+
+
+def test_cluster_files_name_the_line(tmp_path):
+    from gpuplace.sim.clusters import lingjun, pai
+
+    path = tmp_path / "pai.csv"
+    path.write_text("m1,V100,96,512,8\nm2,T4,64,256,inf\n")  # was a raw OverflowError
+    with pytest.raises(InvalidTopology) as info:
+        pai(path)
+    assert str(info.value) == f"{path} line 2: cap_gpu: expected a number, got 'inf'"
+    path = tmp_path / "topo.csv"
+    path.write_text("ip,DSW,PSW,ASW\n10.0.0.1,d1,p\r1,a1\n", newline="")  # was a raw csv.Error
+    with pytest.raises(InvalidTopology) as info:
+        lingjun(path)
+    assert str(info.value).startswith(f"{path} line 2: not valid CSV: new-line character")
+    path.write_bytes(b"ip,DSW,PSW,ASW\n10.0.0.1,d\xff1,p1,a1\n")  # was a raw UnicodeDecodeError
+    with pytest.raises(InvalidTopology, match=r"topo\.csv: line 2: expected UTF-8 text"):
+        lingjun(path)

@@ -375,6 +375,8 @@ TARGETS: dict[str, Target] = {
             "ctld.read_records(path.read_text(encoding='utf-8', errors='replace'))",
             ("SCONTROL_SHOW",),
         ),
+        Target("lingjun-cluster", ".csv", (), "clusters.lingjun(path)", ("LINGJUN",)),
+        Target("pai-cluster", ".csv", (), "clusters.pai(path)", ("PAI",)),
         Target("k8s-nodes", ".json", (), "io.read_k8s_nodes(path)", ("K8S_NODES",)),
         Target(
             "gpu-query",
@@ -414,6 +416,9 @@ GENERATED: dict[str, str | Callable[[], str]] = {
     "PHILLY": lambda: _packaged_rows("pollux_philly.csv.gz", 60),
     "OPENB_PODS": lambda: _packaged_rows("openb_pod_list_default.csv.gz", 60),
     "OPENB_NODES": lambda: _packaged_rows("openb_node_list_all_node.csv.gz", 40),
+    "LINGJUN": lambda: _packaged_rows("lingjun_topo.csv.gz", 40),
+    # pai_machine_spec.csv has no header: 41 machines (the first kept as the "header")
+    "PAI": lambda: _packaged_rows("pai_machine_spec.csv.gz", 40),
 }
 
 
@@ -432,6 +437,7 @@ from gpuplace.sim.traces import load_workload, philly, openb as openb_trace
 from gpuplace.io.openb import read_openb_nodes, read_openb_pods
 from gpuplace.io.gpu_query import read_nvidia_smi_query
 from gpuplace.sim.failures import load_failures
+from gpuplace.sim import clusters
 from gpuplace.io import read_placement_table
 from gpuplace.cli.mig import read_requests
 from gpuplace.cli.share import read_shared_requests

@@ -44,7 +44,7 @@ from gpuplace._util.documents import (
     read_text,
     text_lines,
 )
-from gpuplace.errors import InvalidJob
+from gpuplace.errors import GpuplaceError, InvalidJob
 from gpuplace.model.job import Job, TransformerModel
 from gpuplace.sim.workload import DEFAULT_MODEL
 
@@ -144,31 +144,35 @@ def _package_text(name: str) -> str:
     return gzip.decompress(raw).decode()
 
 
-def _open_text(path: str | Path | None, packaged: str) -> tuple[str, str]:
+def _open_text(
+    path: str | Path | None, packaged: str, error: type[GpuplaceError] = InvalidJob
+) -> tuple[str, str]:
     """``(text, name)`` of a trace file (``.gz`` decompressed), with the limits of every
     reader: at most :data:`MAX_DOCUMENT_BYTES` (after decompression: a small gzip bomb is
-    refused, not inflated), UTF-8; errors are InvalidJob naming the file."""
+    refused, not inflated), UTF-8; errors are ``error`` naming the file."""
     if path is None:
         return _package_text(packaged), packaged.removesuffix(".gz")
     p = Path(path)
     if p.suffix != ".gz":
-        return read_text(p, InvalidJob), str(p)
+        return read_text(p, error), str(p)
     try:
         with gzip.open(p, "rb") as handle:
             data = handle.read(MAX_DOCUMENT_BYTES + 1)
     except FileNotFoundError:
-        raise InvalidJob(f"{p}: no such file") from None
+        raise error(f"{p}: no such file") from None
     except (OSError, EOFError, zlib.error) as exc:
-        raise InvalidJob(f"{p}: cannot read gzip file: {exc}") from None
+        raise error(f"{p}: cannot read gzip file: {exc}") from None
     if len(data) > MAX_DOCUMENT_BYTES:
-        raise InvalidJob(f"{p}: larger than {MAX_DOCUMENT_BYTES} bytes uncompressed; refusing it")
-    return decode_utf8(data, p, InvalidJob), str(p)
+        raise error(f"{p}: larger than {MAX_DOCUMENT_BYTES} bytes uncompressed; refusing it")
+    return decode_utf8(data, p, error), str(p)
 
 
-def _trace_rows(reader: Iterable[Any], source: str) -> Iterator[tuple[int, Any]]:
+def _trace_rows(
+    reader: Iterable[Any], source: str, error: type[GpuplaceError] = InvalidJob
+) -> Iterator[tuple[int, Any]]:
     """``(line, row)`` of a trace's csv reader, the csv module's own errors (a field over its
-    size limit, a bare carriage return) raised as InvalidJob naming the file and line."""
-    return csv_rows(reader, source, InvalidJob, location=lambda line: f"{source} line {line}")
+    size limit, a bare carriage return) raised as ``error`` naming the file and line."""
+    return csv_rows(reader, source, error, location=lambda line: f"{source} line {line}")
 
 
 _EPOCH, _SECOND = datetime(1970, 1, 1), timedelta(seconds=1)
