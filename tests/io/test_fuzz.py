@@ -170,7 +170,8 @@ def test_samples_parse_clean():
 # with a time budget (1 s plus 30 µs per byte) and a memory budget (256 MB above the imports):
 # an exception that is not a gpuplace error, an error only the readers' safety net caught, a
 # hang or a blow-up fails the test. A few seconds per target keep all of them about 2 minutes
-# in CI (41 targets at 2.5 s); GPUPLACE_FUZZ_SECONDS deepens the run (`python tests/fuzz/engine.py` for long runs).
+# in CI (41 targets at 2.5 s); GPUPLACE_FUZZ_SECONDS deepens the run (`python
+# tests/fuzz/engine.py` for long runs).
 FUZZ_SECONDS = float(os.environ.get("GPUPLACE_FUZZ_SECONDS", "2.5"))
 
 
