@@ -275,6 +275,88 @@ def test_a_duplicate_nic_is_refused_at_load(tmp_path):
         gpuplace.Topology.load(path)
 
 
+def _with_sections(**sections: Any) -> dict:
+    doc = cluster_dict()
+    doc["levels"].append({"name": "spine", "bandwidth_gbps": 25, "latency_us": 5})
+    doc["nodes"] = [
+        {"name": "h[01-04]", "type": "hgx", "domains": {"leaf": "la", "spine": "s"}},
+        {"name": "h[05-08]", "type": "hgx", "domains": {"leaf": "lb", "spine": "s"}},
+    ]
+    doc.update(sections)
+    return doc
+
+
+def _load_error(tmp_path: Path, doc: dict) -> str:
+    """The message of loading ``doc``; it must fail at load, not at the first job."""
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InvalidTopology) as info:
+        gpuplace.Topology.load(path)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("sections", "expected"),
+    [
+        # a store attached to a domain that does not exist: refused by the first job that
+        # read from it, as "store 'lustre': attach ... is not ... a domain of small"
+        (
+            {"stores": {"lustre": {"attach": "leaf:lz", "read_gbps": 100, "write_gbps": 50}}},
+            "stores.lustre.attach: expected local, remote or a domain ([level:]name; levels "
+            "node, leaf, spine), got str 'leaf:lz'",
+        ),
+        (
+            {"stores": {"lustre": {"attach": "spine:la", "read_gbps": 100, "write_gbps": 50}}},
+            "stores.lustre.attach: expected local, remote or a domain",
+        ),
+        # power domains over GPUs without a board power: refused by the first placement as
+        # "power domains need every GPU's board power" without file or field
+        (
+            {
+                "node_types": {"hgx": {"gpus": 4, "gpu_model": "ZZ-999"}},
+                "power_domains": [{"name": "r1", "hosts": "h[01-04]", "budget_w": 9000}],
+            },
+            "node_types.hgx.power_w: power_domains need every GPU's board power",
+        ),
+    ],
+)
+def test_dangling_references_of_the_newer_sections_are_refused_at_load(
+    tmp_path, sections, expected
+):
+    message = _load_error(tmp_path, _with_sections(**sections))
+    assert message.startswith(f"{tmp_path / 't.yaml'}: {expected}")
+
+
+@pytest.mark.parametrize("section", ["stores", "node_types", "pools", "priority_classes"])
+def test_a_key_given_twice_in_a_topology_section_is_refused_with_its_line(tmp_path, section):
+    # PyYAML keeps the last of two equal keys: a second entry replaced the first silently.
+    entry = {
+        "stores": "  lustre: {attach: local, read_gbps: 1, write_gbps: 1}",
+        "node_types": "  hgx: {gpus: 4, gpu_model: H100-SXM5-80GB}",
+        "pools": "  training: la",
+        "priority_classes": "  prod: {priority: 1}",
+    }[section]
+    doc = _with_sections()
+    doc.pop(section, None)
+    text = yaml.safe_dump(doc) + f"{section}:\n{entry}\n{entry}\n"
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    line = len(text.splitlines())
+    with pytest.raises(InvalidTopology) as info:
+        gpuplace.Topology.load(path)
+    key = entry.split(":")[0].strip()
+    assert str(info.value).startswith(
+        f"{path}: line {line}, column 3: invalid YAML: the key str '{key}' is given twice"
+    )
+
+
+def test_merge_keys_may_still_override():
+    from gpuplace._util.documents import parse_yaml
+
+    doc = parse_yaml("a: &x {p: 1, q: 2}\nb:\n  <<: *x\n  p: 3\n", "m.yaml", InvalidJob)
+    assert doc["b"] == {"p": 3, "q": 2}
+
+
 # ------------------------------------------------------------------- 10. guarded fallback
 @pytest.mark.parametrize(
     ("sample", "read"),
@@ -539,3 +621,238 @@ def test_a_yaml_document_past_the_yaml_size_limit_is_refused_before_parsing(tmp_
     path.write_text("name: a\nparallelism: {tp: 8}\n" + "# padding\n" * 1_800_000)
     out = refused("from gpuplace import Job", f"Job.load({str(path)!r})", "InvalidJob", seconds=20)
     assert "big.yaml: a YAML document of 18000029 characters; at most 16777216" in out
+
+
+# Found by the fuzzer (tests/fuzz/engine.py): three health readers were superlinear in the
+# length of a line or in the number of message lines. Each input is generated, ~20-100 kB;
+# the bounded child fails the test by its time limit if the reader is superlinear again.
+def test_dcgmi_health_system_rows_with_long_blanks_are_linear():
+    # "-> <name> system" went through ^->\s*(.+?)\s+system$: 1,000 spaces took 34 s.
+    out = bounded(
+        """
+        import io
+        from gpuplace.health.readers import read_dcgmi_health
+        rows = ["| GPU | |", "| -> 0 | Warning |"]
+        rows += ["| -> " + " " * 20_000 + "x |  |", "| -> Power" + " " * 20_000 + "system | Warning |"]
+        text = "\\n".join(rows) + "\\n"
+        for ev in read_dcgmi_health(io.StringIO(text)).evidence:
+            print(ev.gpu_index, ev.values["system"], ev.values["status"])
+        """,
+        seconds=20,
+    )
+    assert out.split("\n")[0] == "0 Power Warning"
+
+
+def test_dcgmi_diag_category_rules_and_gpu_lists_with_long_blanks_are_linear():
+    # "+--- <name> ---+" went through a lazy name before \s+ (quadratic) and "Fail - GPU: 0"
+    # through ^GPU[s]?\s*:?\s*([\d,\s]+)$ (three adjacent blank runs: cubic).
+    out = bounded(
+        """
+        import io
+        from gpuplace.health.readers import read_dcgmi_diag
+        text = (
+            "+---- Integration" + " " * 20_000 + "x ----+\\n"
+            "| PCIe | Fail - GPU" + " " * 20_000 + "x |\\n"
+            "| Memory | Fail - GPU:" + " " * 20_000 + "2, 3 |\\n"
+        )
+        for ev in read_dcgmi_diag(io.StringIO(text)).evidence:
+            print(ev.values["test"], ev.gpu_index)
+        """,
+        seconds=20,
+    )
+    assert out.split() == ["PCIe", "None", "Memory", "2", "Memory", "3"]
+
+
+def test_dcgmi_diag_thousands_of_warning_lines_are_linear():
+    # Each "| Warning: GPU2 | <message> |" line rebuilt the evidence with its whole message so
+    # far appended to its text: 3,000 such lines (a 239 kB input) took 277 s.
+    out = bounded(
+        """
+        import io
+        from gpuplace.health.readers import read_dcgmi_diag
+        text = "| Memory | Fail |\\n|  | GPU2: Fail |\\n"
+        text += "| Warning: GPU2 | Error using CUDA API cudaMalloc |\\n" * 20_000
+        (ev,) = read_dcgmi_diag(io.StringIO(text)).evidence
+        print(ev.gpu_index, len(ev.text), ev.values["message"].count("cudaMalloc"))
+        """,
+        seconds=20,
+    )
+    gpu, length, count = out.split()
+    assert (gpu, count) == ("2", "20000")
+    assert int(length) < 40 * 20_000  # the message once, not once per line
+
+
+def test_nvidia_smi_nvlink_gpu_line_with_long_blanks_is_linear():
+    # "GPU 0: <name> (UUID: ...)" went through a lazy name, an optional group and \s*$:
+    # quadratic (20 kB of spaces took about 40 s).
+    out = bounded(
+        """
+        import io
+        from gpuplace.health.readers import read_evidence
+        text = "GPU 0: NVIDIA" + " " * 50_000 + "H100\\n\\t Link 0: 26.562 GB/s\\n"
+        (ev,) = read_evidence(io.StringIO(text), format="nvidia-smi-nvlink").evidence
+        print(ev.gpu_index, ev.values["links_gbps"])
+        """,
+        seconds=20,
+    )
+    assert out.strip() == "0 {0: 26.562}"
+
+
+# ------------------------------------------------------------------- trace readers
+PHILLY_HEAD = "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,1,66.0,c1\n"
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        (
+            "today,66.0,1,66.0,c1",
+            "timestamp: expected a time as YYYY-MM-DD HH:MM:SS, got str 'today'",
+        ),
+        # numpy's parser read a 30-digit number as a time in the year -260,580,049,991
+        ("1" * 30 + ",66.0,1,66.0,c1", "timestamp: expected a time as YYYY-MM-DD HH:MM:SS"),
+        ("2017-13-09 07:01:55,66.0,1,66.0,c1", "timestamp: expected a time"),
+        ("2017-10-09 07:01:55,nan,1,66.0,c1", "duration: expected seconds >= 0, got str 'nan'"),
+        ("2017-10-09 07:01:55,-1,1,66.0,c1", "duration: expected seconds >= 0, got str '-1'"),
+        ("2017-10-09 07:01:55,66.0,0,66.0,c1", "num_gpus: expected an integer from 1 to"),
+        ("2017-10-09 07:01:55,66.0,1²,66.0,c1", "num_gpus: expected an integer from 1 to"),
+        ("2017-10-09 07:01:55,66.0," + "9" * 30 + ",66.0,c1", "num_gpus: expected an integer"),
+        ("2017-10-09 07:01:55,66.0", "expected the fields timestamp,duration,num_gpus; got 2"),
+        ("2017-10-09 07:01:55,66.0,1,66.0,c\r1", "not valid CSV: new-line character"),
+        ("2017-10-09 07:01:55,66.0,1,66.0," + "c" * 200_000, "not valid CSV: field larger"),
+    ],
+)
+def test_philly_trace_rows_name_the_file_line_and_field(tmp_path, row, expected):
+    from gpuplace.sim.traces import philly
+
+    path = tmp_path / "p.csv"
+    path.write_text(PHILLY_HEAD + row + "\n", newline="")
+    with pytest.raises(InvalidJob) as info:
+        philly(path)
+    assert str(info.value).startswith(f"{path} line 3: {expected}")
+
+
+def test_philly_trace_encoding_size_and_gzip_bomb(tmp_path):
+    from gpuplace._util.documents import MAX_DOCUMENT_BYTES
+    from gpuplace.sim.traces import philly
+
+    path = tmp_path / "p.csv"
+    path.write_bytes(PHILLY_HEAD.encode() + b"2017-10-09 07:01:55,6\xff6,1,1,c\n")
+    with pytest.raises(InvalidJob, match=r"p\.csv: line 3: expected UTF-8 text"):
+        philly(path)
+    # 64 MiB of zeros compress to 64 kB: refused after the limit, not inflated whole
+    bomb = tmp_path / "p.csv.gz"
+    import gzip
+
+    bomb.write_bytes(gzip.compress(PHILLY_HEAD.encode() + b"0" * (MAX_DOCUMENT_BYTES + 1)))
+    out = refused(
+        "from gpuplace.sim.traces import philly",
+        f"philly({str(bomb)!r})",
+        "InvalidJob",
+        seconds=30,
+        memory_mb=900,
+    )
+    assert "p.csv.gz: larger than 67108864 bytes uncompressed" in out
+    bomb.write_bytes(b"\x1f\x8b\x08\x00garbage")
+    with pytest.raises(InvalidJob, match=r"p\.csv\.gz: cannot read gzip file"):
+        philly(bomb)
+
+
+OPENB_HEAD = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time\n"
+    "openb-pod-0000,12000,16384,1,1000,,LS,Running,0,12537496,0\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ("p1,1,1,-1,1000,,LS,Running,0,5,0", "num_gpu: expected an integer from 0 to"),
+        ("p1,1,1,1²,1000,,LS,Running,0,5,0", "num_gpu: expected an integer from 0 to"),
+        (
+            "p1,1,1,1,1000,,LS,Running,inf,5,0",
+            "creation_time: expected seconds >= 0, got str 'inf'",
+        ),
+        ("p1,1,1,1,1000,,LS,Running,0,x,0", "deletion_time: expected seconds >= 0, got str 'x'"),
+        ("p1,1,1,1,1000,,LS,Running,0,5,0,extra", "more fields than the header's 11"),
+        ("p1,1,1,1,1000,,LS,Running,0", "deletion_time: missing (fewer fields than the header)"),
+        (
+            "openb-pod-0000,1,1,1,1000,,LS,Running,0,5,0",
+            "name: pod 'openb-pod-0000' is listed twice",
+        ),
+        ("p1,1,1,1,1000,,L\rS,Running,0,5,0", "not valid CSV: new-line character"),
+        ("p1,1,1,1,1000,," + "L" * 200_000 + ",Running,0,5,0", "not valid CSV: field larger"),
+    ],
+)
+def test_openb_trace_rows_name_the_file_line_and_field(tmp_path, row, expected):
+    from gpuplace.sim.traces import openb
+
+    path = tmp_path / "o.csv"
+    path.write_text(OPENB_HEAD + row + "\n", newline="")
+    with pytest.raises(InvalidJob) as info:
+        openb(path)
+    assert str(info.value).startswith(f"{path} line 3: {expected}")
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ("n1,5,1,2,T\r4", "n.csv:3: not valid CSV: new-line character"),
+        ("n1,5,1,2," + "T" * 200_000, "n.csv:3: not valid CSV: field larger"),
+        ("n1,5,1", "n.csv:3: gpu: missing (fewer fields than the header)"),
+        ("n1,5,1,2,T4,x", "n.csv:3: more fields than the header's 5"),
+        # the message was "n.csv:3: n.csv:3: cpu_milli: ..." (the line named twice)
+        ("n1,x,1,2,T4", "n.csv:3: cpu_milli: expected an integer, got 'x'"),
+        ("n1,99999999999999999,1,2,T4", "n.csv:3: cpu_milli: expected at most"),
+    ],
+)
+def test_openb_node_list_rows_name_the_line_and_field(row, expected):
+    from gpuplace.io.openb import read_openb_nodes
+
+    text = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,262144,8,G2\n" + row + "\n"
+    with pytest.raises(InvalidTopology) as info:
+        read_openb_nodes(_named(text, "n.csv"))
+    assert str(info.value).startswith(expected)
+
+
+def test_gpu_query_long_field_names_the_line():
+    from gpuplace.io.gpu_query import read_nvidia_smi_query
+
+    text = "index, name, driver_version\n0, H100, 550.54\n1, " + "H" * 200_000 + ", 550.54\n"
+    with pytest.raises(InvalidTopology) as info:
+        read_nvidia_smi_query(_named(text, "q.csv"), host="h1")
+    assert str(info.value).startswith("q.csv:3: not valid CSV: field larger than field limit")
+
+
+def test_scontrol_records_with_long_blanks_are_linear():
+    # (\w+)=(.*?)(?=\s+\w+=|$): a lazy value with a look-ahead of blanks, quadratic on a long
+    # run of them (20 kB took about 16 s); the records read are the same.
+    out = bounded(
+        """
+        from gpuplace.integrations.slurmctld import read_records
+        line = "PartitionName=gpu Comment=a" + " " * 200_000 + "b Nodes=n[1-2] TRES=cpu=8,mem=1G"
+        (record,) = read_records(line + "\\n")
+        print(record["PartitionName"], len(record["Comment"]), record["Nodes"], record["TRES"])
+        """,
+        seconds=20,
+    )
+    assert out.split() == ["gpu", "200002", "n[1-2]", "cpu=8,mem=1G"]
+
+
+def test_cluster_files_name_the_line(tmp_path):
+    from gpuplace.sim.clusters import lingjun, pai
+
+    path = tmp_path / "pai.csv"
+    path.write_text("m1,V100,96,512,8\nm2,T4,64,256,inf\n")  # was a raw OverflowError
+    with pytest.raises(InvalidTopology) as info:
+        pai(path)
+    assert str(info.value) == f"{path} line 2: cap_gpu: expected a number, got 'inf'"
+    path = tmp_path / "topo.csv"
+    path.write_text("ip,DSW,PSW,ASW\n10.0.0.1,d1,p\r1,a1\n", newline="")  # was a raw csv.Error
+    with pytest.raises(InvalidTopology) as info:
+        lingjun(path)
+    assert str(info.value).startswith(f"{path} line 2: not valid CSV: new-line character")
+    path.write_bytes(b"ip,DSW,PSW,ASW\n10.0.0.1,d\xff1,p1,a1\n")  # was a raw UnicodeDecodeError
+    with pytest.raises(InvalidTopology, match=r"topo\.csv: line 2: expected UTF-8 text"):
+        lingjun(path)

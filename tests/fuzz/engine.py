@@ -153,8 +153,67 @@ attributes:
   - {driver: 550.54.15}
   - {hosts: "h0[1-2]", firmware: 96.00.74.00.01}
 pools:
-  - {name: training, hosts: "h[01-06]"}
+  training: "h[01-06]"
+  inference: {domains: [lb], lend_to: [training]}
+priority_classes:
+  prod: {priority: 10}
+  scavenger: {priority: -5, preemptible: true}
+stores:
+  lustre: {attach: "spine:s", read_gbps: 100, write_gbps: 50}
+  scratch: {attach: local, read_gbps: 10, write_gbps: 5}
+power_domains:
+  - {name: r1, kind: rack, hosts: "h[01-04]", budget_w: 40000, max_synchronized: 2}
+power_phases: 3
+uplink_gbps: {"leaf:la": 40}
+host_count_factors: [1.0, 0.9]
+algorithm_efficiency: {ring: 0.9}
 """
+
+
+def _k8s_seed() -> str:
+    """``kubectl get nodes -o json`` of four GPU nodes with Topograph tier and clique labels."""
+    items = [
+        {
+            "kind": "Node",
+            "metadata": {
+                "name": f"gpu-{i}",
+                "labels": {
+                    "fabric.topograph.run/tier-1": f"leaf-{i // 2}",
+                    "fabric.topograph.run/tier-2": "spine-0",
+                    "nvidia.com/gpu.clique": f"clique-{i // 2}.1",
+                    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                },
+            },
+            "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "224"}},
+        }
+        for i in range(4)
+    ]
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2)
+
+
+SCONTROL_SHOW = """PartitionName=gpu AllowGroups=ALL AllowAccounts=ALL Default=YES MaxTime=UNLIMITED Nodes=dgx[01-04] PriorityTier=1 State=UP TotalCPUs=448 TotalNodes=4 TRES=cpu=448,mem=8T,node=4,gres/gpu=32
+PartitionName=debug AllowGroups=ALL Default=NO Nodes=dgx05 State=DRAIN Comment=for the on-call team
+ReservationName=maint StartTime=2025-03-01T08:00:00 EndTime=2025-03-01T12:00:00 Duration=04:00:00 Nodes=dgx[01-02] NodeCnt=2 Flags=MAINT,SPEC_NODES Users=root State=INACTIVE
+"""
+GPU_QUERY = """index, name, driver_version, vbios_version, pci.bus_id
+0, NVIDIA H100 80GB HBM3, 550.54.15, 96.00.74.00.01, 00000000:1B:00.0
+1, NVIDIA H100 80GB HBM3, 550.54.15, 96.00.74.00.01, 00000000:43:00.0
+2, NVIDIA H100 80GB HBM3, 550.54.15, 96.00.89.00.01, 00000000:52:00.0
+3, NVIDIA H100 80GB HBM3, 550.54.15, [N/A], 00000000:61:00.0
+"""
+
+
+def _packaged_rows(name: str, rows: int) -> str:
+    """The header and ``rows`` rows spread over a trace shipped in the package
+    (gpuplace/sim/data, provenance in its README): real rows as seeds, without a copy of the
+    data in tests/."""
+    import gzip
+
+    raw = (ROOT / "python" / "gpuplace" / "sim" / "data" / name).read_bytes()
+    lines = gzip.decompress(raw).decode("utf-8").splitlines(keepends=True)
+    step = max(1, (len(lines) - 1) // rows)
+    return "".join([lines[0], *lines[1::step][:rows]])
+
 
 TARGETS: dict[str, Target] = {
     t.name: t
@@ -305,6 +364,33 @@ TARGETS: dict[str, Target] = {
         ),
         Target("qaplib", ".dat", _glob("tests/data/qaplib/*.dat"), "io.read_qaplib(path)"),
         Target(
+            "philly-trace",
+            ".csv",
+            (),
+            "philly(path)",
+            ("PHILLY",),
+        ),
+        Target("openb-trace", ".csv", (), "openb_trace(path)", ("OPENB_PODS",)),
+        Target("openb-nodes", ".csv", (), "read_openb_nodes(path)", ("OPENB_NODES",)),
+        Target("openb-pods", ".csv", (), "read_openb_pods(path)", ("OPENB_PODS",)),
+        Target(
+            "scontrol-show",
+            ".txt",
+            (),
+            "ctld.read_records(path.read_text(encoding='utf-8', errors='replace'))",
+            ("SCONTROL_SHOW",),
+        ),
+        Target("lingjun-cluster", ".csv", (), "clusters.lingjun(path)", ("LINGJUN",)),
+        Target("pai-cluster", ".csv", (), "clusters.pai(path)", ("PAI",)),
+        Target("k8s-nodes", ".json", (), "io.read_k8s_nodes(path)", ("K8S_NODES",)),
+        Target(
+            "gpu-query",
+            ".csv",
+            (),
+            "read_nvidia_smi_query(path, host='h1')",
+            ("GPU_QUERY",),
+        ),
+        Target(
             "extender-filter",
             ".json",
             _glob("tests/data/extender/filter-request.json"),
@@ -319,7 +405,7 @@ TARGETS: dict[str, Target] = {
     ]
 }
 
-GENERATED = {
+GENERATED: dict[str, str | Callable[[], str]] = {
     "TOPOLOGY": TOPOLOGY,
     "WORKLOAD_YAML": WORKLOAD_YAML,
     "WORKLOAD_CSV": WORKLOAD_CSV,
@@ -327,6 +413,17 @@ GENERATED = {
     "RULES": RULES,
     "SINFO": _sinfo_seed(),
     "SQUEUE": _squeue_seed(),
+    "K8S_NODES": _k8s_seed(),
+    "GPU_QUERY": GPU_QUERY,
+    "SCONTROL_SHOW": SCONTROL_SHOW,
+    # Real rows (mixed: short and long jobs, 1 to 8 GPUs; pods with and without GPUs, shared,
+    # never scheduled), read when the target runs.
+    "PHILLY": lambda: _packaged_rows("pollux_philly.csv.gz", 60),
+    "OPENB_PODS": lambda: _packaged_rows("openb_pod_list_default.csv.gz", 60),
+    "OPENB_NODES": lambda: _packaged_rows("openb_node_list_all_node.csv.gz", 40),
+    "LINGJUN": lambda: _packaged_rows("lingjun_topo.csv.gz", 40),
+    # pai_machine_spec.csv has no header: 41 machines (the first kept as the "header")
+    "PAI": lambda: _packaged_rows("pai_machine_spec.csv.gz", 40),
 }
 
 
@@ -337,11 +434,15 @@ import gpuplace
 from gpuplace import io
 from gpuplace.errors import GpuplaceError, InvalidJob
 from gpuplace.integrations import slurm
+from gpuplace.integrations import slurmctld as ctld
 from gpuplace.integrations.extender import BadRequest, Extender
 from gpuplace.health import readers as health
 from gpuplace.health.judge import load_rules
-from gpuplace.sim.traces import load_workload
+from gpuplace.sim.traces import load_workload, philly, openb as openb_trace
+from gpuplace.io.openb import read_openb_nodes, read_openb_pods
+from gpuplace.io.gpu_query import read_nvidia_smi_query
 from gpuplace.sim.failures import load_failures
+from gpuplace.sim import clusters
 from gpuplace.io import read_placement_table
 from gpuplace.cli.mig import read_requests
 from gpuplace.cli.share import read_shared_requests
@@ -565,7 +666,8 @@ class Worker:
 def seeds_of(target: Target) -> list[bytes]:
     out = [Path(p).read_bytes() for p in target.seeds]
     for name in target.generated:
-        out.append((_state_seed() if name == "STATE" else GENERATED[name]).encode())
+        seed = _state_seed if name == "STATE" else GENERATED[name]
+        out.append((seed() if callable(seed) else seed).encode())
     if not out:
         raise RuntimeError(f"target {target.name} has no seeds")
     return out

@@ -356,6 +356,32 @@ class _BoundedLoader(yaml.SafeLoader):
         self._sizes[id(node)] = min(size, MAX_ALIAS_NODES + 1)
         return node
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A mapping, refusing a key given twice (PyYAML keeps the last silently: a second
+        ``stores: {lustre: ...}`` entry or node type replaced the first without a word).
+        Keys that ``<<`` merges in may be overridden, as YAML intends."""
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
+                    key_node, yaml.ScalarNode
+                ):
+                    continue
+                key = self.construct_object(key_node)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # unhashable: the base class reports it
+                    continue
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"the key {describe(key)} is given twice",
+                        key_node.start_mark,
+                    )
+        return super().construct_mapping(node, deep)
+
     def construct_yaml_int(self, node: Any) -> int:
         digits = sum(ch.isdigit() for ch in str(node.value))
         if digits > MAX_INT_DIGITS:

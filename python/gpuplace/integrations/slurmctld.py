@@ -33,9 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from gpuplace._util.documents import MAX_DOCUMENT_BYTES
 from gpuplace._util.hostlist import HostlistError, compress, expand
 from gpuplace.cluster.state import ClusterState
-from gpuplace.errors import Infeasible, InvalidJob
+from gpuplace.errors import Infeasible, InvalidJob, InvalidState
 from gpuplace.integrations.slurm import SlurmError, SlurmNode, read_sinfo, read_squeue
 from gpuplace.model.job import Job
 from gpuplace.placement.place import place
@@ -222,17 +223,35 @@ class Slurmctld:
         return "; ".join(parts)
 
 
+#: A key of a ``Key=value`` word: ``\w+=`` tried only where a word starts (linear).
+_RECORD_KEY = re.compile(r"(?<!\w)(\w+)=")
+
+
 def read_records(text: str) -> list[dict[str, str]]:
     """One record per line of ``scontrol show <kind> -o``: ``Key=value`` words (a value may
-    hold spaces up to the next ``Key=``)."""
+    hold spaces up to the next ``Key=``). Output over the readers' size limit is refused."""
+    if len(text) > MAX_DOCUMENT_BYTES:
+        raise InvalidState(
+            f"scontrol show: output of {len(text)} characters; at most {MAX_DOCUMENT_BYTES} are read"
+        )
     records = []
     for line in text.splitlines():
         line = line.strip()
         if not line:
             continue
         record: dict[str, str] = {}
-        for match in re.finditer(r"(\w+)=(.*?)(?=\s+\w+=|$)", line):
-            record[match.group(1)] = match.group(2).strip()
+        # Each key starts a word and ends at '='; the first one anywhere, the next ones after
+        # blanks (a value runs up to the blanks before the next key). In one linear pass: the
+        # lazy value and its look-ahead ``(\w+)=(.*?)(?=\s+\w+=|$)`` backtracked
+        # quadratically on a long run of blanks (20 kB: seconds).
+        keys = [
+            m
+            for i, m in enumerate(_RECORD_KEY.finditer(line))
+            if i == 0 or line[m.start() - 1].isspace()
+        ]
+        for k, m in enumerate(keys):
+            end = keys[k + 1].start() if k + 1 < len(keys) else len(line)
+            record[m.group(1)] = line[m.end() : end].strip()
         if record:
             records.append(record)
     return records

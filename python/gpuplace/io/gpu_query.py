@@ -34,7 +34,7 @@ def read_nvidia_smi_query(source: Source, *, host: str) -> list[dict[str, Any]]:
             name, None, "no CSV header with an `index` column (use --format=csv, not noheader)"
         )
     header_line, header = lines[start]
-    columns = [c.strip().split(" [")[0] for c in next(csv.reader(io.StringIO(header)))]
+    columns = [c.strip().split(" [")[0] for c in _fields(header, name, header_line)]
     if columns[0] != "index":
         raise fail(name, header_line, "expected the first column to be `index`")
     groups: dict[tuple[tuple[str, str], ...], list[int]] = {}
@@ -42,10 +42,10 @@ def read_nvidia_smi_query(source: Source, *, host: str) -> list[dict[str, Any]]:
     for lineno, line in lines[start + 1 :]:
         if line.lstrip().startswith("$"):
             break
-        cells = [c.strip() for c in next(csv.reader(io.StringIO(line)))]
+        cells = [c.strip() for c in _fields(line, name, lineno)]
         if len(cells) != len(columns):
             raise fail(name, lineno, f"expected {len(columns)} fields, got {len(cells)}")
-        if not cells[0].isdigit():
+        if not (cells[0].isascii() and cells[0].isdigit() and len(cells[0]) <= 9):
             raise fail(name, lineno, f"index: expected a GPU index, got {cells[0]!r}")
         index = int(cells[0])
         if index in seen:
@@ -64,3 +64,12 @@ def read_nvidia_smi_query(source: Source, *, host: str) -> list[dict[str, Any]]:
         for values, indices in groups.items()
         if values
     ]
+
+
+def _fields(line: str, name: str, lineno: int) -> list[str]:
+    """The fields of one CSV line; the csv module's own errors (a field over its size limit)
+    as InvalidTopology naming the line."""
+    try:
+        return next(csv.reader(io.StringIO(line)), [])
+    except csv.Error as exc:
+        raise fail(name, lineno, f"not valid CSV: {exc}") from None

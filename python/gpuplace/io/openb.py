@@ -18,10 +18,12 @@ import csv
 import gzip
 import io
 import os
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from gpuplace.errors import InvalidJob, InvalidTopology
+from gpuplace._util.documents import csv_rows, text_lines
+from gpuplace.errors import GpuplaceError, InvalidJob, InvalidTopology
 from gpuplace.io._common import MAX_INPUT_BYTES, fail, guarded, read_source
 from gpuplace.model.share import MILLI, SharedNode, SharedRequest
 
@@ -29,7 +31,7 @@ __all__ = ["read_openb_nodes", "read_openb_pods"]
 
 
 def _rows(
-    source: Any, need: tuple[str, ...], error: type[Exception]
+    source: Any, need: tuple[str, ...], error: type[GpuplaceError]
 ) -> tuple[str, list[tuple[int, dict[str, str]]]]:
     if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".gz"):
         path = os.fspath(source)
@@ -37,35 +39,48 @@ def _rows(
         try:
             with gzip.open(path, "rb") as fh:
                 data = fh.read(MAX_INPUT_BYTES + 1)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise error(f"{name}: cannot read gzip file: {exc}") from None
         name, text = read_source(io.BytesIO(data))
         name = os.path.basename(path)
     else:
         name, text = read_source(source)
-    reader = csv.DictReader(io.StringIO(text))
-    fields = [f.strip() for f in (reader.fieldnames or [])]
-    missing = [f for f in need if f not in fields]
+    reader = csv.DictReader(text_lines(text))
+    try:
+        raw = {f.strip(): f for f in (reader.fieldnames or [])}
+    except csv.Error as exc:
+        raise error(f"{name}:1: not valid CSV: {exc}") from None
+    missing = [f for f in need if f not in raw]
     if missing:
         raise error(
             f"{name}:1: expected the columns {', '.join(need)}; missing {', '.join(missing)}"
         )
-    rows = [
-        (line, {k.strip(): (v or "").strip() for k, v in row.items() if k})
-        for line, row in enumerate(reader, start=2)
-    ]
+    rows = []
+    for line, row in csv_rows(reader, name, error, location=lambda line: f"{name}:{line}"):
+        if None in row:
+            raise error(f"{name}:{line}: more fields than the header's {len(raw)}")
+        short = next((f for f in need if row[raw[f]] is None), None)
+        if short is not None:
+            raise error(f"{name}:{line}: {short}: missing (fewer fields than the header)")
+        rows.append((line, {k.strip(): (v or "").strip() for k, v in row.items()}))
     return name, rows
 
 
-def _int(row: dict[str, str], key: str, name: str, line: int, error: type[Exception]) -> int:
+def _int(row: dict[str, str], key: str, name: str, line: int, error: type[GpuplaceError]) -> int:
     text = row.get(key, "")
-    try:
-        value = int(text)
-    except ValueError:
-        raise error(f"{name}:{line}: {key}: expected an integer, got {text!r}") from None
+    digits = text[1:] if text.startswith(("+", "-")) else text
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):
+        raise error(f"{name}:{line}: {key}: expected an integer, got {text[:40]!r}")
+    value = int(text)
     if value < 0:
         raise error(f"{name}:{line}: {key}: expected 0 or more, got {value}")
+    if value > MAX_COUNT:
+        raise error(f"{name}:{line}: {key}: expected at most {MAX_COUNT}, got {value}")
     return value
+
+
+#: The largest count or size a row may give (milli-CPUs, MiB, GPUs): far beyond any machine.
+MAX_COUNT = 2**53
 
 
 @guarded
@@ -85,16 +100,10 @@ def read_openb_nodes(source: Any) -> list[SharedNode]:
         model = row["model"] or None
         if gpus and not model:
             raise fail(name, line, f"node {sn} has {gpus} GPUs but no model")
+        cpu = _int(row, "cpu_milli", name, line, InvalidTopology)
+        memory = _int(row, "memory_mib", name, line, InvalidTopology)
         try:
-            out.append(
-                SharedNode(
-                    sn,
-                    _int(row, "cpu_milli", name, line, InvalidTopology),
-                    _int(row, "memory_mib", name, line, InvalidTopology),
-                    gpus,
-                    model,
-                )
-            )
+            out.append(SharedNode(sn, cpu, memory, gpus, model))
         except InvalidTopology as exc:
             raise fail(name, line, str(exc)) from None
     if not out:
@@ -147,12 +156,14 @@ def _read_pods(source: Any, isolation_for_qos: dict[str, str]) -> list[SharedReq
         models = tuple(m.strip() for m in row.get("gpu_spec", "").split("|") if m.strip())
         shared = gpus == 1 and milli < MILLI
         isolation = isolation_for_qos.get(row.get("qos", ""), "any") if shared else "any"
+        cpu = _int(row, "cpu_milli", name, line, InvalidJob)
+        memory = _int(row, "memory_mib", name, line, InvalidJob)
         try:
             out.append(
                 SharedRequest(
                     pod,
-                    _int(row, "cpu_milli", name, line, InvalidJob),
-                    _int(row, "memory_mib", name, line, InvalidJob),
+                    cpu,
+                    memory,
                     gpus,
                     milli,
                     models,

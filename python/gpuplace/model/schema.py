@@ -4,17 +4,18 @@ checked and a bad one raises :class:`gpuplace.InvalidTopology` naming the file a
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuplace._util.documents import Checker, describe
 from gpuplace._util.hostlist import HostlistError, expand
-from gpuplace.errors import InvalidTopology
+from gpuplace.errors import InvalidJob, InvalidTopology
 from gpuplace.model.parts import ALGORITHMS, FORMAT, ROUTINGS, Level, NodeType
 from gpuplace.model.policy import ClusterPolicy
-from gpuplace.model.power import parse_power_domains
-from gpuplace.model.storage import parse_stores
+from gpuplace.model.power import BOARD_POWER_W, gpu_power_w, parse_power_domains
+from gpuplace.model.storage import parse_stores, store_attachment
 
 if TYPE_CHECKING:
     from gpuplace.model.topology import Topology
@@ -218,11 +219,40 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
         )
     except InvalidTopology as exc:
         raise c.fail("", _domain_message(str(exc), levels, host_domains, hosts)) from None
+    _check_references(c, topology)
     # Hardware attributes, pools and priority classes (gpuplace.policy), checked against the
     # hosts and GPUs just built.
     topology.policy = ClusterPolicy.from_dict(doc, c)
     topology.policy.check(topology, c)
     return topology
+
+
+def _check_references(c: Checker, topology: Topology) -> None:
+    """What the newer sections name must exist, checked at load (else the first job to use it
+    failed without naming the file or field): each store's ``attach`` domain, and a board
+    power for every GPU when there are power domains."""
+    for name, store in topology.stores.items():
+        try:
+            store_attachment(topology, store)
+        except InvalidJob:
+            levels = ", ".join(level.name for level in topology.levels[topology.node_level :])
+            raise c.fail(
+                f"stores.{name}.attach",
+                f"expected local, remote or a domain ([level:]name; levels {levels}), "
+                f"got {describe(store.attach)}",
+            ) from None
+    if topology.power_domains:
+        board = gpu_power_w(topology)
+        gpu = 0
+        for host_type in topology.host_types:
+            gpus = topology.node_types[host_type].gpus
+            if gpus and math.isnan(board[gpu]):
+                raise c.fail(
+                    f"node_types.{host_type}.power_w",
+                    "power_domains need every GPU's board power: give power_w or a known "
+                    f"gpu_model ({', '.join(BOARD_POWER_W)})",
+                )
+            gpu += gpus
 
 
 def _domain_name(c: Checker, value: Any, path: str) -> str:

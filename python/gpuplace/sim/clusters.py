@@ -21,15 +21,15 @@ Both files ship gzip-compressed in ``gpuplace/sim/data`` (provenance in its READ
 from __future__ import annotations
 
 import csv
-import io
 from pathlib import Path
 from typing import Any
 
+from gpuplace._util.documents import text_lines
 from gpuplace.errors import InvalidTopology
 from gpuplace.model.inventory import NVLINK_GBPS_PER_LINK
 from gpuplace.model.presets import NDR_GBPS, hgx_node_type, topology_document
 from gpuplace.model.topology import Topology
-from gpuplace.sim.traces import _open_text
+from gpuplace.sim.traces import _open_text, _trace_rows
 
 __all__ = ["CLUSTERS", "cluster", "lingjun", "pai"]
 
@@ -45,12 +45,16 @@ def _three_tiers(
 
 def lingjun(path: str | Path | None = None) -> Topology:
     """The Lingjun 3-tier topology (see the module docstring)."""
-    text, source = _open_text(path, "lingjun_topo.csv.gz")
-    reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames is None or not {"ip", "DSW", "PSW", "ASW"} <= set(reader.fieldnames):
+    text, source = _open_text(path, "lingjun_topo.csv.gz", InvalidTopology)
+    reader = csv.DictReader(text_lines(text))
+    try:
+        fieldnames = reader.fieldnames
+    except csv.Error as exc:
+        raise InvalidTopology(f"{source} line 1: not valid CSV: {exc}") from None
+    if fieldnames is None or not {"ip", "DSW", "PSW", "ASW"} <= set(fieldnames):
         raise InvalidTopology(f"{source}: expected columns ip,DSW,PSW,ASW")
     nodes: list[dict[str, Any]] = []
-    for line, row in enumerate(reader, start=2):
+    for line, row in _trace_rows(reader, source, InvalidTopology):
         if not all(row.get(k) for k in ("ip", "DSW", "PSW", "ASW")):
             raise InvalidTopology(f"{source} line {line}: every host needs ip, DSW, PSW and ASW")
         domains = {"leaf": f"{row['PSW']}-{row['ASW']}", "spine": row["PSW"], "core": row["DSW"]}
@@ -77,10 +81,10 @@ def pai(
     path: str | Path | None = None, *, per_leaf: int = 32, leaves_per_spine: int = 8
 ) -> Topology:
     """The PAI GPU machines (see the module docstring)."""
-    text, source = _open_text(path, "pai_machine_spec.csv.gz")
+    text, source = _open_text(path, "pai_machine_spec.csv.gz", InvalidTopology)
     node_types: dict[str, dict[str, Any]] = {}
     nodes: list[dict[str, Any]] = []
-    for line, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+    for line, row in _trace_rows(csv.reader(text_lines(text)), source, InvalidTopology):
         if not row:
             continue
         if len(row) != 5:
@@ -90,7 +94,7 @@ def pai(
         machine, gpu_type, _, _, cap_gpu = row
         try:
             gpus = int(float(cap_gpu))
-        except ValueError:
+        except (ValueError, OverflowError):  # "x", "nan"; "inf"
             raise InvalidTopology(
                 f"{source} line {line}: cap_gpu: expected a number, got {cap_gpu!r}"
             ) from None

@@ -24,16 +24,27 @@ import csv
 import gzip
 import io
 import math
-from collections.abc import Iterable
+import re
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gpuplace._util.documents import csv_rows, describe, parse_document, read_text, text_lines
-from gpuplace.errors import InvalidJob
+from gpuplace._util.documents import (
+    MAX_DOCUMENT_BYTES,
+    csv_rows,
+    decode_utf8,
+    describe,
+    parse_document,
+    read_text,
+    text_lines,
+)
+from gpuplace.errors import GpuplaceError, InvalidJob
 from gpuplace.model.job import Job, TransformerModel
 from gpuplace.sim.workload import DEFAULT_MODEL
 
@@ -148,14 +159,132 @@ def _package_text(name: str) -> str:
     return gzip.decompress(raw).decode()
 
 
-def _open_text(path: str | Path | None, packaged: str) -> tuple[str, str]:
+def _open_text(
+    path: str | Path | None, packaged: str, error: type[GpuplaceError] = InvalidJob
+) -> tuple[str, str]:
+    """``(text, name)`` of a trace file (``.gz`` decompressed), with the limits of every
+    reader: at most :data:`MAX_DOCUMENT_BYTES` (after decompression: a small gzip bomb is
+    refused, not inflated), UTF-8; errors are ``error`` naming the file."""
     if path is None:
         return _package_text(packaged), packaged.removesuffix(".gz")
     p = Path(path)
-    data = p.read_bytes()
-    if p.suffix == ".gz":
-        data = gzip.decompress(data)
-    return data.decode(), str(p)
+    if p.suffix != ".gz":
+        return read_text(p, error), str(p)
+    try:
+        with gzip.open(p, "rb") as handle:
+            data = handle.read(MAX_DOCUMENT_BYTES + 1)
+    except FileNotFoundError:
+        raise error(f"{p}: no such file") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise error(f"{p}: cannot read gzip file: {exc}") from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise error(f"{p}: larger than {MAX_DOCUMENT_BYTES} bytes uncompressed; refusing it")
+    return decode_utf8(data, p, error), str(p)
+
+
+def _trace_rows(
+    reader: Iterable[Any], source: str, error: type[GpuplaceError] = InvalidJob
+) -> Iterator[tuple[int, Any]]:
+    """``(line, row)`` of a trace's csv reader, the csv module's own errors (a field over its
+    size limit, a bare carriage return) raised as ``error`` naming the file and line."""
+    return csv_rows(reader, source, error, location=lambda line: f"{source} line {line}")
+
+
+_EPOCH, _SECOND = datetime(1970, 1, 1), timedelta(seconds=1)
+
+
+def _timestamp(text: str) -> int | None:
+    """Seconds since 1970 of ``YYYY-MM-DD HH:MM:SS`` (a ``T`` also separates), or None.
+    (Checked field by field: numpy's own parser takes ``today``, ``NaT`` and a 30-digit number
+    as times.)"""
+    if (
+        len(text) != 19
+        or not text.isascii()
+        or text[4] != "-"
+        or text[7] != "-"
+        or text[10] not in " T"
+        or text[13] != ":"
+        or text[16] != ":"
+    ):
+        return None
+    if not (text[0:4] + text[5:7] + text[8:10] + text[11:13] + text[14:16] + text[17:]).isdigit():
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:  # a month 13, a 31st of June
+        return None
+    return (moment - _EPOCH) // _SECOND
+
+
+def _seconds(text: str, where: str, field: str) -> float:
+    """A finite number of seconds >= 0 of a trace's field, else InvalidJob naming it."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise InvalidJob(f"{where}: {field}: expected seconds >= 0, got {describe(text)}")
+    return value
+
+
+#: The most GPUs one trace job may ask for (the largest trace jobs ask for 128).
+MAX_TRACE_GPUS = 1 << 20
+
+
+def _gpu_count(text: str, where: str, field: str, *, minimum: int) -> int:
+    """A GPU count of a trace's field (an integer from ``minimum`` to :data:`MAX_TRACE_GPUS`),
+    else InvalidJob naming it."""
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 9) or not (
+        minimum <= int(digits) <= MAX_TRACE_GPUS
+    ):
+        raise InvalidJob(
+            f"{where}: {field}: expected an integer from {minimum} to {MAX_TRACE_GPUS}, "
+            f"got {describe(text)}"
+        )
+    return int(digits)
+
+
+_PHILLY_TIMES = re.compile(r"(?:[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}\n)*")
+
+
+def _philly_columns(rows: list[list[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The submit times (s), durations (s) and GPU counts of Philly rows, parsed column by
+    column (fast); None (or an exception numpy raises) when a row is bad."""
+    if any(len(row) < 3 for row in rows):
+        return None
+    times = [row[0].strip() for row in rows]
+    # numpy's own time parser also takes "today", "NaT" and 30-digit numbers: the shape of
+    # every time is checked first, in one linear pass.
+    if _PHILLY_TIMES.fullmatch("".join(t + "\n" for t in times)) is None:
+        return None
+    submit = np.array(times, dtype="datetime64[s]").astype(np.int64)
+    duration = np.array([row[1] for row in rows], dtype=np.float64)
+    counts = [row[2].strip() for row in rows]
+    if not all(c.isascii() and c.isdigit() and len(c) <= 9 for c in counts):
+        return None
+    gpus = np.array(counts, dtype=np.int64)
+    if np.any((gpus < 1) | (gpus > MAX_TRACE_GPUS) | ~np.isfinite(duration) | (duration < 0)):
+        return None
+    return submit, duration, gpus
+
+
+def _philly_row(row: list[str], where: str) -> tuple[int, float, int]:
+    """One Philly row, checked field by field: InvalidJob naming ``where`` and the field."""
+    if len(row) < 3:
+        raise InvalidJob(
+            f"{where}: expected the fields timestamp,duration,num_gpus; got {len(row)} field(s)"
+        )
+    submit = _timestamp(row[0].strip())
+    if submit is None:
+        raise InvalidJob(
+            f"{where}: timestamp: expected a time as YYYY-MM-DD HH:MM:SS, got {describe(row[0])}"
+        )
+    return (
+        submit,
+        _seconds(row[1], where, "duration"),
+        _gpu_count(row[2], where, "num_gpus", minimum=1),
+    )
 
 
 def philly(
@@ -166,43 +295,42 @@ def philly(
 ) -> Workload:
     """Microsoft's Philly trace (Pollux's derivation, 82,247 jobs, Sep--Dec 2017): submit
     times relative to the first, durations as work, GPU counts as given. ``path``: another
-    copy of ``pollux_philly.csv`` (default: the one shipped in the package). Pollux's own
-    generator drops jobs shorter than 60 s; pass ``min_duration_s=60`` to do the same."""
+    copy of ``pollux_philly.csv`` (default: the one shipped in the package; ``.gz`` is read
+    compressed). Pollux's own generator drops jobs shorter than 60 s; pass
+    ``min_duration_s=60`` to do the same. A bad row raises InvalidJob naming the file, the
+    line, the field and what was expected."""
     text, source = _open_text(path, "pollux_philly.csv.gz")
-    reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
-    if header is None or header[:3] != ["timestamp", "duration", "num_gpus"]:
+    reader = csv.reader(text_lines(text))
+    rows = _trace_rows(reader, source)
+    header = next((row for _, row in rows), None)
+    if header is None or [h.strip() for h in header[:3]] != ["timestamp", "duration", "num_gpus"]:
         raise InvalidJob(
-            f"{source}: expected a Philly trace with columns timestamp,duration,num_gpus,..."
+            f"{source} line 1: expected a Philly trace with columns timestamp,duration,num_gpus,..."
         )
-    body = [row for row in reader if row]
+    body = [(line, row) for line, row in rows if row and row != [""]]
     try:
-        submit = np.array([r[0] for r in body], dtype="datetime64[s]").astype(np.int64)
-        duration = np.array([r[1] for r in body], dtype=np.float64)
-        gpus = np.array([r[2] for r in body], dtype=np.int64)
-    except (ValueError, IndexError):
-        # Find the offending line for the message (slow path, only on bad input).
-        for line, row in enumerate(body, start=2):
-            try:
-                np.datetime64(row[0], "s"), float(row[1]), int(row[2])
-            except (ValueError, IndexError):
-                raise InvalidJob(
-                    f"{source} line {line}: expected 'YYYY-MM-DD HH:MM:SS,seconds,gpus,...', "
-                    f"got {','.join(row)!r}"
-                ) from None
-        raise
-    bad = np.flatnonzero((gpus < 1) | ~np.isfinite(duration) | (duration < 0))
-    if bad.size:
-        raise InvalidJob(f"{source} line {int(bad[0]) + 2}: expected gpus >= 1 and duration >= 0 s")
-    keep = duration >= min_duration_s
-    rows = list(
-        zip(submit[keep].tolist(), duration[keep].tolist(), gpus[keep].tolist(), strict=True)
+        columns = _philly_columns([row for _, row in body])
+    except (ValueError, OverflowError, TypeError):
+        columns = None
+    if columns is None:
+        # The slow path, on bad input only: row by row, the first bad row named with its line
+        # and field (and if every row passes here, these are the rows).
+        parsed = [_philly_row(row, f"{source} line {line}") for line, row in body]
+        columns = (
+            np.array([r[0] for r in parsed], dtype=np.int64),
+            np.array([r[1] for r in parsed], dtype=np.float64),
+            np.array([r[2] for r in parsed], dtype=np.int64),
+        )
+    submits, durations, counts = columns
+    keep = durations >= min_duration_s
+    kept = list(
+        zip(submits[keep].tolist(), durations[keep].tolist(), counts[keep].tolist(), strict=True)
     )
-    if not rows:
+    if not kept:
         raise InvalidJob(f"{source}: no job lasts {min_duration_s} s or more")
-    first = min(r[0] for r in rows)
+    first = min(r[0] for r in kept)
     jobs = []
-    for i, (submit, duration, gpus) in enumerate(rows):
+    for i, (submit, duration, gpus) in enumerate(kept):
         tp, pp = trace_layout(gpus)
         jobs.append(
             SimJob(
@@ -222,31 +350,46 @@ def openb(path: str | Path | None = None, *, model: str = "llama2-13b") -> Workl
     """Alibaba's openb pod list (``openb_pod_list_default.csv``, FGD, ATC'23). Pods without GPUs
     and pods never scheduled (no ``scheduled_time``: no runtime) are skipped; a pod sharing a
     GPU (``gpu_milli`` < 1000) takes one whole GPU, since gpuplace allocates whole GPUs. Work is
-    ``deletion_time - scheduled_time``."""
+    ``deletion_time - scheduled_time``. A bad row raises InvalidJob naming the file, the line,
+    the field and what was expected."""
     text, source = _open_text(path, "openb_pod_list_default.csv.gz")
-    reader = csv.DictReader(io.StringIO(text))
-    need = {"name", "num_gpu", "creation_time", "deletion_time", "scheduled_time"}
-    if not need <= set(reader.fieldnames or ()):
+    reader = csv.DictReader(text_lines(text))
+    need = ("name", "num_gpu", "creation_time", "deletion_time", "scheduled_time")
+    try:
+        fieldnames = reader.fieldnames
+    except csv.Error as exc:
+        raise InvalidJob(f"{source} line 1: not valid CSV: {exc}") from None
+    missing = [f for f in need if f not in (fieldnames or ())]
+    if missing:
         raise InvalidJob(
-            f"{source}: expected an openb pod list with columns {', '.join(sorted(need))}"
+            f"{source} line 1: expected an openb pod list with columns {', '.join(need)}; "
+            f"missing {', '.join(missing)}"
         )
     jobs = []
-    for line, row in enumerate(reader, start=2):
-        try:
-            gpus = int(row["num_gpu"])
-            if gpus == 0 or not row["scheduled_time"]:
-                continue
-            created = float(row["creation_time"])
-            start = float(row["scheduled_time"])
-            end = float(row["deletion_time"])
-        except (ValueError, TypeError):
-            raise InvalidJob(
-                f"{source} line {line}: expected integer num_gpu and times in seconds"
-            ) from None
+    seen: set[str] = set()
+    for line, row in _trace_rows(reader, source):
+        where = f"{source} line {line}"
+        if None in row:
+            raise InvalidJob(f"{where}: more fields than the header's {len(fieldnames or ())}")
+        short = next((f for f in need if row[f] is None), None)
+        if short is not None:
+            raise InvalidJob(f"{where}: {short}: missing (fewer fields than the header)")
+        gpus = _gpu_count(row["num_gpu"], where, "num_gpu", minimum=0)
+        if gpus == 0 or not row["scheduled_time"].strip():
+            continue
+        name = row["name"].strip()
+        if not name:
+            raise InvalidJob(f"{where}: name: expected a pod name")
+        if name in seen:
+            raise InvalidJob(f"{where}: name: pod {name!r} is listed twice")
+        seen.add(name)
+        created = _seconds(row["creation_time"], where, "creation_time")
+        start = _seconds(row["scheduled_time"], where, "scheduled_time")
+        end = _seconds(row["deletion_time"], where, "deletion_time")
         tp, pp = trace_layout(gpus)
         jobs.append(
             SimJob(
-                row["name"],
+                name,
                 created,
                 gpus,
                 max(end - start, 1.0),

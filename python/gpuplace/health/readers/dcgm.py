@@ -33,14 +33,51 @@ from gpuplace.health.readers._base import (
 __all__ = ["DcgmiHealthStream", "read_dcgmi_diag", "read_dcgmi_health"]
 
 _STATUSES = {"healthy": "Healthy", "warning": "Warning", "failure": "Failure", "fail": "Failure"}
-_ROW = re.compile(r"^\s*\|(.*)\|\s*$")
+
+# The lines of these tables are taken apart with string operations, not regular expressions
+# with a lazy group before ``\s+`` (``^->\s*(.+?)\s+system$`` took 34 s on one line of 1,000
+# spaces: each split of the run between the three quantifiers is tried), so every line costs
+# time linear in its length whatever it holds.
 
 
 def _cells(line: str) -> list[str] | None:
-    m = _ROW.match(line)
-    if not m:
+    r"""The stripped cells of a ``| a | b |`` row (what ``^\s*\|(.*)\|\s*$`` matches), or None."""
+    stripped = line.strip()
+    if len(stripped) < 2 or stripped[0] != "|" or stripped[-1] != "|":
         return None
-    return [c.strip() for c in m.group(1).split("|")]
+    return [c.strip() for c in stripped[1:-1].split("|")]
+
+
+def _digits(text: str) -> int | None:
+    """The number a string of ASCII digits spells (at most 9 of them: an entity id), else None."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
+
+
+def _system_name(text: str, *, arrow: bool) -> str | None:
+    r"""``Power`` from ``-> Power system`` (what ``^->\s*(.+?)\s+system$``, case-insensitive,
+    matches; the arrow optional unless ``arrow``), or None."""
+    if text.startswith("->"):
+        text = text[2:].lstrip()
+    elif arrow:
+        return None
+    if len(text) < 8 or text[-6:].lower() != "system" or not text[-7].isspace():
+        return None
+    name = text[:-7].rstrip()
+    return name if name and "\n" not in name else None
+
+
+def _entity(text: str, *, arrow: bool = True, gpu_prefix: bool = False) -> int | None:
+    """The id of an entity row ``-> 0`` (``GPU ID: 0`` and ``GPU 0`` too with ``gpu_prefix``;
+    the arrow optional unless ``arrow``), or None."""
+    if text.startswith("->"):
+        text = text[2:].lstrip()
+    elif arrow:
+        return None
+    if gpu_prefix and text.startswith("GPU"):
+        text = text[3:].lstrip()
+        if text.startswith("ID:"):
+            text = text[3:].lstrip()
+    return _digits(text)
 
 
 @guarded
@@ -70,19 +107,19 @@ def read_dcgmi_health(source: Any, *, strict: bool = False) -> ReadResult:
         known += 1
         left = cells[0]
         right = " | ".join(cells[1:]).strip() if len(cells) > 1 else ""
-        m_new = re.match(r"^->\s*(\d+)$", left)
-        m_old = re.match(r"^GPU ID:\s*(\d+)$", left)
-        m_sys = re.match(r"^->\s*(.+?)\s+system$", left, re.IGNORECASE)
-        if left and not left.startswith("->") and not m_old and not right:
+        new = _entity(left)  # "-> 0"
+        old = _digits(left[7:].lstrip()) if left.startswith("GPU ID:") else None  # "GPU ID: 0"
+        system = _system_name(left, arrow=True)  # "-> Power system"
+        if left and not left.startswith("->") and old is None and not right:
             group = left  # a section row: "GPU", "NvSwitch", "ConnectX", "CPU"
             gpu, current = None, None
             continue
-        if m_new and group != "GPU":
+        if new is not None and group != "GPU":
             gpu, current = None, None  # an NvSwitch or ConnectX entity: not a GPU of the state
             continue
-        entity = m_new or m_old
-        if entity:
-            gpu = int(entity.group(1))
+        entity = new if new is not None else old
+        if entity is not None:
+            gpu = entity
             current = None
             status = _STATUSES.get(right.lower())
             if status is None and right:
@@ -102,7 +139,7 @@ def read_dcgmi_health(source: Any, *, strict: bool = False) -> ReadResult:
                 }
                 records.append(current)
             continue
-        if m_sys and gpu is not None:
+        if system is not None and gpu is not None:
             status = _STATUSES.get(right.split(" ")[0].lower())
             if status is None:
                 result.bad_line(
@@ -113,7 +150,7 @@ def read_dcgmi_health(source: Any, *, strict: bool = False) -> ReadResult:
                 records.pop()  # the GPU row's status is explained by its systems
             current = {
                 "gpu": gpu,
-                "system": m_sys.group(1).strip(),
+                "system": system,
                 "status": status,
                 "message": [],
                 "line": no,
@@ -123,7 +160,9 @@ def read_dcgmi_health(source: Any, *, strict: bool = False) -> ReadResult:
                 records.append(current)
             continue
         if not left and current is not None and right:
-            # DCGM 2.x/3.x: "PCIe system: Warning - Detected more than 8 PCIe replays ..."
+            # DCGM 2.x/3.x: "PCIe system: Warning - Detected more than 8 PCIe replays ...".
+            # (Linear: the lazy name is followed by a literal, and the runs of whitespace
+            # after each " system:" are disjoint.)
             m_legacy = re.match(
                 r"^(.+?) system:\s*(Warning|Failure)\s*-\s*(.*)$", right, re.IGNORECASE
             )
@@ -267,9 +306,9 @@ def _gpu_nodes(doc: Any) -> Iterator[tuple[int, Any]]:
                     inner = value.get("children", value) if isinstance(value, Mapping) else value
                     if isinstance(inner, Mapping):
                         for k, v in inner.items():
-                            m = re.match(r"^(?:->\s*)?(?:GPU\s*(?:ID:)?\s*)?(\d+)$", str(k).strip())
-                            if m:
-                                yield int(m.group(1)), v
+                            gpu = _entity(str(k).strip(), arrow=False, gpu_prefix=True)
+                            if gpu is not None:
+                                yield gpu, v
                         continue
                 stack.append(value)
         elif isinstance(node, list):
@@ -286,9 +325,8 @@ def _incidents(node: Any) -> Iterator[tuple[str, str, str]]:
             status = _status_of(item)
             here = system
             for key, value in item.items():
-                k = str(key).strip()
-                m = re.match(r"^(?:->\s*)?(.+?)\s+system$", k, re.IGNORECASE)
-                stack.append((m.group(1) if m else here, value))
+                name = _system_name(str(key).strip(), arrow=False)
+                stack.append((name if name is not None else here, value))
             if status in ("Warning", "Failure") and system is not None:
                 found = True
                 yield system, status, _messages(item)
@@ -337,7 +375,48 @@ def _load_json(name: str, text: str, result: ReadResult, strict: bool) -> Any:
 
 _DIAG_RESULT = re.compile(r"^(Pass|Fail|Warn|Skip)\b(?:\s*-\s*(.*))?$", re.IGNORECASE)
 _DIAG_GPU = re.compile(r"^GPU\s*(\d+)\s*:\s*(Pass|Fail|Warn|Skip)\b", re.IGNORECASE)
-_CATEGORY = re.compile(r"^[|+]-+\s+([A-Za-z][A-Za-z ]*?)\s+-+[+|]")
+
+
+def _category(line: str) -> str | None:
+    r"""``Integration`` from a category rule ``+----- Integration -----------+`` (what
+    ``^[|+]-+\s+([A-Za-z][A-Za-z ]*?)\s+-+[+|]`` matches, in one pass: that lazy name
+    before ``\s+`` backtracked quadratically on a long run of spaces), or None."""
+    if len(line) < 2 or line[0] not in "|+" or line[1] != "-":
+        return None
+    i = 1
+    while i < len(line) and line[i] == "-":
+        i += 1
+    start = i
+    while i < len(line) and line[i].isspace():
+        i += 1
+    if i == start or i == len(line) or not ("A" <= line[i] <= "Z" or "a" <= line[i] <= "z"):
+        return None
+    start = i
+    while i < len(line) and (line[i] == " " or "A" <= line[i] <= "Z" or "a" <= line[i] <= "z"):
+        i += 1
+    name = line[start:i].rstrip(" ")
+    while i < len(line) and line[i].isspace():
+        i += 1
+    if start + len(name) == i or i == len(line) or line[i] != "-":
+        return None  # no whitespace between the name and the dashes, or no dashes
+    while i < len(line) and line[i] == "-":
+        i += 1
+    return name if i < len(line) and line[i] in "+|" else None
+
+
+def _gpu_list(detail: str) -> list[int] | None:
+    r"""The GPUs of a result detail ``GPU: 0, 1`` / ``GPUs 2,3`` (what
+    ``^GPU[s]?\s*:?\s*([\d,\s]+)$`` matches: three adjacent runs of whitespace, cubic on a
+    long one), or None."""
+    if not detail.startswith("GPU"):
+        return None
+    rest = detail[4:] if detail.startswith("GPUs") else detail[3:]
+    rest = rest.lstrip()
+    if rest.startswith(":"):
+        rest = rest[1:]
+    if not rest or not all(c.isdecimal() or c == "," or c.isspace() for c in rest):
+        return None
+    return [int(g) for g in rest.replace(",", " ").split() if g.isascii() and len(g) <= 9]
 
 
 @guarded
@@ -350,12 +429,13 @@ def read_dcgmi_diag(source: Any, *, strict: bool = False) -> ReadResult:
     known = 0
     category = ""
     test: dict[str, Any] | None = None
+    notes: dict[int, list[str]] = {}  # message lines per evidence (by index), joined at the end
     for no, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
-        m_cat = _CATEGORY.match(stripped)
-        if m_cat:
+        found = _category(stripped)
+        if found is not None:
             _close(result, name, test)
-            category = m_cat.group(1).strip()
+            category = found.strip()
             test = None
             known += 1
             continue
@@ -387,12 +467,14 @@ def read_dcgmi_diag(source: Any, *, strict: bool = False) -> ReadResult:
                 "text": stripped,
                 "gpus": {},
                 "first": len(result.evidence),
+                "last": None,  # index of the test's latest evidence
+                "by_gpu": {},  # index of its latest evidence per GPU
             }
             detail = m.group(2) or ""
-            m_gpus = re.match(r"^GPU[s]?\s*:?\s*([\d,\s]+)$", detail)
-            if test["status"] in ("Fail", "Warn") and m_gpus:
-                for g in re.findall(r"\d+", m_gpus.group(1)):
-                    test["gpus"][int(g)] = (test["status"], no, stripped)
+            gpus = _gpu_list(detail)
+            if test["status"] in ("Fail", "Warn") and gpus:
+                for g in gpus:
+                    test["gpus"][g] = (test["status"], no, stripped)
             test["category"] = category
             _emit_pending(result, name, test)
             continue
@@ -408,9 +490,10 @@ def read_dcgmi_diag(source: Any, *, strict: bool = False) -> ReadResult:
         m_warn = re.match(r"^Warning:?\s*(?:GPU\s*(\d+))?$", left, re.IGNORECASE)
         if m_warn or not left:
             _attach_message(
-                result, test, right, int(m_warn.group(1)) if m_warn and m_warn.group(1) else None
+                notes, test, right, int(m_warn.group(1)) if m_warn and m_warn.group(1) else None
             )
     _close(result, name, test)
+    _apply_notes(result, notes)
     result.unknown = result.lines - known
     return result
 
@@ -438,6 +521,9 @@ def _diag_evidence(
     text: str,
     message: str,
 ) -> None:
+    if "by_gpu" in test:
+        test["last"] = len(result.evidence)
+        test["by_gpu"][gpu] = len(result.evidence)
     result.evidence.append(
         Evidence(
             kind="dcgm_diag",
@@ -458,24 +544,24 @@ def _diag_evidence(
 
 
 def _attach_message(
-    result: ReadResult, test: dict[str, Any], message: str, gpu: int | None
+    notes: dict[int, list[str]], test: dict[str, Any], message: str, gpu: int | None
 ) -> None:
-    for i in range(len(result.evidence) - 1, -1, -1):
-        ev = result.evidence[i]
-        if ev.kind != "dcgm_diag" or ev.values.get("test") != test["name"]:
-            break
-        if gpu is None or ev.gpu_index == gpu:
-            values = dict(ev.values)
-            values["message"] = (values.get("message", "") + " " + message).strip()
-            result.evidence[i] = Evidence(
-                kind=ev.kind,
-                source=ev.source,
-                line=ev.line,
-                text=ev.text + f" ({values['message']})",
-                gpu_index=ev.gpu_index,
-                values=values,
-            )
-            return
+    """Note a message line for the test's latest evidence (on ``gpu`` when given). The
+    messages are joined once, at the end (:func:`_apply_notes`): rebuilding the evidence per
+    line made thousands of warning lines cubic."""
+    index = test["last"] if gpu is None else test["by_gpu"].get(gpu)
+    if index is not None and message:
+        notes.setdefault(index, []).append(message)
+
+
+def _apply_notes(result: ReadResult, notes: dict[int, list[str]]) -> None:
+    for index, parts in notes.items():
+        ev = result.evidence[index]
+        values = dict(ev.values)
+        values["message"] = " ".join([values.get("message", ""), *parts]).strip()
+        result.evidence[index] = replace(
+            ev, text=ev.text + f" ({values['message']})", values=values
+        )
 
 
 def _diag_json(name: str, text: str, strict: bool) -> ReadResult:

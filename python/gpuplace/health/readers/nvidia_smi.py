@@ -161,7 +161,10 @@ def _gpu_evidence(result: ReadResult, name: str, index: int, gpu: dict[str, Any]
         )
 
 
-_NVLINK_GPU = re.compile(r"^GPU\s+(\d+):\s*(.*?)(?:\s*\(UUID:\s*([^)]*)\))?\s*$")
+# The GPU line ``GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)``: only its index is used, so only
+# ``GPU <index>:`` is matched (the whole line went through a lazy name, an optional UUID group
+# and ``\s*$``, which backtracked quadratically on a long run of spaces: 20 kB took minutes).
+_NVLINK_GPU = re.compile(r"GPU\s+(\d{1,9}):")
 _NVLINK_SPEED = re.compile(
     r"^Link\s+(\d+):\s*(?:(<inactive>|inactive)|(\d{1,9}(?:\.\d{1,9})?)\s*GB/s)\s*$", re.IGNORECASE
 )
