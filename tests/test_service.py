@@ -518,3 +518,57 @@ def test_a_held_engine_lock_never_stalls_the_event_loop(tmp_path: Path) -> None:
         placer.join(timeout=30)
         assert answers == [200]
         assert "w" in svc.client.status()["clusters"][0]["jobs"]
+
+
+def test_jobs_parsed_once_per_shape_are_the_jobs_the_parser_gives() -> None:
+    """The service parses each job shape once; a later request of that shape gets the cached
+    job under its own name, equal to what parsing its document gives; documents that do not
+    parse get the parser's own error every time."""
+    from gpuplace.errors import InvalidJob
+    from gpuplace.service.app import JobCache
+
+    cache = JobCache()
+    shapes = [
+        {"parallelism": {"tp": 8, "dp": 2}},
+        {"parallelism": {"tp": 8, "pp": 2, "dp": 2}, "rank_order": ["pp", "tp", "cp", "ep", "dp"]},
+        {
+            "parallelism": {"tp": 4, "dp": 4},
+            "communication": {"dp": {"kind": "all-reduce", "bytes": 1.5e9}},
+            "constraints": {"confine": {"tp": "node"}, "max_span": "spine"},
+        },
+        {
+            "parallelism": {"tp": 8, "dp": 2},
+            "model": {
+                "parameters": 7e9,
+                "layers": 32,
+                "hidden_size": 4096,
+                "sequence_length": 4096,
+            },
+        },
+        {"parallelism": {"tp": 2}, "policy": {"pool": "research", "priority_class": "batch"}},
+        {"parallelism": {"tp": 8, "dp": {"min": 1, "max": 4}}},  # elastic: never cached
+        {"traffic": {"ranks": 3, "edges": [[0, 1, 5.0], [1, 2, 7.0]]}},
+    ]
+    for shape in shapes:
+        for name in ("first", "second", "third"):
+            doc = {"name": name, **shape}
+            got = cache.job(doc)
+            want = gpuplace.Job.from_dict(doc, source="job")
+            assert got.name == name
+            assert got.to_dict() == want.to_dict()
+            assert got.gpus == want.gpus and got.degrees == want.degrees
+    # One entry per shape that is not elastic.
+    assert len(cache._jobs) == len(shapes) - 1
+    for bad in (
+        {"name": "x", "parallelism": {"tp": "eight"}},
+        {"name": "", "parallelism": {"tp": 8}},
+        {"parallelism": {"tp": 8}},
+        {"name": "x", "paralelism": {"tp": 8}},
+        ["not", "a", "mapping"],
+    ):
+        for _ in range(2):
+            with pytest.raises(InvalidJob) as got_error:
+                cache.job(bad)
+            with pytest.raises(InvalidJob) as want_error:
+                gpuplace.Job.from_dict(bad, source="job")
+            assert str(got_error.value) == str(want_error.value)

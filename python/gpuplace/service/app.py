@@ -8,6 +8,12 @@ piles up unbounded work), and a time limit per request (504; a change that had n
 applied when the time ran out is never applied, one that had is answered). A change is
 answered only once the journal has it on disk.
 
+The hot path: ``/v1/place`` and ``/v1/release`` with a JSON body that validates against their
+schema are answered by :class:`_Guard` without FastAPI's routing and dependency layers, and a
+greedy placement of a small job (or a release) runs on the event loop itself when the engine's
+lock is free at that instant (else on the pool). Everything else, and every body that does not
+validate, goes through the FastAPI routes, which answer it as they always did.
+
 Routes: ``/v1/place``, ``/v1/release``, ``/v1/repair``, ``/v1/explain``, ``/v1/health``
 (evidence in, nodes drained, repairs proposed), ``/v1/status``, ``/v1/state``,
 ``/v1/slurm/job_submit`` (the ``job_submit/lua`` plugin's call), the kube-scheduler
@@ -18,6 +24,7 @@ extender's ``filter``/``prioritize`` (and ``release``) under its prefix, ``/metr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import hmac
 import io
@@ -310,6 +317,7 @@ class Service:
         self.token = token
         self.pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="gpuplace-worker")
         self.pending = 0
+        self.jobs = JobCache()
         self.metrics = Metrics(engine)
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Requests waiting for their event to reach the disk: (seq, order, future).
@@ -381,8 +389,7 @@ class Service:
     ) -> Any:
         """Run ``work`` on the pool within the limits (and ``timeout``, when shorter); returns
         its result (once on disk, for a :class:`Durable`: the worker is free meanwhile) or
-        raises _Error. (Running fast work on the event loop itself was measured: no faster on a
-        busy host, and a long-held engine lock would then stall every connection.)"""
+        raises _Error. Short placements and releases use :meth:`run_here` instead."""
         limit = self.limits.timeout if timeout is None else min(timeout, self.limits.timeout)
         if self.pending >= self.limits.queue:
             self.metrics.placements.labels("-", "refused busy").inc()
@@ -493,6 +500,43 @@ def _job(doc: dict[str, Any], where: str = "job") -> Job:
     return Job.from_dict(doc, source=where)
 
 
+class JobCache:
+    """Jobs parsed from place requests, by their document less the name: schedulers send the
+    same few shapes again and again, and parsing one costs more than placing it. A hit is the
+    cached job renamed (its fields re-checked by ``Job``); a document with ``alternatives``
+    (whose jobs carry the name) or that does not parse is parsed in full every time, so its
+    errors are the parser's."""
+
+    def __init__(self, size: int = 512):
+        self.size = size
+        self._jobs: dict[bytes, Job] = {}
+
+    def job(self, doc: Any) -> Job:
+        name = doc.get("name") if isinstance(doc, dict) else None
+        if not isinstance(name, str) or not name or "alternatives" in doc:
+            return _job(doc)
+        try:
+            key = orjson.dumps(
+                {k: v for k, v in doc.items() if k != "name"}, option=orjson.OPT_SORT_KEYS
+            )
+        except TypeError:  # something orjson does not write (an integer over 64 bits)
+            return _job(doc)
+        template = self._jobs.get(key)
+        if template is None:
+            job = _job(doc)
+            if job.elastic is None:
+                if len(self._jobs) >= self.size:
+                    self._jobs.clear()
+                self._jobs[key] = job
+            return job
+        return dataclasses.replace(
+            template,
+            name=name,
+            communication=dict(template.communication),
+            confine=dict(template.confine),
+        )
+
+
 def _place_work(
     service: Service, body: PlaceRequest, job: Job | None = None
 ) -> Callable[[Ticket], Durable]:
@@ -500,7 +544,7 @@ def _place_work(
     engine = service.engine
 
     def work(ticket: Ticket) -> Durable:
-        spec = job if job is not None else _job(body.job)
+        spec = job if job is not None else service.jobs.job(body.job)
         request = ctld.SlurmRequest.from_dict(body.slurm) if body.slurm else None
         try:
             placement, seq = engine.place(
@@ -820,7 +864,7 @@ class _Guard:
         service = self.service
         try:
             if isinstance(body, PlaceRequest):
-                job = _job(body.job)
+                job = service.jobs.job(body.job)
                 work = _place_work(service, body, job)
                 here = (
                     body.solver == "greedy"
