@@ -2,10 +2,16 @@
 
 1. Latency of a placement request at a fixed arrival rate (open loop: request i is due at
    i / rate, its latency counted from then, so a service that falls behind is charged for the
-   queue it builds): 100 and 1,000 requests/s of 8-GPU jobs (tp 8), each released 1,024
-   placements later (the cluster stays about half full; the releases are half the traffic).
-   The peer, measured in the same run: the library call the service makes for each request
-   (``gpuplace.place`` + ``allocate`` on a state in memory), without HTTP or the journal.
+   queue it builds; a closed-loop tool such as wrk would wait for each answer before sending
+   the next and hide that queue): 100 and 1,000 requests/s of 8-GPU jobs (tp 8), each
+   released 1,024 placements later (the cluster stays about half full; the releases are half
+   the traffic), on a fresh service per run, median of ``--runs``. The load generator is this
+   process (asyncio on uvloop, one protocol object per connection, 64 keep-alive
+   connections); it shares the machine's cores with the service, so the CPU each spends per
+   request is reported. Peers, measured in the same run: with ``--peer DIR`` the service of
+   another checkout (``DIR`` is its python/ directory; the runs alternate between the two),
+   and the library call the service makes for each request (``gpuplace.place`` +
+   ``allocate`` on a state in memory), without HTTP or the journal.
 2. 50 clients placing and releasing at once while 1,000 idle connections stay open: every
    request answered, latency with and without the idle crowd.
 3. ``kill -9`` of the service during 1,000 placements from 8 clients; after the restart, every
@@ -15,7 +21,8 @@
 
 Targets (issue 24): p99 <= 10 ms at 1,000 requests/s; a tagged sbatch adds <= 50 ms.
 
-    python benches/bench_serve.py [--quick] [--out benches/results/bench_serve.txt]
+    python benches/bench_serve.py [--quick] [--runs 3] [--peer OTHER/python]
+        [--out benches/results/bench_serve.txt]
 """
 
 from __future__ import annotations
