@@ -490,14 +490,14 @@ def describe_checkout(python: str) -> str:
     """A checkout named by its commit (never by a path of this machine)."""
     try:
         out = subprocess.run(
-            ["git", "-C", python, "log", "-1", "--format=%h %s"],
+            ["git", "-C", python, "log", "-1", "--format=%h (%cs)"],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "another checkout"
-    return f"commit {out[:90]}"
+    return f"commit {out}"
 
 
 def measure_rate(rate: float, seconds: float, python: str | None) -> dict[str, Any]:
