@@ -572,3 +572,26 @@ def test_jobs_parsed_once_per_shape_are_the_jobs_the_parser_gives() -> None:
             with pytest.raises(InvalidJob) as want_error:
                 gpuplace.Job.from_dict(bad, source="job")
             assert str(got_error.value) == str(want_error.value)
+
+
+def test_a_full_service_refuses_the_event_loop_path_too(tmp_path: Path) -> None:
+    """A greedy placement that would run on the event loop counts in the same bound as the
+    pool's requests: with the queue full it is answered 503 at once, holding nothing."""
+    limits = Limits(workers=1, queue=1, timeout=SLOW_SECONDS * 4)
+    with running_service(tmp_path, limits=limits) as svc:
+        results: list[int] = []
+        slow = threading.Thread(
+            target=lambda: results.append(
+                svc.post("/v1/place", {"job": job("slow"), "solver": "test-slow"})[0]
+            )
+        )
+        slow.start()
+        deadline = time.monotonic() + 30
+        while svc.service.pending < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        status, answer = svc.post("/v1/place", {"job": job("quick")})
+        assert status == 503 and "busy" in answer["error"], answer
+        slow.join(timeout=30)
+        assert results == [200]
+        assert list(svc.client.status()["clusters"][0]["jobs"]) == ["slow"]
+        assert svc.client.place(job("quick"))["held"]

@@ -423,18 +423,26 @@ class Service:
         itself when the engine's lock is free at once: no hop to a worker thread and back,
         which cost more than the placement. When another thread holds the lock (a Slurm
         poll, a snapshot being copied, a request on the pool), the work goes to the pool
-        like any other (:meth:`run`), so the loop never waits for the lock."""
+        like any other (:meth:`run`), so the loop never waits for the lock. It counts in the
+        same bound (``Limits.queue``) while it waits for the disk: a full service answers 503
+        here as there."""
         lock = self.engine.lock
-        if not lock.acquire(blocking=False):
+        if self.pending >= self.limits.queue or not lock.acquire(blocking=False):
             return await self.run(route, work)
+        self.pending += 1
+        self.metrics.queue.set(self.pending)
         try:
-            result = work(Ticket())
+            try:
+                result = work(Ticket())
+            finally:
+                lock.release()
+            if isinstance(result, Durable):
+                await self.durable(result.seq)
+                return result.value
+            return result
         finally:
-            lock.release()
-        if isinstance(result, Durable):
-            await self.durable(result.seq)
-            return result.value
-        return result
+            self.pending -= 1
+            self.metrics.queue.set(self.pending)
 
 
 @dataclass
