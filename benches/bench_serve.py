@@ -529,6 +529,9 @@ def main() -> None:
         help="another checkout's python/ directory: its service measured in part 1 too",
     )
     parser.add_argument("--runs", type=int, default=3, help="runs per rate and version")
+    parser.add_argument(
+        "--rates-only", action="store_true", help="part 1 only (the rates and the peers)"
+    )
     args = parser.parse_args()
     seconds = 5.0 if args.quick else 20.0
     lines: list[str] = []
@@ -596,46 +599,49 @@ def main() -> None:
         f"p50 {library['p50_ms']:.3f} ms, p99 {library['p99_ms']:.3f} ms"
     )
     say(f"load average at the end of part 1: {os.getloadavg()[0]:.1f}")
-    say("")
-    with tempfile.TemporaryDirectory() as tmp:
-        directory = Path(tmp)
-        proc = start_service(directory)
-        try:
-            say(
-                "2. 50 clients at once (place + release, 20 each), with and without 1,000 idle connections"
-            )
-            say(
-                "| idle connections | requests | statuses | p50 | p99 | wall | idle closed by the server |"
-            )
-            say("|---|---|---|---|---|---|---|")
-            for idle in (0, 1000):
-                r = crowd(directory / "gpuplace.sock", idle=idle)
+    if not args.rates_only:
+        say("")
+        with tempfile.TemporaryDirectory() as tmp:
+            directory = Path(tmp)
+            proc = start_service(directory)
+            try:
                 say(
-                    f"| {idle:,} | {r['requests']} | {r['statuses']} | {r['p50_ms']:.1f} ms | "
-                    f"{r['p99_ms']:.1f} ms | {r['seconds']:.1f} s | {r['idle_closed_by_server']} |"
+                    "2. 50 clients at once (place + release, 20 each), with and without 1,000 idle connections"
                 )
-        finally:
-            stop(proc)
-    say("")
-    say("3. kill -9 during 1,000 placements (8 clients), then a restart")
-    with tempfile.TemporaryDirectory() as tmp:
-        k = kill_nine(Path(tmp))
-    say(
-        f"killed after {k['killed_after_acknowledged']} acknowledged; acknowledged "
-        f"{k['acknowledged']}, held after the restart {k['after_restart']}, lost {k['lost']}, "
-        f"moved {k['moved']}, GPUs given twice {k['gpu_given_twice']}"
-    )
-    say("")
-    say("4. job_submit/lua through the service on a loopback Slurm 22.05 (sbatch -N 1 --exclusive)")
-    slurm = slurm_overhead(5 if args.quick else 15)
-    if slurm is None:
-        say("skipped: Slurm and munge not installed, or not root")
-    else:
+                say(
+                    "| idle connections | requests | statuses | p50 | p99 | wall | idle closed by the server |"
+                )
+                say("|---|---|---|---|---|---|---|")
+                for idle in (0, 1000):
+                    r = crowd(directory / "gpuplace.sock", idle=idle)
+                    say(
+                        f"| {idle:,} | {r['requests']} | {r['statuses']} | {r['p50_ms']:.1f} ms | "
+                        f"{r['p99_ms']:.1f} ms | {r['seconds']:.1f} s | {r['idle_closed_by_server']} |"
+                    )
+            finally:
+                stop(proc)
+        say("")
+        say("3. kill -9 during 1,000 placements (8 clients), then a restart")
+        with tempfile.TemporaryDirectory() as tmp:
+            k = kill_nine(Path(tmp))
         say(
-            f"median of {slurm['samples']}: plain sbatch {slurm['plain_ms']:.1f} ms, tagged "
-            f"{slurm['tagged_ms']:.1f} ms: {slurm['added_ms']:.1f} ms added "
-            f"({slurm['pinned']} jobs pinned)"
+            f"killed after {k['killed_after_acknowledged']} acknowledged; acknowledged "
+            f"{k['acknowledged']}, held after the restart {k['after_restart']}, lost {k['lost']}, "
+            f"moved {k['moved']}, GPUs given twice {k['gpu_given_twice']}"
         )
+        say("")
+        say(
+            "4. job_submit/lua through the service on a loopback Slurm 22.05 (sbatch -N 1 --exclusive)"
+        )
+        slurm = slurm_overhead(5 if args.quick else 15)
+        if slurm is None:
+            say("skipped: Slurm and munge not installed, or not root")
+        else:
+            say(
+                f"median of {slurm['samples']}: plain sbatch {slurm['plain_ms']:.1f} ms, tagged "
+                f"{slurm['tagged_ms']:.1f} ms: {slurm['added_ms']:.1f} ms added "
+                f"({slurm['pinned']} jobs pinned)"
+            )
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
 
