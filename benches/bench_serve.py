@@ -2,10 +2,16 @@
 
 1. Latency of a placement request at a fixed arrival rate (open loop: request i is due at
    i / rate, its latency counted from then, so a service that falls behind is charged for the
-   queue it builds): 100 and 1,000 requests/s of 8-GPU jobs (tp 8), each released 1,024
-   placements later (the cluster stays about half full; the releases are half the traffic).
-   The peer, measured in the same run: the library call the service makes for each request
-   (``gpuplace.place`` + ``allocate`` on a state in memory), without HTTP or the journal.
+   queue it builds; a closed-loop tool such as wrk would wait for each answer before sending
+   the next and hide that queue): 100 and 1,000 requests/s of 8-GPU jobs (tp 8), each
+   released 1,024 placements later (the cluster stays about half full; the releases are half
+   the traffic), on a fresh service per run, median of ``--runs``. The load generator is this
+   process (asyncio on uvloop, one protocol object per connection, 64 keep-alive
+   connections); it shares the machine's cores with the service, so the CPU each spends per
+   request is reported. Peers, measured in the same run: with ``--peer DIR`` the service of
+   another checkout (``DIR`` is its python/ directory; the runs alternate between the two),
+   and the library call the service makes for each request (``gpuplace.place`` +
+   ``allocate`` on a state in memory), without HTTP or the journal.
 2. 50 clients placing and releasing at once while 1,000 idle connections stay open: every
    request answered, latency with and without the idle crowd.
 3. ``kill -9`` of the service during 1,000 placements from 8 clients; after the restart, every
@@ -15,7 +21,8 @@
 
 Targets (issue 24): p99 <= 10 ms at 1,000 requests/s; a tagged sbatch adds <= 50 ms.
 
-    python benches/bench_serve.py [--quick] [--out benches/results/bench_serve.txt]
+    python benches/bench_serve.py [--quick] [--runs 3] [--peer OTHER/python]
+        [--out benches/results/bench_serve.txt]
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import gpuplace
 import numpy as np
@@ -47,8 +55,15 @@ CLI = [sys.executable, "-m", "gpuplace.cli"]
 
 
 # ------------------------------------------------------------------------------ helpers
-def start_service(directory: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+def start_service(
+    directory: Path, *extra: str, python: str | None = None
+) -> subprocess.Popen[bytes]:
+    """``gpuplace serve`` on 16,384 GPUs; ``python``: another checkout's python/ directory
+    (the peer), imported first."""
+    paths = [p for p in sys.path if p]
+    if python is not None:
+        paths.insert(0, str(Path(python).resolve()))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     with open(directory / "serve.log", "ab") as log:
         proc = subprocess.Popen(
             [
@@ -126,48 +141,98 @@ def request_sync(
         conn.close()
 
 
-class Connection:
-    """One keep-alive HTTP/1.1 connection over the Unix socket (asyncio)."""
+class _Client(asyncio.Protocol):
+    """The client end of one keep-alive HTTP/1.1 connection: one request in flight, its
+    answer found with ``bytes.find`` as the data arrives (a reader awaiting each header line
+    cost the load generator three times the CPU; it shares the service's two cores)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader = reader
-        self.writer = writer
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0 or self.waiter is None:
+            return
+        head = bytes(self.buffer[:end]).lower()
+        at = head.find(b"content-length:")
+        stop = head.find(b"\r\n", at)
+        length = int(head[at + 15 : stop if stop >= 0 else len(head)]) if at >= 0 else 0
+        if len(self.buffer) < end + 4 + length:
+            return
+        status = int(head.split(b" ", 2)[1])
+        payload = bytes(self.buffer[end + 4 : end + 4 + length])
+        del self.buffer[: end + 4 + length]
+        waiter, self.waiter = self.waiter, None
+        if not waiter.done():
+            waiter.set_result((status, payload))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError("the service closed the connection"))
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection over the Unix socket."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: _Client):
+        self.transport = transport
+        self.protocol = protocol
 
     @classmethod
     async def open(cls, path: Path) -> Connection:
-        reader, writer = await asyncio.open_unix_connection(str(path))
-        return cls(reader, writer)
+        loop = asyncio.get_running_loop()
+        transport, protocol = await loop.create_unix_connection(_Client, str(path))
+        return cls(transport, protocol)  # type: ignore[arg-type]
 
     async def request(
         self, method: str, path: str, body: object | None = None
     ) -> tuple[int, bytes]:
-        self.writer.write(_frame(method, path, body))
-        await self.writer.drain()
-        status_line = await self.reader.readline()
-        status = int(status_line.split()[1])
-        length = 0
-        while True:
-            line = await self.reader.readline()
-            if line in (b"\r\n", b""):
-                break
-            name, _, value = line.decode("latin-1").partition(":")
-            if name.lower() == "content-length":
-                length = int(value)
-        payload = await self.reader.readexactly(length)
-        return status, payload
+        return await self.send(_frame(method, path, body))
+
+    async def send(self, frame: bytes) -> tuple[int, bytes]:
+        waiter = asyncio.get_running_loop().create_future()
+        self.protocol.waiter = waiter
+        self.transport.write(frame)
+        return await waiter
 
     def close(self) -> None:
-        self.writer.close()
+        self.transport.close()
+
+
+def run_async(coroutine: Any) -> Any:
+    """Run on uvloop when installed (lighter per request, as the service runs)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - a dependency of gpuplace serve
+        return asyncio.run(coroutine)
+    return uvloop.run(coroutine)
 
 
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 # ------------------------------------------------------------------------------ 1. rates
 async def _open_loop(
-    sock: Path, rate: float, seconds: float, connections: int
-) -> dict[str, object]:
+    sock: Path, rate: float, seconds: float, connections: int, prefix: str = "r"
+) -> dict[str, Any]:
     pool: asyncio.Queue[Connection] = asyncio.Queue()
     for _ in range(connections):
         pool.put_nowait(await Connection.open(sock))
@@ -176,8 +241,9 @@ async def _open_loop(
     all_latency: list[float] = []
     failures: dict[int, int] = {}
     keep = 1024
-    loop = asyncio.get_running_loop()
-    start = loop.time() + 0.2
+    # perf_counter, not loop.time(): uvloop's clock ticks in whole milliseconds.
+    clock = time.perf_counter
+    start = clock() + 0.2
     placed: list[str] = []
 
     async def one(i: int, due: float, method: str, path: str, body: object) -> None:
@@ -186,7 +252,7 @@ async def _open_loop(
             status, _ = await conn.request(method, path, body)
         finally:
             pool.put_nowait(conn)
-        latency = loop.time() - due
+        latency = clock() - due
         all_latency.append(latency)
         if path == "/v1/place":
             place_latency.append(latency)
@@ -196,18 +262,18 @@ async def _open_loop(
     tasks = []
     for i in range(total):
         due = start + i / rate
-        delay = due - loop.time()
+        delay = due - clock()
         if delay > 0:
             await asyncio.sleep(delay)
         if i % 2 == 0:
-            name = f"r{rate:g}-{i}"
+            name = f"{prefix}{rate:g}-{i}"
             placed.append(name)
             body: object = {"job": {"name": name, "parallelism": {"tp": 8, "dp": 1}}}
             tasks.append(asyncio.create_task(one(i, due, "POST", "/v1/place", body)))
         else:
             victim = placed[-keep] if len(placed) > keep else None
             if victim is None:  # warming up: one more placement
-                name = f"r{rate:g}-{i}"
+                name = f"{prefix}{rate:g}-{i}"
                 placed.append(name)
                 body = {"job": {"name": name, "parallelism": {"tp": 8, "dp": 1}}}
                 tasks.append(asyncio.create_task(one(i, due, "POST", "/v1/place", body)))
@@ -217,7 +283,7 @@ async def _open_loop(
                     asyncio.create_task(one(i, due, "POST", "/v1/release", {"job": victim}))
                 )
     await asyncio.gather(*tasks)
-    elapsed = loop.time() - start
+    elapsed = clock() - start
     while not pool.empty():
         pool.get_nowait().close()
     return {
@@ -420,10 +486,52 @@ def slurm_overhead(samples: int) -> dict[str, object] | None:
     }
 
 
+def describe_checkout(python: str) -> str:
+    """A checkout named by its commit (never by a path of this machine)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", python, "log", "-1", "--format=%h (%cs)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "another checkout"
+    return f"commit {out}"
+
+
+def measure_rate(rate: float, seconds: float, python: str | None) -> dict[str, Any]:
+    """One open-loop run on a fresh service (after 100 warm-up placements), with the CPU the
+    service and this load generator spent per request."""
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        proc = start_service(directory, python=python)
+        try:
+            sock = directory / "gpuplace.sock"
+            run_async(_open_loop(sock, 100.0, 1.0, connections=8, prefix="warm"))
+            service_cpu, own_cpu = cpu_seconds(proc.pid), own_cpu_seconds()
+            result = run_async(_open_loop(sock, rate, seconds, connections=64))
+            n = result["requests"]
+            result["service_cpu_us"] = (cpu_seconds(proc.pid) - service_cpu) / n * 1e6
+            result["generator_cpu_us"] = (own_cpu_seconds() - own_cpu) / n * 1e6
+        finally:
+            stop(proc)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs")
     parser.add_argument("--out", default=None, help="also write the report here")
+    parser.add_argument(
+        "--peer",
+        default=None,
+        help="another checkout's python/ directory: its service measured in part 1 too",
+    )
+    parser.add_argument("--runs", type=int, default=3, help="runs per rate and version")
+    parser.add_argument(
+        "--rates-only", action="store_true", help="part 1 only (the rates and the peers)"
+    )
     args = parser.parse_args()
     seconds = 5.0 if args.quick else 20.0
     lines: list[str] = []
@@ -437,78 +545,103 @@ def main() -> None:
         f"python {sys.version.split()[0]}, {os.cpu_count()} cores (shared; load average "
         f"{os.getloadavg()[0]:.1f} at the start)"
     )
-    peer = peer_library_call()
+    library = peer_library_call()
+    versions: list[tuple[str, str | None]] = [("this", None)]
+    if args.peer:
+        versions.append(("peer", args.peer))
     say("")
-    say("1. placement latency at a fixed arrival rate (8-GPU jobs, released 1,024 later)")
     say(
-        "| rate (req/s) | requests | achieved | place p50 | place p99 | all p50 | all p99 | errors |"
+        "1. placement latency at a fixed arrival rate (8-GPU jobs, released 1,024 later; a "
+        f"fresh service per run, median of {args.runs} runs, the versions alternating)"
     )
-    say("|---|---|---|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as tmp:
-        directory = Path(tmp)
-        proc = start_service(directory)
-        try:
-            for rate in (100.0, 1000.0):
-                result = asyncio.run(
-                    _open_loop(directory / "gpuplace.sock", rate, seconds, connections=64)
-                )
-                say(
-                    f"| {rate:,.0f} | {result['requests']:,} | {result['achieved']:,.0f}/s | "
-                    f"{result['place_p50_ms']:.2f} ms | {result['place_p99_ms']:.2f} ms | "
-                    f"{result['all_p50_ms']:.2f} ms | {result['all_p99_ms']:.2f} ms | "
-                    f"{result['failures'] or 'none'} |"
-                )
-            most = asyncio.run(_closed_loop(directory / "gpuplace.sock", seconds / 2))
-            say(
-                f"closed loop (32 connections, each sending its next request when answered): "
-                f"{most:,.0f} requests/s"
-            )
-            say(
-                f"peer (same run): the library call per request, place + allocate in memory: "
-                f"p50 {peer['p50_ms']:.3f} ms, p99 {peer['p99_ms']:.3f} ms"
-            )
-        finally:
-            stop(proc)
-    say("")
-    with tempfile.TemporaryDirectory() as tmp:
-        directory = Path(tmp)
-        proc = start_service(directory)  # a fresh cluster: part 1 left it full of jobs
-        try:
-            say(
-                "2. 50 clients at once (place + release, 20 each), with and without 1,000 idle connections"
-            )
-            say(
-                "| idle connections | requests | statuses | p50 | p99 | wall | idle closed by the server |"
-            )
-            say("|---|---|---|---|---|---|---|")
-            for idle in (0, 1000):
-                r = crowd(directory / "gpuplace.sock", idle=idle)
-                say(
-                    f"| {idle:,} | {r['requests']} | {r['statuses']} | {r['p50_ms']:.1f} ms | "
-                    f"{r['p99_ms']:.1f} ms | {r['seconds']:.1f} s | {r['idle_closed_by_server']} |"
-                )
-        finally:
-            stop(proc)
-    say("")
-    say("3. kill -9 during 1,000 placements (8 clients), then a restart")
-    with tempfile.TemporaryDirectory() as tmp:
-        k = kill_nine(Path(tmp))
+    if args.peer:
+        say(f"peer: the service of {describe_checkout(args.peer)}, in the same runs")
     say(
-        f"killed after {k['killed_after_acknowledged']} acknowledged; acknowledged "
-        f"{k['acknowledged']}, held after the restart {k['after_restart']}, lost {k['lost']}, "
-        f"moved {k['moved']}, GPUs given twice {k['gpu_given_twice']}"
+        "| server | rate (req/s) | requests | achieved | place p50 | place p99 (runs) | "
+        "all p99 | errors | service CPU/request | generator CPU/request |"
     )
-    say("")
-    say("4. job_submit/lua through the service on a loopback Slurm 22.05 (sbatch -N 1 --exclusive)")
-    slurm = slurm_overhead(5 if args.quick else 15)
-    if slurm is None:
-        say("skipped: Slurm and munge not installed, or not root")
-    else:
+    say("|---|---|---|---|---|---|---|---|---|---|")
+    for rate in (100.0, 1000.0):
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in versions}
+        for _ in range(args.runs):
+            for label, python in versions:
+                runs[label].append(measure_rate(rate, seconds, python))
+        for label, _ in versions:
+            rs = runs[label]
+            p99s = sorted(r["place_p99_ms"] for r in rs)
+            errors: dict[int, int] = {}
+            for r in rs:
+                for k, v in r["failures"].items():
+                    errors[k] = errors.get(k, 0) + v
+            say(
+                f"| {label} | {rate:,.0f} | {rs[0]['requests']:,} x {len(rs)} | "
+                f"{statistics.median(r['achieved'] for r in rs):,.0f}/s | "
+                f"{statistics.median(r['place_p50_ms'] for r in rs):.2f} ms | "
+                f"{statistics.median(p99s):.2f} ms ({', '.join(f'{v:.1f}' for v in p99s)}) | "
+                f"{statistics.median(r['all_p99_ms'] for r in rs):.2f} ms | {errors or 'none'} | "
+                f"{statistics.median(r['service_cpu_us'] for r in rs):,.0f} us | "
+                f"{statistics.median(r['generator_cpu_us'] for r in rs):,.0f} us |"
+            )
+    for label, python in versions:
+        with tempfile.TemporaryDirectory() as tmp:
+            directory = Path(tmp)
+            proc = start_service(directory, python=python)
+            try:
+                most = run_async(_closed_loop(directory / "gpuplace.sock", seconds / 2))
+            finally:
+                stop(proc)
         say(
-            f"median of {slurm['samples']}: plain sbatch {slurm['plain_ms']:.1f} ms, tagged "
-            f"{slurm['tagged_ms']:.1f} ms: {slurm['added_ms']:.1f} ms added "
-            f"({slurm['pinned']} jobs pinned)"
+            f"closed loop, {label} (32 connections, each sending its next request when "
+            f"answered): {most:,.0f} requests/s"
         )
+    say(
+        f"the library call per request (same run), place + allocate in memory: "
+        f"p50 {library['p50_ms']:.3f} ms, p99 {library['p99_ms']:.3f} ms"
+    )
+    say(f"load average at the end of part 1: {os.getloadavg()[0]:.1f}")
+    if not args.rates_only:
+        say("")
+        with tempfile.TemporaryDirectory() as tmp:
+            directory = Path(tmp)
+            proc = start_service(directory)
+            try:
+                say(
+                    "2. 50 clients at once (place + release, 20 each), with and without 1,000 idle connections"
+                )
+                say(
+                    "| idle connections | requests | statuses | p50 | p99 | wall | idle closed by the server |"
+                )
+                say("|---|---|---|---|---|---|---|")
+                for idle in (0, 1000):
+                    r = crowd(directory / "gpuplace.sock", idle=idle)
+                    say(
+                        f"| {idle:,} | {r['requests']} | {r['statuses']} | {r['p50_ms']:.1f} ms | "
+                        f"{r['p99_ms']:.1f} ms | {r['seconds']:.1f} s | {r['idle_closed_by_server']} |"
+                    )
+            finally:
+                stop(proc)
+        say("")
+        say("3. kill -9 during 1,000 placements (8 clients), then a restart")
+        with tempfile.TemporaryDirectory() as tmp:
+            k = kill_nine(Path(tmp))
+        say(
+            f"killed after {k['killed_after_acknowledged']} acknowledged; acknowledged "
+            f"{k['acknowledged']}, held after the restart {k['after_restart']}, lost {k['lost']}, "
+            f"moved {k['moved']}, GPUs given twice {k['gpu_given_twice']}"
+        )
+        say("")
+        say(
+            "4. job_submit/lua through the service on a loopback Slurm 22.05 (sbatch -N 1 --exclusive)"
+        )
+        slurm = slurm_overhead(5 if args.quick else 15)
+        if slurm is None:
+            say("skipped: Slurm and munge not installed, or not root")
+        else:
+            say(
+                f"median of {slurm['samples']}: plain sbatch {slurm['plain_ms']:.1f} ms, tagged "
+                f"{slurm['tagged_ms']:.1f} ms: {slurm['added_ms']:.1f} ms added "
+                f"({slurm['pinned']} jobs pinned)"
+            )
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
 

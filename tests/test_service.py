@@ -363,3 +363,235 @@ def test_engine_never_gives_a_gpu_twice_under_concurrent_writers(tmp_path: Path)
         assert len(held) == len(set(held.tolist()))
         # 64 placed, 24 released, 32 GPUs: the ones that found no room say so.
         assert all("needs 1 GPUs" in e or "free" in e for e in errors), errors
+
+
+def _asgi(app, path: str, raw: bytes, content_type: str | None = "application/json"):
+    """(status, decoded body, headers) of one POST through an ASGI application, in process."""
+    import asyncio
+
+    headers = [(b"content-length", str(len(raw)).encode())]
+    if content_type is not None:
+        headers.append((b"content-type", content_type.encode()))
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    out: dict = {"body": b""}
+
+    async def run() -> None:
+        given = [False]
+
+        async def receive() -> dict:
+            if not given[0]:
+                given[0] = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            await asyncio.sleep(3600)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                out["status"] = message["status"]
+                out["headers"] = {k.decode().lower(): v.decode() for k, v in message["headers"]}
+            else:
+                out["body"] += message.get("body", b"")
+
+        await app(scope, receive, send)
+
+    asyncio.run(run())
+    try:
+        body = json.loads(out["body"])
+    except ValueError:
+        body = out["body"].decode()
+    return out["status"], body, out["headers"]
+
+
+def test_lean_place_and_release_answer_as_the_fastapi_routes_do(tmp_path: Path) -> None:
+    """``/v1/place`` and ``/v1/release`` skip FastAPI's layers for a body that validates; every
+    request gets the same status and answer as through the FastAPI route (the schema's), bad
+    ones included: nothing is accepted that FastAPI refuses, no error says less."""
+    with running_service(tmp_path) as svc:
+        svc.client.place(job("held", 8, 1))
+        lean, full = svc.service.asgi, svc.service.app
+        place_cases: list[tuple[bytes, str | None]] = [
+            (json.dumps({"job": job("d1", 8, 2), "dry_run": True}).encode(), "application/json"),
+            (
+                json.dumps({"job": job("d2", 8, 1), "dry_run": True}).encode(),
+                "application/json; charset=utf-8",
+            ),
+            (json.dumps({"job": job("d3"), "dry_run": True}).encode(), "application/x+json"),
+            (json.dumps({"job": job("d4"), "dry_run": True}).encode(), None),  # no type
+            (json.dumps({"job": job("d5"), "dry_run": True}).encode(), "text/plain"),
+            (b"", "application/json"),
+            (b"{not json", "application/json"),
+            (b'{"job": {"name": "x"}, "dry_run": NaN}', "application/json"),
+            (b"[1, 2]", "application/json"),
+            (json.dumps({"jobb": 1}).encode(), "application/json"),
+            (json.dumps({"job": job("x"), "time_limit": -1}).encode(), "application/json"),
+            (json.dumps({"job": job("x"), "dry_run": "perhaps"}).encode(), "application/json"),
+            (json.dumps({"job": {"name": "x", "parallelism": {"tp": "eight"}}}).encode(), None),
+            (
+                json.dumps({"job": {"name": "x", "parallelism": {"tp": "eight"}}}).encode(),
+                "application/json",
+            ),
+            (json.dumps({"job": {"parallelism": {"tp": 8}}}).encode(), "application/json"),
+            (json.dumps({"job": job("held")}).encode(), "application/json"),  # name in use
+            (json.dumps({"job": job("big", 8, 9)}).encode(), "application/json"),  # infeasible
+            (json.dumps({"job": job("x"), "solver": "nope"}).encode(), "application/json"),
+            (json.dumps({"job": job("x"), "cluster": "other"}).encode(), "application/json"),
+        ]
+        for raw, ctype in place_cases:
+            a = _asgi(lean, "/v1/place", raw, ctype)
+            b = _asgi(full, "/v1/place", raw, ctype)
+            if isinstance(a[1], dict):
+                a[1].pop("elapsed_s", None)
+                b[1].pop("elapsed_s", None)
+            assert a[:2] == b[:2], (raw, ctype)
+            assert a[2].get("content-type") == b[2].get("content-type"), (raw, ctype)
+        # A valid dry run was answered in full, by both.
+        status, answer, _ = _asgi(lean, "/v1/place", place_cases[0][0])
+        assert status == 200 and answer["held"] is False and len(answer["rank_table"]) == 16
+        release_cases = [
+            json.dumps({"job": "nope"}).encode(),
+            json.dumps({"job": 5}).encode(),
+            json.dumps({}).encode(),
+            b"{",
+        ]
+        for raw in release_cases:
+            assert _asgi(lean, "/v1/release", raw)[:2] == _asgi(full, "/v1/release", raw)[:2]
+        # The one held job is still the only one: no dry run or refusal held anything.
+        assert list(svc.client.status()["clusters"][0]["jobs"]) == ["held"]
+        ok = _asgi(lean, "/v1/release", json.dumps({"job": "held"}).encode())
+        assert ok[0] == 200 and ok[1]["released_gpus"] == 8
+
+
+def test_the_place_answer_is_the_placement_with_its_rank_table(tmp_path: Path) -> None:
+    """The service builds its answer in one pass over the ranks; it must say exactly what
+    ``Placement.to_dict()`` and ``rank_table()`` say (a field added there shows up here)."""
+    from gpuplace.service.app import placement_answer
+
+    state = gpuplace.ClusterState(gpuplace.Topology.preset("h100-superpod", nodes=8))
+    state.allocate(gpuplace.place(state, gpuplace.Job(name="first", tp=4), "greedy"))
+    for spec, solver in (
+        (gpuplace.Job(name="one", tp=2), "greedy"),
+        (gpuplace.Job(name="three-nodes", tp=8, dp=3), "greedy"),
+        (gpuplace.Job(name="scattered", tp=2, dp=6), "first-fit"),
+    ):
+        placement = gpuplace.place(state, spec, solver)
+        for seq in (None, 7):
+            expected = {
+                **placement.to_dict(),
+                "rank_table": placement.rank_table(),
+                "held": seq is not None,
+                "journal_seq": seq,
+            }
+            got = placement_answer(placement, seq)
+            assert got == expected
+            assert list(got) == list(expected)  # the same order of fields too
+            assert json.loads(json.dumps(got)) == json.loads(json.dumps(expected))
+
+
+def test_a_held_engine_lock_never_stalls_the_event_loop(tmp_path: Path) -> None:
+    """A placement answered on the event loop takes the engine's lock only when it is free:
+    while another thread holds it (a Slurm poll, a snapshot), the placement waits on a worker
+    and the service keeps answering everyone else."""
+    with running_service(tmp_path) as svc:
+        answers: list[int] = []
+        with svc.engine.lock:
+            placer = threading.Thread(
+                target=lambda: answers.append(svc.post("/v1/place", {"job": job("w")})[0])
+            )
+            placer.start()
+            time.sleep(0.3)
+            assert answers == []  # waiting for the lock, on a worker
+            # Answered while the lock is held (the client gives up after 5 s otherwise).
+            assert Client(svc.address, timeout=5).request("GET", "/healthz")["ok"] is True
+        placer.join(timeout=30)
+        assert answers == [200]
+        assert "w" in svc.client.status()["clusters"][0]["jobs"]
+
+
+def test_jobs_parsed_once_per_shape_are_the_jobs_the_parser_gives() -> None:
+    """The service parses each job shape once; a later request of that shape gets the cached
+    job under its own name, equal to what parsing its document gives; documents that do not
+    parse get the parser's own error every time."""
+    from gpuplace.errors import InvalidJob
+    from gpuplace.service.app import JobCache
+
+    cache = JobCache()
+    shapes = [
+        {"parallelism": {"tp": 8, "dp": 2}},
+        {"parallelism": {"tp": 8, "pp": 2, "dp": 2}, "rank_order": ["pp", "tp", "cp", "ep", "dp"]},
+        {
+            "parallelism": {"tp": 4, "dp": 4},
+            "communication": {"dp": {"kind": "all-reduce", "bytes": 1.5e9}},
+            "constraints": {"confine": {"tp": "node"}, "max_span": "spine"},
+        },
+        {
+            "parallelism": {"tp": 8, "dp": 2},
+            "model": {
+                "parameters": 7e9,
+                "layers": 32,
+                "hidden_size": 4096,
+                "sequence_length": 4096,
+            },
+        },
+        {"parallelism": {"tp": 2}, "policy": {"pool": "research", "priority_class": "batch"}},
+        {"parallelism": {"tp": 8, "dp": {"min": 1, "max": 4}}},  # elastic: never cached
+        {"traffic": {"ranks": 3, "edges": [[0, 1, 5.0], [1, 2, 7.0]]}},
+    ]
+    for shape in shapes:
+        for name in ("first", "second", "third"):
+            doc = {"name": name, **shape}
+            got = cache.job(doc)
+            want = gpuplace.Job.from_dict(doc, source="job")
+            assert got.name == name
+            assert got.to_dict() == want.to_dict()
+            assert got.gpus == want.gpus and got.degrees == want.degrees
+    # One entry per shape that is not elastic.
+    assert len(cache._jobs) == len(shapes) - 1
+    for bad in (
+        {"name": "x", "parallelism": {"tp": "eight"}},
+        {"name": "", "parallelism": {"tp": 8}},
+        {"parallelism": {"tp": 8}},
+        {"name": "x", "paralelism": {"tp": 8}},
+        ["not", "a", "mapping"],
+    ):
+        for _ in range(2):
+            with pytest.raises(InvalidJob) as got_error:
+                cache.job(bad)
+            with pytest.raises(InvalidJob) as want_error:
+                gpuplace.Job.from_dict(bad, source="job")
+            assert str(got_error.value) == str(want_error.value)
+
+
+def test_a_full_service_refuses_the_event_loop_path_too(tmp_path: Path) -> None:
+    """A greedy placement that would run on the event loop counts in the same bound as the
+    pool's requests: with the queue full it is answered 503 at once, holding nothing."""
+    limits = Limits(workers=1, queue=1, timeout=SLOW_SECONDS * 4)
+    with running_service(tmp_path, limits=limits) as svc:
+        results: list[int] = []
+        slow = threading.Thread(
+            target=lambda: results.append(
+                svc.post("/v1/place", {"job": job("slow"), "solver": "test-slow"})[0]
+            )
+        )
+        slow.start()
+        deadline = time.monotonic() + 30
+        while svc.service.pending < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        status, answer = svc.post("/v1/place", {"job": job("quick")})
+        assert status == 503 and "busy" in answer["error"], answer
+        slow.join(timeout=30)
+        assert results == [200]
+        assert list(svc.client.status()["clusters"][0]["jobs"]) == ["slow"]
+        assert svc.client.place(job("quick"))["held"]

@@ -135,7 +135,9 @@ class Hold:
     grace: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v not in (None, "", False)}
+        # Every field is a plain value: no deep copy (``asdict``) needed.
+        values = ((k, getattr(self, k)) for k in self.__dataclass_fields__)
+        return {k: v for k, v in values if v not in (None, "", False)}
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> Hold:
@@ -435,7 +437,7 @@ class Engine:
         for attempt in range(3):
             fast = solver == "greedy" or attempt == 2
             with self.lock:
-                if job.name in rt.state.jobs:
+                if rt.state.job_gpus(job.name) is not None:
                     raise Conflict(f"job name {job.name!r} is in use on cluster {rt.name}")
                 base = rt.state if fast else rt.state.scratch_copy()
                 if fast:
@@ -447,7 +449,7 @@ class Engine:
             if dry_run:
                 return placement, None
             with self.lock:
-                if job.name in rt.state.jobs:
+                if rt.state.job_gpus(job.name) is not None:
                     raise Conflict(f"job name {job.name!r} is in use on cluster {rt.name}")
                 free = rt.state.free_mask()
                 if bool(free[placement.gpus].all()):
@@ -819,7 +821,7 @@ class Engine:
                 if job.job_id in claimed:
                     continue
                 name = f"slurm-{job.job_id}"
-                if name in state.jobs:
+                if state.job_gpus(name) is not None:
                     continue
                 gpus = _job_gpus(state, job, by_node)
                 free = state.free_mask()

@@ -89,6 +89,9 @@ class Journal:
         self._cond = threading.Condition()
         self._failed: BaseException | None = None
         self._closing = False
+        #: Set at close: the checkpointer waits on it, not on ``_cond``, so that an append
+        #: wakes the committer only (each needless wake-up contends for the GIL).
+        self._stop = threading.Event()
         #: Called on the committer thread after each group commit (events, seconds), and
         #: when the journal fails (the exception): the service wakes its waiting requests.
         self.on_commit: Callable[[int, float], None] | None = None
@@ -175,6 +178,7 @@ class Journal:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
+        self._stop.set()
         self._thread.join(timeout=60)
         self._checkpointer.join(timeout=60)
         try:
@@ -199,12 +203,7 @@ class Journal:
         except sqlite3.Error:
             return
         try:
-            while True:
-                with self._cond:
-                    self._cond.wait_for(lambda: self._closing, timeout=every)
-                    closing = self._closing
-                if closing:
-                    return
+            while not self._stop.wait(every):
                 try:
                     db.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 except sqlite3.Error:
