@@ -63,6 +63,7 @@ from gpuplace.placement.registry import solvers
 from gpuplace.placement.repair import repair
 from gpuplace.placement.result import gpu_peak_tflops
 from gpuplace.sim.failures import Cause, FailureModel
+from gpuplace.sim.slurm import backfill_pass, next_pass
 from gpuplace.sim.speed import JobProfile, Speed, job_profile, job_speed, peak_flops
 from gpuplace.sim.traces import SimJob, Workload, job_template
 
@@ -78,7 +79,7 @@ __all__ = [
     "simulate",
 ]
 
-POLICIES = ("fifo", "priority", "easy")
+POLICIES = ("fifo", "priority", "easy", "slurm")
 RESPONSES = ("requeue", "repair")
 BACKFILL_DEPTH = 500
 
@@ -797,7 +798,17 @@ class _Simulator:
                     queue.pop(i)
                     free -= job.gpus
                     continue
-                if self.config.policy != "easy":
+                if self.config.policy not in ("easy", "slurm"):
+                    return
+                if self.config.policy == "slurm":
+                    # Slurm's backfill thread wakes every bf_interval on its own clock.
+                    interval = self.config.backfill_interval_s
+                    self.next_backfill = max(self.next_backfill, next_pass(now, interval))
+                    if now < self.next_backfill:
+                        self._wake_for_backfill()
+                        return
+                    self.next_backfill = now + interval if interval > 0 else 0.0
+                    backfill_pass(self, now, i, BACKFILL_DEPTH)
                     return
                 # Slurm's backfill runs every bf_interval, not on every event (its main
                 # scheduler does): at most one backfill pass per interval.

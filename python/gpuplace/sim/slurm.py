@@ -1,0 +1,142 @@
+"""Slurm's ``sched/backfill`` as slurmctld 22.05 runs it: the simulator's ``slurm`` queue policy.
+
+Two schedulers share the queue, in priority order (FIFO here: ``priority/basic``):
+
+* the **main scheduler** runs on every event (submission, job end) and starts jobs in order
+  until the first one that cannot start, which blocks the partition for the rest of its pass
+  (the engine's head-of-queue loop);
+* the **backfill scheduler** runs every ``bf_interval`` seconds on its own clock (a pass at
+  each multiple of the interval while a job is blocked, not at the events). It is
+  *conservative*: with ``bf_job_part_count_reserve=0`` (the default, ``man slurm.conf``:
+  "reserve resources for any pending job and delay initiation of lower priority jobs") every
+  pending job it tests, up to ``bf_max_job_test`` (500), either starts now or gets a
+  reservation at its earliest start, and a later job may start only where it delays none of
+  those reservations. Running jobs are expected to end at their start plus their time limit
+  (the estimate). A reservation holds whole nodes for the job's time limit (the backfill map
+  keeps node bitmaps), while running jobs free GPUs node by node (``select/cons_tres`` shares
+  nodes). The nodes of a reservation and of a start are chosen as ``slurm-tree`` chooses
+  them (:func:`gpuplace.placement.solvers.baselines.slurm_tree_nodes`). Reservations reach at
+  most ``bf_window`` (1,440 minutes) ahead.
+
+Checked against a real slurmctld and slurmd on loopback by ``tests/test_slurm_replay.py``
+(``benches/bench_slurm_replay.py`` at a larger size).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gpuplace.errors import Infeasible
+from gpuplace.placement.place import place
+from gpuplace.placement.solvers.baselines import _switch_tree, slurm_tree_nodes
+
+if TYPE_CHECKING:
+    from gpuplace.sim.engine import _Simulator
+
+#: Slurm's ``bf_window`` default: reservations are looked for this far ahead (s).
+BF_WINDOW_S = 1440 * 60.0
+
+
+def next_pass(now: float, interval: float) -> float:
+    """The backfill clock: the first multiple of ``interval`` at or after ``now``."""
+    if interval <= 0:
+        return now
+    grid = math.ceil(now / interval - 1e-9) * interval
+    return max(grid, now)
+
+
+def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
+    """One conservative backfill pass over ``sim.queue[first:]`` (at most ``depth`` jobs)."""
+    state = sim.state
+    cap = np.asarray(sim.node_capacity, dtype=np.int64)
+    hosts = len(cap)
+    host_of_gpu = sim.host_of_gpu
+    free = np.bincount(host_of_gpu[state.free_mask()], minlength=hosts).astype(np.int64)
+    # Running jobs: expected end (start + time limit) and the GPUs they hold per node.
+    ends: list[float] = []
+    held: list[np.ndarray] = []
+    for run in sim.running.values():
+        job = run.record.job
+        expected = run.start + run.restart + sim._estimate(job) * run.work_left / job.work_s
+        on = np.bincount(host_of_gpu[run.gpus], minlength=hosts)
+        if run.exclusive_rest:
+            on = np.where(on > 0, cap, 0)
+        ends.append(max(now, expected))
+        held.append(on)
+    order = np.argsort(np.array(ends), kind="stable")
+    end_times = np.array(ends)[order] if ends else np.zeros(0)
+    freed_by = np.cumsum(np.array(held)[order], axis=0) if held else np.zeros((0, hosts))
+    per_node_max = int(cap.max())
+    tree = _switch_tree(sim.topology)
+    #: (start, end, nodes) of the reservations made in this pass.
+    reservations: list[tuple[float, float, np.ndarray]] = []
+    queue = sim.queue
+    i, tested = first, 0
+    while i < len(queue) and tested < depth:
+        tested += 1
+        name = queue[i][1]
+        job = sim.records[name].job
+        nodes = -(-job.gpus // per_node_max)
+        per_node = -(-job.gpus // nodes)
+        whole = job.exclusive or sim._solver_for(job) == "slurm-tree-exclusive"
+        limit = sim._estimate(job)
+        candidates = sorted(
+            {now}
+            | {float(t) for t in end_times if t > now}
+            | {r[1] for r in reservations if r[1] > now}
+        )
+        started = False
+        for t in candidates:
+            if t > now + BF_WINDOW_S:
+                break
+            k = int(np.searchsorted(end_times, t, side="right"))
+            at_t = free + (freed_by[k - 1] if k else 0)
+            blocked = np.zeros(hosts, dtype=bool)
+            for r0, r1, r_nodes in reservations:
+                if r0 < t + limit and r1 > t:
+                    blocked |= r_nodes
+            usable = ~blocked & ((at_t == cap) if whole else (at_t >= per_node))
+            if int(usable.sum()) < nodes:
+                continue
+            try:
+                chosen = slurm_tree_nodes(tree, usable, nodes)
+            except Infeasible:
+                continue
+            if t == now:
+                if not _start_fenced(sim, name, now, ~blocked):
+                    continue
+                queue.pop(i)
+                free = np.bincount(host_of_gpu[state.free_mask()], minlength=hosts).astype(
+                    np.int64
+                )
+                started = True
+            else:
+                mask = np.zeros(hosts, dtype=bool)
+                mask[chosen] = True
+                reservations.append((t, t + limit, mask))
+            break
+        if not started:
+            i += 1
+
+
+def _start_fenced(sim: _Simulator, name: str, now: float, nodes: np.ndarray) -> bool:
+    """Start ``name`` now on the given nodes only (the others are reserved for jobs ahead)."""
+    record = sim.records[name]
+    template, profile = sim._shape(record.job)
+    solver = sim._solver_for(record.job)
+    allowed = nodes[sim.host_of_gpu]
+    try:
+        with sim.state.fenced(allowed) as fenced:
+            placement = place(
+                fenced, template, solver, seed=sim.config.seed, time_limit=sim.config.time_limit
+            )
+    except Infeasible:
+        return False
+    restart, cause = 0.0, ""
+    if record.restarts:
+        restart, cause = sim.config.restart_s, record.restart_cause
+    sim._start(record, placement.gpus, now, template, profile, placement.cost, restart, cause)
+    return True
