@@ -67,9 +67,7 @@ def test_simulated_slurm_starts_jobs_when_real_slurm_does(tmp_path) -> None:
     result = simulate_replay(topology, workload, "slurm", BACKFILL_INTERVAL_S)
     assert all(r.finish is not None for r in result.records)
     got = compare(observed, result, lat)
-    easy = compare(
-        observed, simulate_replay(topology, workload, "easy", BACKFILL_INTERVAL_S), lat
-    )
+    easy = compare(observed, simulate_replay(topology, workload, "easy", BACKFILL_INTERVAL_S), lat)
     print(f"slurm policy: {got.line()}\neasy policy:  {easy.line()}\n{lat}")
     assert got.median_start_error <= MEDIAN_START_ERROR, got.line()
     assert abs(got.makespan_error) <= MAKESPAN_ERROR, got.line()

@@ -94,11 +94,13 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
                 break
             k = int(np.searchsorted(end_times, t, side="right"))
             at_t = free + (freed_by[k - 1] if k else 0)
-            blocked = np.zeros(hosts, dtype=bool)
-            for r0, r1, r_nodes in reservations:
+            reserved = np.zeros(hosts, dtype=np.int64)
+            for r0, r1, r_held in reservations:
                 if r0 < t + limit and r1 > t:
-                    blocked |= r_nodes
-            usable = ~blocked & ((at_t == cap) if whole else (at_t >= per_node))
+                    reserved += r_held
+            left = at_t - reserved
+            # A reservation holds its nodes whole: the backfill map keeps node bitmaps.
+            usable = (reserved == 0) & ((left == cap) if whole else (left >= per_node))
             if int(usable.sum()) < nodes:
                 continue
             try:
@@ -106,17 +108,15 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
             except Infeasible:
                 continue
             if t == now:
-                if not _start_fenced(sim, name, now, ~blocked):
+                if not _start_fenced(sim, name, now, usable):
                     continue
                 queue.pop(i)
-                free = np.bincount(host_of_gpu[state.free_mask()], minlength=hosts).astype(
-                    np.int64
-                )
+                free = np.bincount(host_of_gpu[state.free_mask()], minlength=hosts).astype(np.int64)
                 started = True
             else:
-                mask = np.zeros(hosts, dtype=bool)
-                mask[chosen] = True
-                reservations.append((t, t + limit, mask))
+                held_r = np.zeros(hosts, dtype=np.int64)
+                held_r[chosen] = cap[chosen]
+                reservations.append((t, t + limit, held_r))
             break
         if not started:
             i += 1
