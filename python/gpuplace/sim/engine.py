@@ -14,7 +14,10 @@ events of one instant the queue policy starts what it can:
   the reservation or uses only GPUs the head will not need then. At most
   :data:`BACKFILL_DEPTH` jobs are tried per pass (Slurm's ``bf_max_job_test`` default), and a
   pass runs at most every ``backfill_interval_s`` (Slurm's ``bf_interval``, 30 s), while the
-  head of the queue is started on every event, as Slurm's main scheduler does.
+  head of the queue is started on every event, as Slurm's main scheduler does;
+* ``slurm``: Slurm's ``sched/backfill`` as it behaves (:mod:`gpuplace.sim.slurm`): the main
+  scheduler in order on every event, and every ``backfill_interval_s`` on its own clock a
+  conservative, node-level backfill pass that reserves for every pending job it tests.
 
 A job's runtime is its work over its speed (:func:`gpuplace.sim.speed.job_speed`, the one speed
 model) on its placement; it is re-priced when the hardware under it degrades or recovers, and

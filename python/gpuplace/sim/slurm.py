@@ -36,6 +36,9 @@ from gpuplace.placement.solvers.baselines import _switch_tree, slurm_tree_nodes
 if TYPE_CHECKING:
     from gpuplace.sim.engine import _Simulator
 
+#: The first window of running jobs' ends the backfill scheduler tries together (s).
+END_WINDOW_S = 30.0
+
 #: Slurm's ``bf_window`` default: reservations are looked for this far ahead (s).
 BF_WINDOW_S = 1440 * 60.0
 
@@ -69,6 +72,11 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
     order = np.argsort(np.array(ends), kind="stable")
     end_times = np.array(ends)[order] if ends else np.zeros(0)
     freed_by = np.cumsum(np.array(held)[order], axis=0) if held else np.zeros((0, hosts))
+    ends_grouped = (
+        _end_groups(end_times, now)
+        if END_WINDOW_S > 0
+        else [float(t) for t in end_times if t > now]
+    )
     per_node_max = int(cap.max())
     tree = _switch_tree(sim.topology)
     #: (start, end, nodes) of the reservations made in this pass.
@@ -83,11 +91,7 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
         per_node = -(-job.gpus // nodes)
         whole = job.exclusive or sim._solver_for(job) == "slurm-tree-exclusive"
         limit = sim._estimate(job)
-        candidates = sorted(
-            {now}
-            | {float(t) for t in end_times if t > now}
-            | {r[1] for r in reservations if r[1] > now}
-        )
+        candidates = sorted({now} | set(ends_grouped) | {r[1] for r in reservations if r[1] > now})
         started = False
         for t in candidates:
             if t > now + BF_WINDOW_S:
@@ -120,6 +124,21 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
             break
         if not started:
             i += 1
+
+
+def _end_groups(end_times: np.ndarray, now: float) -> list[float]:
+    """The times at which the backfill scheduler tries a pending job against the running ones
+    (``man slurm.conf``, ``bf_window_linear``): the job ending soonest and every job ending
+    within 30 s of it, then the next one and those within 60 s, the window doubling each time;
+    the job can start once the last of a group has ended."""
+    out: list[float] = []
+    j, window = 0, END_WINDOW_S
+    while j < len(end_times):
+        k = int(np.searchsorted(end_times, end_times[j] + window, side="right"))
+        if end_times[k - 1] > now:
+            out.append(float(end_times[k - 1]))
+        j, window = k, window * 2
+    return out
 
 
 def _start_fenced(sim: _Simulator, name: str, now: float, nodes: np.ndarray) -> bool:
