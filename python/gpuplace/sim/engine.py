@@ -450,6 +450,8 @@ class _Simulator:
         self.window = (float(np.percentile(submits, 10)), float(np.percentile(submits, 90)))
         #: EASY: when the next backfill pass may run, and whether a wake-up for it is queued.
         self.next_backfill = 0.0
+        #: ``slurm``: the state a backfill pass that started nothing last saw.
+        self.slurm_backfill_seen: tuple[int, int, int] | None = None
         self.backfill_pending = False
         #: Running jobs to re-price at the end of this instant (their neighbours changed).
         self.dirty: set[str] = set()

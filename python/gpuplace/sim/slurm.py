@@ -52,7 +52,15 @@ def next_pass(now: float, interval: float) -> float:
 
 
 def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
-    """One conservative backfill pass over ``sim.queue[first:]`` (at most ``depth`` jobs)."""
+    """One conservative backfill pass over ``sim.queue[first:]`` (at most ``depth`` jobs).
+
+    A pass changes nothing but the jobs it starts, so when nothing was freed, started or
+    submitted since a pass that started nothing, the next one is skipped (it would find the
+    same; only the passing of time differs, and that only narrows the gaps before the
+    reservations)."""
+    signature = (sim.release_epoch, sim.allocated, len(sim.queue))
+    if sim.slurm_backfill_seen == signature:
+        return
     state = sim.state
     cap = np.asarray(sim.node_capacity, dtype=np.int64)
     hosts = len(cap)
@@ -79,8 +87,15 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
     )
     per_node_max = int(cap.max())
     tree = _switch_tree(sim.topology)
-    #: (start, end, nodes) of the reservations made in this pass.
-    reservations: list[tuple[float, float, np.ndarray]] = []
+    # The freed GPUs per node once the first k running jobs (by expected end) have ended.
+    freed = np.vstack([np.zeros((1, hosts), dtype=np.int64), freed_by.astype(np.int64)])
+    groups = np.array(ends_grouped, dtype=np.float64)
+    # Reservations made in this pass: start, end, and the nodes they hold (whole nodes: the
+    # backfill map keeps node bitmaps), grown as needed.
+    r_start = np.empty(64)
+    r_end = np.empty(64)
+    r_nodes = np.zeros((64, hosts), dtype=np.float32)
+    count = 0
     queue = sim.queue
     i, tested = first, 0
     while i < len(queue) and tested < depth:
@@ -91,39 +106,42 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
         per_node = -(-job.gpus // nodes)
         whole = job.exclusive or sim._solver_for(job) == "slurm-tree-exclusive"
         limit = sim._estimate(job)
-        candidates = sorted({now} | set(ends_grouped) | {r[1] for r in reservations if r[1] > now})
+        ends_r = r_end[:count]
+        times = np.unique(np.concatenate(([now], groups, ends_r[ends_r > now])))
+        times = times[times <= now + BF_WINDOW_S]
+        at = free + freed[np.searchsorted(end_times, times, side="right")]
+        usable = (at == cap) if whole else (at >= per_node)
+        if count:
+            overlap = (r_start[None, :count] < (times + limit)[:, None]) & (
+                ends_r[None, :] > times[:, None]
+            )
+            usable &= (overlap.astype(np.float32) @ r_nodes[:count]) == 0
         started = False
-        for t in candidates:
-            if t > now + BF_WINDOW_S:
-                break
-            k = int(np.searchsorted(end_times, t, side="right"))
-            at_t = free + (freed_by[k - 1] if k else 0)
-            reserved = np.zeros(hosts, dtype=np.int64)
-            for r0, r1, r_held in reservations:
-                if r0 < t + limit and r1 > t:
-                    reserved += r_held
-            left = at_t - reserved
-            # A reservation holds its nodes whole: the backfill map keeps node bitmaps.
-            usable = (reserved == 0) & ((left == cap) if whole else (left >= per_node))
-            if int(usable.sum()) < nodes:
-                continue
+        for at_index in np.flatnonzero(usable.sum(axis=1) >= nodes):
+            t = float(times[at_index])
             try:
-                chosen = slurm_tree_nodes(tree, usable, nodes)
+                chosen = slurm_tree_nodes(tree, usable[at_index], nodes)
             except Infeasible:
                 continue
             if t == now:
-                if not _start_fenced(sim, name, now, usable):
+                if not _start_fenced(sim, name, now, usable[at_index]):
                     continue
                 queue.pop(i)
                 free = np.bincount(host_of_gpu[state.free_mask()], minlength=hosts).astype(np.int64)
                 started = True
             else:
-                held_r = np.zeros(hosts, dtype=np.int64)
-                held_r[chosen] = cap[chosen]
-                reservations.append((t, t + limit, held_r))
+                if count == len(r_start):
+                    r_start = np.resize(r_start, 2 * count)
+                    r_end = np.resize(r_end, 2 * count)
+                    r_nodes = np.vstack([r_nodes, np.zeros_like(r_nodes)])
+                r_start[count], r_end[count] = t, t + limit
+                r_nodes[count] = 0
+                r_nodes[count, chosen] = 1
+                count += 1
             break
         if not started:
             i += 1
+    sim.slurm_backfill_seen = (sim.release_epoch, sim.allocated, len(sim.queue))
 
 
 def _end_groups(end_times: np.ndarray, now: float) -> list[float]:
