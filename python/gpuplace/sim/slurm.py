@@ -12,9 +12,11 @@ Two schedulers share the queue, in priority order (FIFO here: ``priority/basic``
   pending job it tests, up to ``bf_max_job_test`` (500), either starts now or gets a
   reservation at its earliest start, and a later job may start only where it delays none of
   those reservations. Running jobs are expected to end at their start plus their time limit
-  (the estimate). A reservation holds whole nodes for the job's time limit (the backfill map
-  keeps node bitmaps), while running jobs free GPUs node by node (``select/cons_tres`` shares
-  nodes). The nodes of a reservation and of a start are chosen as ``slurm-tree`` chooses
+  (the estimate), and a pending job is tried after them in groups (``bf_window_linear``: the
+  soonest end and every end within 30 s of it, then the next with 60 s, doubling). A
+  reservation holds whole nodes for the job's time limit (an assumption, from the backfill map
+  of node bitmaps; a variant holding only its GPUs measured the same on the replays), while
+  running jobs free GPUs node by node (``select/cons_tres`` shares nodes). The nodes of a reservation and of a start are chosen as ``slurm-tree`` chooses
   them (:func:`gpuplace.placement.solvers.baselines.slurm_tree_nodes`). Reservations reach at
   most ``bf_window`` (1,440 minutes) ahead.
 
@@ -36,7 +38,8 @@ from gpuplace.placement.solvers.baselines import _switch_tree, slurm_tree_nodes
 if TYPE_CHECKING:
     from gpuplace.sim.engine import _Simulator
 
-#: The first window of running jobs' ends the backfill scheduler tries together (s).
+#: The first window of running jobs' ends the backfill scheduler tries together (s; ``man
+#: slurm.conf``, ``bf_window_linear``: "the precision starts at 30 seconds").
 END_WINDOW_S = 30.0
 
 #: Slurm's ``bf_window`` default: reservations are looked for this far ahead (s).
@@ -90,8 +93,8 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
     # The freed GPUs per node once the first k running jobs (by expected end) have ended.
     freed = np.vstack([np.zeros((1, hosts), dtype=np.int64), freed_by.astype(np.int64)])
     groups = np.array(ends_grouped, dtype=np.float64)
-    # Reservations made in this pass: start, end, and the nodes they hold (whole nodes: the
-    # backfill map keeps node bitmaps), grown as needed.
+    # Reservations made in this pass: start, end, and the nodes they hold (whole nodes), grown
+    # as needed.
     r_start = np.empty(64)
     r_end = np.empty(64)
     r_nodes = np.zeros((64, hosts), dtype=np.float32)
