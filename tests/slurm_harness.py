@@ -67,8 +67,9 @@ class LoopbackSlurm:
     ):
         """``gpus`` > 0 gives each node ``Gres=gpu[:gpu_type]:gpus`` backed by empty files;
         ``node_order`` lists the nodes in slurm.conf in another order than the leaves';
-        ``extra_conf`` lines are appended to slurm.conf; ``features`` gives nodes
-        ``Features=`` (node -> comma list)."""
+        ``extra_conf`` lines are appended to slurm.conf, except that a ``Key=value`` line whose
+        key is one of the defaults below replaces that default (``SchedulerType=sched/backfill``);
+        ``features`` gives nodes ``Features=`` (node -> comma list)."""
         self.features = dict(features or {})
         self.dir = workdir
         self.nodes = [f"n{i + 1:02d}" for i in range(leaves * per_leaf)]
@@ -161,7 +162,13 @@ class LoopbackSlurm:
                 f"NodeName={name} NodeAddr=127.0.0.1 Port={port} CPUs={self.cpus} "
                 f"RealMemory=1000{gres}{feature} State=UNKNOWN"
             )
-        lines.extend(self.extra_conf)
+        defaults = {line.split("=", 1)[0].lower(): i for i, line in enumerate(lines)}
+        for line in self.extra_conf:
+            key = line.split("=", 1)[0].lower()
+            if key in defaults and key not in ("nodename", "partitionname"):
+                lines[defaults[key]] = line
+            else:
+                lines.append(line)
         lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
         (d / "slurm.conf").write_text("\n".join(lines) + "\n")
         topo = []

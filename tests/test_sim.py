@@ -85,7 +85,7 @@ def workloads(draw: st.DrawFn) -> Workload:
 @given(
     workload=workloads(),
     solver=st.sampled_from(["greedy", "first-fit", "slurm-tree"]),
-    policy=st.sampled_from(["fifo", "priority", "easy"]),
+    policy=st.sampled_from(["fifo", "priority", "easy", "slurm"]),
     response=st.sampled_from(["requeue", "repair"]),
     evacuate=st.booleans(),
     seed=st.integers(0, 3),

@@ -14,7 +14,10 @@ events of one instant the queue policy starts what it can:
   the reservation or uses only GPUs the head will not need then. At most
   :data:`BACKFILL_DEPTH` jobs are tried per pass (Slurm's ``bf_max_job_test`` default), and a
   pass runs at most every ``backfill_interval_s`` (Slurm's ``bf_interval``, 30 s), while the
-  head of the queue is started on every event, as Slurm's main scheduler does.
+  head of the queue is started on every event, as Slurm's main scheduler does;
+* ``slurm``: Slurm's ``sched/backfill`` as it behaves (:mod:`gpuplace.sim.slurm`): the main
+  scheduler in order on every event, and every ``backfill_interval_s`` on its own clock a
+  conservative, node-level backfill pass that reserves for every pending job it tests.
 
 A job's runtime is its work over its speed (:func:`gpuplace.sim.speed.job_speed`, the one speed
 model) on its placement; it is re-priced when the hardware under it degrades or recovers, and
@@ -63,6 +66,7 @@ from gpuplace.placement.registry import solvers
 from gpuplace.placement.repair import repair
 from gpuplace.placement.result import gpu_peak_tflops
 from gpuplace.sim.failures import Cause, FailureModel
+from gpuplace.sim.slurm import backfill_pass, next_pass
 from gpuplace.sim.speed import JobProfile, Speed, job_profile, job_speed, peak_flops
 from gpuplace.sim.traces import SimJob, Workload, job_template
 
@@ -78,7 +82,7 @@ __all__ = [
     "simulate",
 ]
 
-POLICIES = ("fifo", "priority", "easy")
+POLICIES = ("fifo", "priority", "easy", "slurm")
 RESPONSES = ("requeue", "repair")
 BACKFILL_DEPTH = 500
 
@@ -466,6 +470,8 @@ class _Simulator:
         self.window = (float(np.percentile(submits, 10)), float(np.percentile(submits, 90)))
         #: EASY: when the next backfill pass may run, and whether a wake-up for it is queued.
         self.next_backfill = 0.0
+        #: ``slurm``: the state a backfill pass that started nothing last saw.
+        self.slurm_backfill_seen: tuple[int, int, int] | None = None
         self.backfill_pending = False
         #: Running jobs to re-price at the end of this instant (their neighbours changed).
         self.dirty: set[str] = set()
@@ -833,7 +839,17 @@ class _Simulator:
                     queue.pop(i)
                     free -= job.gpus
                     continue
-                if self.config.policy != "easy":
+                if self.config.policy not in ("easy", "slurm"):
+                    return
+                if self.config.policy == "slurm":
+                    # Slurm's backfill thread wakes every bf_interval on its own clock.
+                    interval = self.config.backfill_interval_s
+                    self.next_backfill = max(self.next_backfill, next_pass(now, interval))
+                    if now < self.next_backfill:
+                        self._wake_for_backfill()
+                        return
+                    self.next_backfill = now + interval if interval > 0 else 0.0
+                    backfill_pass(self, now, i, BACKFILL_DEPTH)
                     return
                 # Slurm's backfill runs every bf_interval, not on every event (its main
                 # scheduler does): at most one backfill pass per interval.
