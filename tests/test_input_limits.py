@@ -461,6 +461,19 @@ def test_nvidia_smi_q_long_whitespace_is_linear():
     assert out.strip().endswith("done")
 
 
+def test_format_detection_is_linear_on_a_long_run_of_equals_signs():
+    # "=+NVSMI LOG=+" rescanned a run of "=" from every position: 64 kB (the head that
+    # read_evidence searches) took 3 s, this 1 MB would take minutes.
+    out = bounded(
+        """
+        from gpuplace.health.readers import detect_format
+        print(detect_format("=" * 1_000_000 + "x"), detect_format("==NVSMI LOG==\\n"))
+        """,
+        seconds=20,
+    )
+    assert out.split() == ["kernel-log", "nvidia-smi-q"]
+
+
 def test_a_yaml_alias_bomb_is_refused_quickly(tmp_path):
     levels = ["&a0 [x, x, x, x, x, x, x, x, x, x]"]
     for i in range(1, 9):
