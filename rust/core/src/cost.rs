@@ -746,26 +746,13 @@ mod tests {
 
     /// [`tree`] with every fabric level at `fabric` GB/s per GPU.
     fn tree_bw(nodes: usize, per_node: usize, per_leaf: usize, fabric: f64) -> Topology {
-        use crate::topology::{Level, NodeType};
+        use crate::topology::Level;
         let t = tree(nodes, per_node, per_leaf);
         let mut levels: Vec<Level> = t.levels().to_vec();
         for l in &mut levels[1..] {
             l.bandwidth_gbps = fabric;
         }
-        let mut path = Vec::new();
-        let mut local = Vec::new();
-        for n in 0..nodes {
-            for g in 0..per_node {
-                path.extend_from_slice(&[n as u32, (n / per_leaf) as u32, 0]);
-                local.push(g as u32);
-            }
-        }
-        let nt = NodeType {
-            name: "box".into(),
-            gpus: per_node,
-            bandwidth_gbps: None,
-        };
-        Topology::new(levels, 0, 0, path, vec![nt], vec![0; nodes], local).unwrap()
+        crate::topology::tests::tree_with(levels, nodes, per_node, per_leaf)
     }
 
     fn allreduce_job(topo: &Topology, n: usize, bytes: f64) -> JobSpec {

@@ -935,6 +935,16 @@ pub(crate) mod tests {
                 latency_us: 4.0,
             },
         ];
+        tree_with(levels, nodes, per_node, nodes_per_leaf)
+    }
+
+    /// [`tree`]'s shape (node, leaf, spine) with the given levels.
+    pub fn tree_with(
+        levels: Vec<Level>,
+        nodes: usize,
+        per_node: usize,
+        nodes_per_leaf: usize,
+    ) -> Topology {
         let mut path = Vec::new();
         let mut local = Vec::new();
         for n in 0..nodes {
