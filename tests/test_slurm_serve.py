@@ -115,14 +115,21 @@ def squeue(slurm: LoopbackSlurm, job: str, field: str) -> str:
     return slurm.run("squeue", "-h", "-j", job, "-o", field).stdout.strip()
 
 
-def wait_for(what: str, done, timeout: float = 30.0):
+def wait_for(
+    what: str, done, timeout: float = 30.0, *, log: tuple[LoopbackSlurm, int] | None = None
+):
+    """``done()``'s first true value within ``timeout``; on failure the gpuplace lines that
+    slurmctld logged since ``log`` (a cluster and a :func:`log_mark`) are in the message."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = done()
         if value:
             return value
         time.sleep(0.2)
-    raise AssertionError(f"{what} within {timeout:.0f} s")
+    said = "\n".join(log_lines(log[0], "gpuplace", log[1])) if log is not None else ""
+    raise AssertionError(
+        f"{what} within {timeout:.0f} s" + (f"; slurmctld logged:\n{said}" if said else "")
+    )
 
 
 def drain_queue(slurm: LoopbackSlurm) -> None:
@@ -247,7 +254,9 @@ def test_tagged_sbatch_costs_little_inside_slurmctld(served):
 
 
 def test_partitions_features_and_time_limits_are_honoured(served):
-    slurm, _ = served
+    slurm, service = served
+    # The earlier tests' jobs were cancelled; their holds go when the service sees them end.
+    wait_for("holds released", lambda: holds(service) == {})
     try:
         mark = log_mark(slurm)
         job = sbatch(
@@ -265,7 +274,9 @@ def test_partitions_features_and_time_limits_are_honoured(served):
             "--wrap",
             "sleep 300",
         )
-        line = wait_for("pinned", lambda: log_lines(slurm, "pinned to n0", mark))[-1]
+        line = wait_for(
+            "pinned", lambda: log_lines(slurm, "pinned to n0", mark), log=(slurm, mark)
+        )[-1]
         pinned = line.split("pinned to ")[1].split()[0].split(",")
         assert set(pinned) <= {"n04", "n05", "n06"}, line
         wait_for("running", lambda: squeue(slurm, job, "%T") == "RUNNING")
@@ -283,7 +294,9 @@ def test_partitions_features_and_time_limits_are_honoured(served):
             "--wrap",
             "sleep 300",
         )
-        line = wait_for("pinned", lambda: log_lines(slurm, "pinned to n0", mark))[-1]
+        line = wait_for(
+            "pinned", lambda: log_lines(slurm, "pinned to n0", mark), log=(slurm, mark)
+        )[-1]
         assert line.split("pinned to ")[1].split()[0] in ("n01", "n02", "n03"), line
         # Over the partition's MaxTime: gpuplace says so and leaves the job to Slurm.
         sbatch(
