@@ -46,7 +46,7 @@ from gpuplace._util.documents import (
 )
 from gpuplace.errors import GpuplaceError, InvalidJob
 from gpuplace.model.job import Job, TransformerModel
-from gpuplace.sim.workload import DEFAULT_MODEL
+from gpuplace.sim.workload import DEFAULT_MODEL, MOE_MODEL
 
 __all__ = [
     "LLM_MOE_SHARE",
@@ -74,9 +74,7 @@ MODELS: dict[str, TransformerModel | None] = {
     "llama3-8b": TransformerModel(8e9, 32, 4096, 8192, 1, 4),
     "llama3-70b": TransformerModel(70e9, 80, 8192, 8192, 1, 8),
     "llama3-405b": TransformerModel(405e9, 126, 16384, 8192, 1, 16),
-    "mixtral-8x7b": TransformerModel(
-        46.7e9, 32, 4096, 4096, 1, 8, moe_top_k=2, active_parameters=12.9e9, experts=8
-    ),
+    "mixtral-8x7b": MOE_MODEL,
     "deepseek-v3": TransformerModel(
         671e9, 61, 7168, 4096, 1, 16, moe_top_k=8, active_parameters=37e9, experts=256
     ),

@@ -60,15 +60,19 @@ DEFAULT_MODEL = TransformerModel(
 )
 
 
-#: A mixture-of-experts transformer (experts in every layer, top-2 routing).
+#: A mixture-of-experts transformer: Mixtral 8x7B (Jiang et al. 2024: 46.7B parameters, 12.9B
+#: active per token, 32 layers, model dimension 4096, 8 experts in every layer, top-2 routing).
+#: The workload model ``mixtral-8x7b`` is this one.
 MOE_MODEL = TransformerModel(
-    parameters=47e9,
+    parameters=46.7e9,
     layers=32,
     hidden_size=4096,
     sequence_length=4096,
     micro_batch_size=1,
     micro_batches=8,
     moe_top_k=2,
+    active_parameters=12.9e9,
+    experts=8,
 )
 
 
