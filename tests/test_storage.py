@@ -180,7 +180,7 @@ def test_reads_hide_under_the_step_and_mfu_falls_once_they_exceed_it() -> None:
     slow = gpuplace.evaluate(t, _trainer(800e9), far)
     assert slow.io_seconds == pytest.approx(4.0)
     assert slow.step_seconds == pytest.approx(4.0)
-    assert slow.step_details["input_seconds"] == pytest.approx(4.0)
+    assert slow.input_seconds == pytest.approx(4.0)
     assert slow.step_details["input_stall_seconds"] == pytest.approx(4.0 - base)
     assert slow.mfu == pytest.approx(mfu * base / 4.0)
     assert slow.tokens_per_second == pytest.approx(plain.tokens_per_second * base / 4.0)
@@ -201,7 +201,7 @@ def test_checkpoint_writes_stall_the_step_amortized_over_the_interval() -> None:
         ),
     )
     report = gpuplace.evaluate(t, job, gpus)
-    assert report.step_details["checkpoint_seconds"] == pytest.approx(112e9 / 100e9 / 100)
+    assert report.checkpoint_seconds == pytest.approx(112e9 / 100e9 / 100)
     assert report.step_seconds == pytest.approx(plain.step_seconds + 112e9 / 100e9 / 100)
     assert report.mfu < plain.mfu
 

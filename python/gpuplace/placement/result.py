@@ -80,6 +80,13 @@ class CostReport:
     #: to their stores (``gpuplace.model.storage``); not part of ``comm_seconds``. In the
     #: step: ``step_details`` ``input_stall_seconds`` and ``checkpoint_seconds``.
     io_seconds: float = 0.0
+    #: Storage in the step (``rust/core/src/storage.rs``, ``step_with_io``), when a step is
+    #: priced: input reads per step (prefetched under the step), the part of them longer than
+    #: the step (the GPUs wait for data), and checkpoint writes amortized per step (a
+    #: checkpoint's stall over its interval in steps); ``step_seconds`` holds the last two.
+    input_seconds: float | None = None
+    input_stall_seconds: float | None = None
+    checkpoint_seconds: float | None = None
 
     @property
     def peak_tflops(self) -> float | None:
@@ -421,5 +428,8 @@ for _field in dataclasses.fields(CostReport):
         "tokens_per_second",
         "alone_seconds",
         "io_seconds",
+        "input_seconds",
+        "input_stall_seconds",
+        "checkpoint_seconds",
     )
     setattr(_CoreCostReport, _field.name, (_read if _direct else _name)(_field.name))
