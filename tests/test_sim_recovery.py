@@ -5,6 +5,8 @@ jobs until it is noticed (by hand, or at the next health ingest)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from gpuplace import InvalidJob, Topology
@@ -138,3 +140,31 @@ def test_a_requeued_job_waits_for_capacity_in_its_place() -> None:
     # is not progress either (ETTR).
     assert sum(v.lost_gpu_s.values()) == pytest.approx(16 * (5000.0 - 3600.0 + 300.0))
     assert v.ettr == pytest.approx((20_000.0) / (v.finish - 0.0))
+
+
+def test_cli_options_reach_the_run_and_the_example_failures_load(tmp_path, capsys) -> None:
+    from pathlib import Path
+
+    from gpuplace.cli import main
+    from gpuplace.sim.failures import load_failures
+
+    code = main(
+        [
+            "simulate", "-c", "h100-superpod", "--nodes", "4", "--trace", "llm-mix",
+            "--jobs", "12", "--failures", "llama3", "--response", "repair", "--evacuate",
+            "--health-ingest", "300", "--restart-sigma", "0", "--checkpoint-store", "none",
+            "--format", "json",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)["greedy"]
+    assert summary["health_ingest_s"] == 300.0 and summary["restart_sigma"] == 0.0
+    assert summary["checkpoint_store"] is None and summary["checkpoint_gpu_hours"] == 0.0
+    assert summary["evacuate"] is True and summary["detect_s"] == 4 * 3600.0
+    assert main(["simulate", "-c", "h100-superpod", "--nodes", "4", "--trace", "llm-mix",
+                 "--jobs", "4", "--checkpoint-store", "tape", "--format", "json"]) == 2  # fmt: skip
+    assert "checkpoint_store 'tape': not a store" in capsys.readouterr().out
+    example = Path(__file__).parent.parent / "examples" / "failures-lossy-links.yaml"
+    model = load_failures(str(example))
+    lossy = {c.name: c for c in model.causes}["link-degraded"]
+    assert lossy.loss == 0.1 and lossy.repair_s == 12 * 3600.0
