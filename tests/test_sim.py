@@ -191,8 +191,12 @@ def test_job_larger_than_cluster_is_reported_unfinished():
 def test_placement_changes_runtime_through_the_cost_model():
     topology = Topology.preset("h100-superpod", nodes=64)
     job = SimJob("j", 0.0, 16, 3600.0, tp=8, model="llama2-13b")
-    greedy = simulate(topology, Workload("w", (job,)), SimConfig(solver="greedy")).records[0]
-    random = simulate(topology, Workload("w", (job,)), SimConfig(solver="random")).records[0]
+    # Checkpoints free to write: the placement alone sets the speed.
+    free = SimConfig(solver="greedy", checkpoint_store=None)
+    greedy = simulate(topology, Workload("w", (job,)), free).records[0]
+    random = simulate(
+        topology, Workload("w", (job,)), dataclasses.replace(free, solver="random")
+    ).records[0]
     assert greedy.finish == pytest.approx(3600.0)  # greedy on the empty cluster is the reference
     assert random.finish > greedy.finish
 
@@ -227,6 +231,8 @@ def test_repair_keeps_the_job_running_and_requeue_loses_its_place(small):
         spares_per_leaf=8,
         checkpoint_interval_s=1800,
         restart_s=300,
+        restart_sigma=0.0,
+        checkpoint_store=None,
     )
     rec = {r.job.name: r for r in simulate(small, workload, spares).records}
     assert rec["victim"].restarts == 1
@@ -424,9 +430,10 @@ def test_what_if_measures_work_against_the_reference_cluster():
     h100 = Topology.preset("h100-superpod", nodes=16)
     gb200 = Topology.preset("gb200-nvl72", racks=2)
     workload = Workload("w", (SimJob("j", 0.0, 64, 3600.0, tp=8, model="llama2-13b"),))
-    on_h100 = simulate(h100, workload).records[0]
-    on_gb200 = simulate(gb200, workload, reference=h100).records[0]
-    alone = simulate(gb200, workload).records[0]
+    free = SimConfig(checkpoint_store=None)
+    on_h100 = simulate(h100, workload, free).records[0]
+    on_gb200 = simulate(gb200, workload, free, reference=h100).records[0]
+    alone = simulate(gb200, workload, free).records[0]
     assert on_h100.finish == pytest.approx(3600.0)
     assert alone.finish == pytest.approx(3600.0)  # its own reference
     # 2.5 PFLOP/s against 989 TFLOP/s and NVLink 5: the same work, well over twice as fast.
@@ -443,26 +450,41 @@ def _fixed(events: list[tuple[float, Cause, int]]) -> FailureModel:
 def test_a_degraded_link_slows_the_job_on_it_and_evacuation_moves_it(small):
     job = SimJob("j", 0.0, 16, 3600.0, tp=8, model="llama2-13b")  # dp 2 across two hosts
     workload = Workload("w", (job,))
-    clean = simulate(small, workload).records[0]
+    free = SimConfig(checkpoint_store=None, restart_sigma=0.0)
+    clean = simulate(small, workload, free).records[0]
     assert clean.finish == pytest.approx(3600.0)
     # The core's step model hides the dp all-reduce under the backward pass: 1 % loss (half the
     # bandwidth) on its ring still fits, so the job keeps its speed.
     hidden = Cause("loss", "nic", 0.0, 2000.0, loss=0.01)
-    kept = simulate(small, workload, SimConfig(failures=_fixed([(1000.0, hidden, 0)]))).records[0]
+    kept = simulate(
+        small, workload, dataclasses.replace(free, failures=_fixed([(1000.0, hidden, 0)]))
+    )
+    kept = kept.records[0]
     assert kept.finish == pytest.approx(clean.finish)
     # 10 % loss (a tenth of the bandwidth) makes the dp all-reduce outlast the backward pass.
     loss = Cause("loss", "nic", 0.0, 2000.0, loss=0.1)
     # NIC 0 is the first host's mlx5_0, the NIC of GPU 0, which greedy gives the job.
-    slowed = simulate(small, workload, SimConfig(failures=_fixed([(1000.0, loss, 0)]))).records[0]
+    degraded = dataclasses.replace(free, failures=_fixed([(1000.0, loss, 0)]))
+    slowed = simulate(small, workload, degraded).records[0]
     assert slowed.finish > clean.finish + 1.0  # slower for 2,000 s, then back to full speed
     assert slowed.restarts == 0 and not slowed.lost_gpu_s
-    config = SimConfig(failures=_fixed([(1000.0, loss, 0)]), evacuate=True, restart_s=300.0)
+    # Without health ingest nobody notices the link within its 2,000 s (detect_s, 4 h): the
+    # job is not evacuated, it runs slowly, as without --evacuate.
+    unseen = simulate(small, workload, dataclasses.replace(degraded, evacuate=True)).records[0]
+    assert unseen.restarts == 0 and unseen.finish == pytest.approx(slowed.finish)
+    # With ingest every 600 s it is seen at 1,200 s, drained, and the job repaired off it.
+    config = dataclasses.replace(degraded, evacuate=True, restart_s=300.0, health_ingest_s=600.0)
     result = simulate(small, workload, config)
     moved = result.records[0]
     assert moved.restarts == 1
-    # Work since the start (no checkpoint yet at 1,000 s) and the restart are lost.
-    assert moved.lost_gpu_s == {"loss": pytest.approx(16 * (1000.0 + 300.0))}
-    assert moved.finish == pytest.approx(3600.0 + 1000.0 + 300.0)
+    # Work since the start (no checkpoint yet at 1,200 s) and the restart are lost.
+    assert moved.lost_gpu_s == {"loss": pytest.approx(16 * (1200.0 + 300.0))}
+    assert moved.finish == pytest.approx(3600.0 + 1200.0 + 300.0)
+    assert moved.degraded_slowdown is not None and moved.degraded_slowdown > 1.0
+    # Noticed by hand sooner (detect_s = 100 s): at 1,100 s.
+    config = dataclasses.replace(degraded, evacuate=True, restart_s=300.0, detect_s=100.0)
+    early = simulate(small, workload, config).records[0]
+    assert early.finish == pytest.approx(3600.0 + 1100.0 + 300.0)
 
 
 def test_repricing_on_every_allocation_change_is_neutral_without_contention(small):

@@ -67,7 +67,8 @@ def _flaky() -> FailureModel:
 def test_interruptions_by_cause_ettr_and_the_failure_horizon() -> None:
     topology = Topology.preset("h100-superpod", nodes=4)
     workload = llm_mix(30, cluster_gpus=topology.num_gpus, seed=2)
-    result = simulate(topology, workload, SimConfig(failures=_flaky(), seed=1, check=True))
+    free = SimConfig(failures=_flaky(), seed=1, check=True, checkpoint_store=None)
+    result = simulate(topology, workload, free)
     summary = metrics.summary(result)
     jobs = workload.jobs
     horizon = jobs[-1].submit_s + 4 * max(j.work_s for j in jobs) + 30 * 86_400
@@ -90,7 +91,7 @@ def test_interruptions_by_cause_ettr_and_the_failure_horizon() -> None:
         else:
             assert record.ettr < 1.0
     assert 0 < summary["ettr"] < 1
-    no_failures = metrics.summary(simulate(topology, workload))
+    no_failures = metrics.summary(simulate(topology, workload, SimConfig(checkpoint_store=None)))
     assert no_failures["failure_horizon_s"] is None and no_failures["ettr"] == pytest.approx(1.0)
 
 

@@ -51,7 +51,9 @@ def test_exclusive_comes_from_the_workload(tmp_path: Path) -> None:
     assert [j.exclusive for j in workload.jobs] == [True, False, False]
     starts = {
         r.job.name: r.first_start
-        for r in simulate(topology, workload, SimConfig(solver="slurm-tree")).records
+        for r in simulate(
+            topology, workload, SimConfig(solver="slurm-tree", checkpoint_store=None)
+        ).records
     }
     # a holds the whole node; b and c share it after a ends.
     assert starts == {"a": 0.0, "b": 100.0, "c": 100.0}

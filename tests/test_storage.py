@@ -9,6 +9,7 @@ import gpuplace
 import pytest
 from gpuplace.cli import main
 from gpuplace.cluster.storage import io_seconds
+from gpuplace.model.job import TransformerModel
 from gpuplace.model.storage import DataAccess
 
 
@@ -130,3 +131,104 @@ def test_a_running_job_storage_traffic_loads_the_fabric_and_survives_a_state_fil
     assert (_core.fabric_load(again._core) == load).all()
     state.release("reader")
     assert not state.hottest_uplinks(10)
+
+
+def _h100_cluster(oversubscription: float | None = None) -> gpuplace.Topology:
+    """_cluster() with H100 hosts (a known GPU peak), so that jobs with a model get a step."""
+    doc = _cluster().to_dict()
+    for node_type in doc["node_types"].values():
+        node_type["gpu_model"] = "H100-SXM5-80GB"
+    if oversubscription is not None:
+        for level in doc["levels"]:
+            if level["name"] == "leaf":
+                level["oversubscription"] = oversubscription
+    return gpuplace.Topology.from_dict(doc)
+
+
+#: 8B parameters, 4 x 8k tokens per step: about a third of a second of compute on 8 H100s.
+_SMALL = TransformerModel(
+    parameters=8e9, layers=32, hidden_size=4096, sequence_length=8192, micro_batches=4
+)
+
+
+def _trainer(read_bytes: float, *, name: str = "trainer", store: str = "lake") -> gpuplace.Job:
+    return gpuplace.Job(
+        name=name,
+        tp=8,
+        model=_SMALL,
+        data=DataAccess(store=store, input_bytes_per_step=read_bytes),
+    )
+
+
+def test_reads_hide_under_the_step_and_mfu_falls_once_they_exceed_it() -> None:
+    t = _h100_cluster()
+    near, far = t.host_gpus("n6"), t.host_gpus("n0")
+    plain = gpuplace.evaluate(t, gpuplace.Job(name="plain", tp=8, model=_SMALL), far)
+    assert plain.step_seconds is not None and plain.mfu is not None
+    base, mfu = plain.step_seconds, plain.mfu
+    # Reads shorter than the step are prefetched under it (a data loader's workers): the
+    # step, and MFU, are those of the job without data, near or far.
+    hidden = base / 2
+    for gpus, rate in ((near, 400e9), (far, 200e9)):
+        report = gpuplace.evaluate(t, _trainer(hidden * rate), gpus)
+        assert report.io_seconds == pytest.approx(hidden)
+        assert report.step_seconds == pytest.approx(base)
+        assert report.mfu == pytest.approx(mfu)
+        assert report.step_details["input_stall_seconds"] == pytest.approx(0.0)
+    # 4 s of reads a step (800 GB at 200 GB/s): the step waits 4 s for its data and MFU
+    # falls by the same factor; no longer the compute-bound MFU.
+    slow = gpuplace.evaluate(t, _trainer(800e9), far)
+    assert slow.io_seconds == pytest.approx(4.0)
+    assert slow.step_seconds == pytest.approx(4.0)
+    assert slow.input_seconds == pytest.approx(4.0)
+    assert slow.step_details["input_stall_seconds"] == pytest.approx(4.0 - base)
+    assert slow.mfu == pytest.approx(mfu * base / 4.0)
+    assert slow.tokens_per_second == pytest.approx(plain.tokens_per_second * base / 4.0)
+
+
+def test_checkpoint_writes_stall_the_step_amortized_over_the_interval() -> None:
+    t = _h100_cluster()
+    gpus = t.host_gpus("n0")
+    plain = gpuplace.evaluate(t, gpuplace.Job(name="plain", tp=8, model=_SMALL), gpus)
+    # 112 GB (8B parameters x 14 bytes) every 100 steps to the 100 GB/s remote store:
+    # 1.12 s a checkpoint, 11.2 ms a step.
+    job = gpuplace.Job(
+        name="saver",
+        tp=8,
+        model=_SMALL,
+        data=DataAccess(
+            checkpoint_store="s3", checkpoint_bytes=112e9, checkpoint_interval_steps=100
+        ),
+    )
+    report = gpuplace.evaluate(t, job, gpus)
+    assert report.checkpoint_seconds == pytest.approx(112e9 / 100e9 / 100)
+    assert report.step_seconds == pytest.approx(plain.step_seconds + 112e9 / 100e9 / 100)
+    assert report.mfu < plain.mfu
+
+
+def test_near_the_data_wins_when_reads_dominate() -> None:
+    t = _h100_cluster()
+    state = gpuplace.ClusterState(t)
+    state.allocate(name="other", gpus=t.host_gpus("n0"))  # l0 is now the tightest fit
+    reader = _trainer(600e9)
+    placed = gpuplace.place(state, reader)
+    assert placed.nodes[0] in ("n6", "n7")
+    far = gpuplace.evaluate(t, reader, t.host_gpus("n1"), state=state)
+    # Near: 1.5 s of reads a step (8 x 50 GB/s); far: 3 s (8 x 25 GB/s across the spine).
+    assert placed.cost.step_seconds == pytest.approx(600e9 / 400e9)
+    assert far.step_seconds == pytest.approx(600e9 / 200e9)
+    assert placed.cost.mfu == pytest.approx(2 * far.mfu)
+
+
+def test_a_jobs_own_reads_meet_an_oversubscribed_uplink_on_an_idle_fabric() -> None:
+    # Two hosts of leaf l0 read from the storage node on l3; on a 4:1 leaf the job's own
+    # flows share l0's uplink, with nobody else on the fabric.
+    flat, over = _h100_cluster(), _h100_cluster(oversubscription=4)
+    job = gpuplace.Job(
+        name="wide", tp=8, dp=2, data=DataAccess(store="lake", input_bytes_per_step=160e9)
+    )
+    gpus = [*flat.host_gpus("n0"), *flat.host_gpus("n1")]
+    t_flat = gpuplace.evaluate(flat, job, gpus).io_seconds
+    t_over = gpuplace.evaluate(over, job, gpus).io_seconds
+    assert t_flat == pytest.approx(80e9 / 200e9)
+    assert t_over == pytest.approx(4 * t_flat)

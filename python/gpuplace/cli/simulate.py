@@ -501,7 +501,40 @@ def _solvers(policy: str, compare: str | None) -> list[str]:
     help="Seconds between checkpoints.",
 )
 @click.option(
-    "--restart-cost", type=float, default=300.0, show_default=True, help="Seconds to restart a job."
+    "--restart-cost",
+    type=float,
+    default=300.0,
+    show_default=True,
+    help="Mean seconds to restart a job (lognormal, --restart-sigma).",
+)
+@click.option(
+    "--restart-sigma",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="Spread of restart times: sigma of their log (0: always --restart-cost).",
+)
+@click.option(
+    "--checkpoint-store",
+    default="remote",
+    show_default=True,
+    help="Where checkpoints are written (their write time stalls the job): remote (the "
+    "topology's store so named, else an assumed one above the fabric), a store of the "
+    "topology, or none (checkpoints cost nothing).",
+)
+@click.option(
+    "--health-ingest",
+    type=float,
+    default=None,
+    help="gpuplace health ingest runs every this many seconds: degraded hardware is seen "
+    "(and evacuated with --evacuate) at its next run. Without it, after --detect-hours.",
+)
+@click.option(
+    "--detect-hours",
+    type=float,
+    default=4.0,
+    show_default=True,
+    help="Without --health-ingest: hours until degraded hardware is noticed.",
 )
 @click.option(
     "--time-limit",
@@ -560,6 +593,10 @@ def simulate_cmd(
     max_moves: int,
     checkpoint_interval: float,
     restart_cost: float,
+    restart_sigma: float,
+    checkpoint_store: str,
+    health_ingest: float | None,
+    detect_hours: float,
     time_limit: float | None,
     vs_cluster: str | None,
     seed: int,
@@ -613,6 +650,10 @@ def simulate_cmd(
                     spares_per_leaf=spares_per_leaf,
                     checkpoint_interval_s=checkpoint_interval,
                     restart_s=restart_cost,
+                    restart_sigma=restart_sigma,
+                    checkpoint_store=None if checkpoint_store == "none" else checkpoint_store,
+                    health_ingest_s=health_ingest,
+                    detect_s=detect_hours * 3600.0,
                     estimate_factor=estimate_factor,
                     time_limit=time_limit,
                     seed=run_seed,

@@ -191,6 +191,18 @@ class _Gated:
         placements of one job are compared by."""
         return float(self.raw.comm_seconds + self.raw.io_seconds)
 
+    @property
+    def data_key(self) -> tuple[float, float]:
+        """What placements near and far from a job's data are compared by: the step time
+        first, which holds the storage as the job spends it (reads prefetched under the step,
+        checkpoint writes a stall: ``rust/core/src/storage.rs``), so a placement far from
+        the data loses where its reads no longer hide under the step; then (and alone,
+        without a priced step) communication plus storage seconds, so that on a tie the
+        placement that moves fewer bytes to its stores wins."""
+        raw = self.raw
+        step = raw.step_seconds
+        return (self.seconds if step is None else float(step), self.seconds)
+
 
 def _solve(
     state: ClusterState,
@@ -295,14 +307,18 @@ def _tightest(topology: Topology, job: Job, gpus: Any) -> bool:
 
 
 def place_near_data(state: ClusterState, job: Job, solve: Any, first: Any) -> Any:
-    """The cheaper, by communication plus storage seconds per step (``seconds``), of
-    ``first`` and the placements ``solve`` finds on the near-data views."""
+    """The cheaper, by step time with its storage, then communication plus storage seconds
+    per step (``data_key``), of ``first`` and the placements ``solve`` finds on the near-data
+    views."""
     best = first
     for view in near_data_views(state, job):
         try:
             candidate = solve(view)
         except Infeasible:
             continue
-        if candidate.seconds < best.seconds * (1 - 1e-12):
+        (step, seconds), (best_step, best_seconds) = candidate.data_key, best.data_key
+        if step < best_step * (1 - 1e-12) or (
+            step <= best_step * (1 + 1e-12) and seconds < best_seconds * (1 - 1e-12)
+        ):
             best = candidate
     return best

@@ -53,8 +53,10 @@ class CostReport:
     confinement_ok: bool
     violations: list[str]
     nvlink_level: str
-    #: Step time per step (s): compute + pipeline bubble + exposed communication, when the
-    #: job declares its compute (``gpuplace.model.step``); None otherwise, like the four below.
+    #: Step time per step (s): compute + pipeline bubble + exposed communication, plus the
+    #: storage stalls (input reads longer than the step, checkpoint writes amortized; see
+    #: ``step_details``), when the job declares its compute (``gpuplace.model.step``); None
+    #: otherwise, like the four below.
     step_seconds: float | None = None
     #: Communication not hidden under compute (s).
     exposed_comm_seconds: float | None = None
@@ -75,8 +77,16 @@ class CostReport:
     alone_seconds: float | None = None
     hot_uplinks: tuple[Any, ...] = ()
     #: Seconds per step reading the job's dataset and writing its checkpoints over the path
-    #: to their stores (``gpuplace.model.storage``); not part of ``comm_seconds``.
+    #: to their stores (``gpuplace.model.storage``); not part of ``comm_seconds``. In the
+    #: step: ``step_details`` ``input_stall_seconds`` and ``checkpoint_seconds``.
     io_seconds: float = 0.0
+    #: Storage in the step (``rust/core/src/storage.rs``, ``step_with_io``), when a step is
+    #: priced: input reads per step (prefetched under the step), the part of them longer than
+    #: the step (the GPUs wait for data), and checkpoint writes amortized per step (a
+    #: checkpoint's stall over its interval in steps); ``step_seconds`` holds the last two.
+    input_seconds: float | None = None
+    input_stall_seconds: float | None = None
+    checkpoint_seconds: float | None = None
 
     @property
     def peak_tflops(self) -> float | None:
@@ -285,6 +295,11 @@ def step_details(
         "peak_tflops": raw.peak_tflops,
         "gpu_model": peak_of_gpus(topology, gpus)[1],
         "flops_per_step": None if ft is None else ft[0],
+        # Storage in the step (rust/core/src/storage.rs, step_with_io): input reads prefetched
+        # under the step, the part of them longer than it, checkpoint writes per step.
+        "input_seconds": raw.input_seconds,
+        "input_stall_seconds": raw.input_stall_seconds,
+        "checkpoint_seconds": raw.checkpoint_seconds,
     }
 
 
@@ -413,5 +428,8 @@ for _field in dataclasses.fields(CostReport):
         "tokens_per_second",
         "alone_seconds",
         "io_seconds",
+        "input_seconds",
+        "input_stall_seconds",
+        "checkpoint_seconds",
     )
     setattr(_CoreCostReport, _field.name, (_read if _direct else _name)(_field.name))

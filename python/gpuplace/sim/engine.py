@@ -46,6 +46,7 @@ horizon and whether it covers the run (``failure_horizon_s``, ``failures_cover_r
 from __future__ import annotations
 
 import bisect
+import copy
 import heapq
 import math
 import time
@@ -60,6 +61,7 @@ from gpuplace.cluster.state import ClusterState, nics_of
 from gpuplace.enums import Health
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
 from gpuplace.model.job import Job
+from gpuplace.model.storage import DataAccess, Store
 from gpuplace.model.topology import Topology
 from gpuplace.placement.place import evaluate, place
 from gpuplace.placement.registry import solvers
@@ -72,6 +74,8 @@ from gpuplace.sim.traces import SimJob, Workload, job_template
 
 __all__ = [
     "BACKFILL_DEPTH",
+    "CHECKPOINT_BYTES_PER_PARAMETER",
+    "CHECKPOINT_GBPS_PER_GPU",
     "POLICIES",
     "RESPONSES",
     "JobRecord",
@@ -86,7 +90,21 @@ POLICIES = ("fifo", "priority", "easy", "slurm")
 RESPONSES = ("requeue", "repair")
 BACKFILL_DEPTH = 500
 
-_FINISH, _HARDWARE, _RECOVER, _BACKFILL = 0, 1, 2, 3
+_FINISH, _HARDWARE, _RECOVER, _BACKFILL, _DETECT = 0, 1, 2, 3, 4
+
+#: Bytes a checkpoint holds per model parameter: the model and optimizer state of mixed-precision
+#: Adam, 2 bytes of bf16/fp16 weights and 12 of fp32 master weights, momentum and variance
+#: (Rajbhandari et al., "ZeRO", SC20, section 3.1: 16 bytes per parameter with the gradients,
+#: which a checkpoint does not keep). A 405B model: 5.7 TB.
+CHECKPOINT_BYTES_PER_PARAMETER = 14.0
+#: Write bandwidth of the assumed remote checkpoint store, per GPU of the cluster (GB/s): the
+#: Llama 3 report's storage fabric (Tectonic) sustains 2 TB/s for the 16,384-GPU training
+#: (Llama Team, "The Llama 3 Herd of Models", arXiv:2407.21783, section 3.3.1; peak 7 TB/s,
+#: "highly bursty checkpoint writes that saturate the storage fabric"), scaled to the simulated
+#: cluster's GPU count (an assumption: a store sized like Meta's for its cluster).
+CHECKPOINT_GBPS_PER_GPU = 2000.0 / 16_384
+#: Name of the store the simulator adds for checkpoints when the topology has none so named.
+CHECKPOINT_STORE = "remote"
 
 
 @dataclass(frozen=True)
@@ -105,6 +123,21 @@ class SimConfig:
     spares_per_leaf: int = 0
     checkpoint_interval_s: float = 1800.0
     restart_s: float = 300.0
+    #: Where checkpoints are written, which prices their write time (model and optimizer state,
+    #: :data:`CHECKPOINT_BYTES_PER_PARAMETER`, over the path from the job's hosts to the store,
+    #: a stall in the step: ``rust/core/src/storage.rs``): ``"remote"`` (a store of the
+    #: topology so named, else one the simulator adds above the fabric at
+    #: :data:`CHECKPOINT_GBPS_PER_GPU` times the cluster's GPUs), another store of the topology
+    #: by name, or None: checkpoints cost nothing to write.
+    checkpoint_store: str | None = CHECKPOINT_STORE
+    #: Restart times are lognormal with mean ``restart_s`` and this standard deviation of their
+    #: logarithm (0: every restart takes ``restart_s``); drawn from the seed.
+    restart_sigma: float = 0.5
+    #: ``gpuplace health ingest`` runs every this many seconds: degraded hardware is seen (and,
+    #: with ``evacuate``, evacuated) at its next run. None: no ingest, degraded hardware stays
+    #: in its jobs until it recovers or someone notices, ``detect_s`` later.
+    health_ingest_s: float | None = None
+    detect_s: float = 4 * 3600.0
     estimate_factor: float = 1.0
     #: EASY backfill runs at most once per this many seconds (Slurm's ``bf_interval``
     #: default, 30 s); the in-order start of the queue's head runs on every event. 0: on
@@ -140,6 +173,15 @@ class SimConfig:
             raise InvalidJob(f"backfill_interval_s must be >= 0, got {self.backfill_interval_s!r}")
         if self.restart_s < 0 or self.bins < 1 or self.max_moves < 0 or self.spares_per_leaf < 0:
             raise InvalidJob("restart_s, max_moves and spares_per_leaf must be >= 0 and bins >= 1")
+        if not (0 <= self.restart_sigma < math.inf and 0 <= self.detect_s < math.inf):
+            raise InvalidJob(
+                f"restart_sigma and detect_s must be finite numbers >= 0, got "
+                f"{self.restart_sigma!r} and {self.detect_s!r}"
+            )
+        if self.health_ingest_s is not None and not 0 < self.health_ingest_s < math.inf:
+            raise InvalidJob(
+                f"health_ingest_s must be a number of seconds > 0, got {self.health_ingest_s!r}"
+            )
 
 
 @dataclass
@@ -172,6 +214,8 @@ class JobRecord:
     #: Peak FLOPs of the GPUs it held, over the time it held them (FLOP): the denominator of
     #: its MFU, at the peak of the GPUs it got.
     peak_flop: float = 0.0
+    #: GPU-seconds stalled writing checkpoints it kept (not in ``kept_gpu_s``: not progress).
+    checkpoint_gpu_s: float = 0.0
 
     @property
     def mfu(self) -> float | None:
@@ -219,6 +263,7 @@ class _Run:
         "base_step",
         "bytes_per_step",
         "cause",
+        "checkpoint_s",
         "crossing",
         "exclusive_rest",
         "factors",
@@ -246,8 +291,11 @@ class _Run:
         self.work_left = record.job.work_s - record.kept_work_s
         # (time, speed) from which each speed holds; speed 0 during the restart.
         self.timeline: list[tuple[float, float]] = []
-        #: (contention, degraded) step-time factors from each timeline point on.
-        self.factors: list[tuple[float, float]] = []
+        #: (contention, degraded) step-time factors from each timeline point on, and the
+        #: share of the step spent writing checkpoints.
+        self.factors: list[tuple[float, float, float]] = []
+        #: Wall seconds one checkpoint stalls the job (its write time), as last priced.
+        self.checkpoint_s = 0.0
         #: Step time (s) of this placement alone on healthy hardware, when needed.
         self.base_step: float | None = None
         self.base_comm = 0.0
@@ -274,15 +322,15 @@ class _Run:
 
     def segment_totals(
         self, now: float, kept_until: float, window: tuple[float, float]
-    ) -> tuple[float, float, float, float, float, float]:
+    ) -> tuple[float, float, float, float, float, float, float]:
         """What closing the segment at ``now`` needs, in one pass over the timeline (each sum
         taken in the same order as :meth:`work_between` takes it):
         the work up to ``kept_until`` and up to ``now``, the work inside ``window`` (up to
         ``kept_until``), the running time and the contention and degraded integrals up to
-        ``now``."""
+        ``now``, and the time spent writing checkpoints up to ``kept_until``."""
         start = self.start
         w0, w1 = max(window[0], start), min(window[1], kept_until)
-        kept = done = in_window = running = cont = degr = 0.0
+        kept = done = in_window = running = cont = degr = writing = 0.0
         points = self.timeline
         last = len(points) - 1
         for i, (t, speed) in enumerate(points):
@@ -291,11 +339,13 @@ class _Run:
             hi = min(kept_until, end)
             if hi > lo:
                 kept += speed * (hi - lo)
+                if speed > 0:
+                    writing += self.factors[i][2] * (hi - lo)
             hi = min(now, end)
             if hi > lo:
                 done += speed * (hi - lo)
                 if speed > 0:
-                    c, d = self.factors[i]
+                    c, d, _ = self.factors[i]
                     running += hi - lo
                     cont += c * (hi - lo)
                     degr += d * (hi - lo)
@@ -303,7 +353,7 @@ class _Run:
                 lo_w, hi_w = max(w0, t), min(w1, end)
                 if hi_w > lo_w:
                     in_window += speed * (hi_w - lo_w)
-        return kept, done, in_window, running, cont, degr
+        return kept, done, in_window, running, cont, degr, writing
 
     def finish_time(self, now: float) -> float:
         t, speed = self.timeline[-1]
@@ -311,6 +361,25 @@ class _Run:
         if speed <= 0:
             return math.inf
         return max(now, t) + max(left, 0.0) / speed
+
+
+def _with_checkpoint_store(topology: Topology, name: str | None) -> tuple[Topology, str | None]:
+    """The topology the simulation runs on and the name of its checkpoint store (None:
+    checkpoints cost nothing to write). ``"remote"`` without a store so named adds one above
+    the fabric at :data:`CHECKPOINT_GBPS_PER_GPU` times the cluster's GPUs, on a copy (the
+    caller's topology is left as it is; the compiled topology is shared)."""
+    if name is None or name in topology.stores:
+        return topology, name
+    if name != CHECKPOINT_STORE:
+        known = ", ".join(sorted(topology.stores)) or "none"
+        raise InvalidJob(
+            f"checkpoint_store {name!r}: not a store of {topology.name} (its stores: {known}); "
+            f"use {CHECKPOINT_STORE!r} for an assumed remote store or none for free checkpoints"
+        )
+    gbps = CHECKPOINT_GBPS_PER_GPU * topology.num_gpus
+    with_store = copy.copy(topology)
+    with_store.stores = {**topology.stores, name: Store(name, "remote", gbps, gbps)}
+    return with_store, name
 
 
 def _type_peak(topology: Topology, host_type: str) -> float | None:
@@ -429,10 +498,13 @@ class _Simulator:
         reference: Topology | None = None,
     ):
         config.validate()
+        topology, self.checkpoint_store = _with_checkpoint_store(topology, config.checkpoint_store)
         self.topology = topology
         self.config = config
         self.workload = workload
         self.state = ClusterState(topology)
+        #: Restart times, drawn from their own stream (the failures drawn stay the same).
+        self.restart_rng = np.random.default_rng([config.seed, 27])
         self.progress = progress
         self.records = {j.name: JobRecord(j) for j in workload.jobs}
         if len(self.records) != len(workload.jobs):
@@ -507,9 +579,35 @@ class _Simulator:
         key = job.shape
         template = self.templates.get(key)
         if template is None:
-            template = self.templates[key] = job_template(job)
-            self.profiles[key] = self._profile(template)
+            template = job_template(job)
+            # The reference step (the job's work) is the job's without checkpoints: writing
+            # them slows it down from there.
+            profile = self.profiles[key] = self._profile(template)
+            template = self.templates[key] = self._with_checkpoints(template, profile)
         return template, self.profiles[key]
+
+    def _with_checkpoints(self, template: Job, profile: JobProfile) -> Job:
+        """The job writing its checkpoints (model and optimizer state) to the checkpoint store
+        every ``checkpoint_interval_s`` of its reference steps, so that the core prices their
+        write time over the path to the store into its step (a stall amortized over the
+        interval) and their traffic loads the uplinks while it runs."""
+        model = template.model
+        if self.checkpoint_store is None or model is None or profile.reference_step_seconds <= 0:
+            return template
+        steps = max(1.0, self.config.checkpoint_interval_s / profile.reference_step_seconds)
+        data = DataAccess(
+            checkpoint_store=self.checkpoint_store,
+            checkpoint_bytes=CHECKPOINT_BYTES_PER_PARAMETER * model.parameters,
+            checkpoint_interval_steps=steps,
+        )
+        return replace(template, data=data)
+
+    def _restart_cost(self) -> float:
+        """Seconds one restart takes: lognormal with mean ``restart_s`` (see SimConfig)."""
+        mean, sigma = self.config.restart_s, self.config.restart_sigma
+        if mean <= 0 or sigma <= 0:
+            return mean
+        return float(self.restart_rng.lognormal(math.log(mean) - sigma * sigma / 2, sigma))
 
     def _profile(self, template: Job) -> JobProfile:
         """The job's reference step: alone on the empty reference cluster (this one unless a
@@ -561,13 +659,17 @@ class _Simulator:
 
     # ------------------------------------------------------------------ running jobs
     def _set_speed(
-        self, run: _Run, now: float, speed: Speed, factors: tuple[float, float] = (1.0, 1.0)
+        self,
+        run: _Run,
+        now: float,
+        speed: Speed,
+        factors: tuple[float, float, float] = (1.0, 1.0, 0.0),
     ) -> None:
         t0 = run.start + run.restart
         if now < t0:
             if run.restart > 0:
                 run.timeline = [(run.start, 0.0), (t0, speed.speed)]
-                run.factors = [(1.0, 1.0), factors]
+                run.factors = [(1.0, 1.0, 0.0), factors]
             else:
                 run.timeline = [(run.start, speed.speed)]
                 run.factors = [factors]
@@ -591,7 +693,7 @@ class _Simulator:
                 f"job {run.name}: MFU {speed.mfu:.1%} on its GPUs, above 100 %: the step time "
                 "is shorter than the model FLOPs allow at the GPUs' peak"
             )
-        factors = (1.0, 1.0)
+        slowdown = (1.0, 1.0)
         # Only traffic that leaves the NVLink domain meets an uplink (hot or degraded).
         if run.crossing and (self.degraded or report.hot_uplinks):
             if run.base_step is None:
@@ -600,7 +702,16 @@ class _Simulator:
                 base = evaluate(self.topology, template, run.gpus)
                 run.base_step = job_speed(base, profile).step_seconds
                 run.base_comm = float(base.comm_seconds)
-            factors = _slowdown_factors(speed.step_seconds, report, run.base_step, run.base_comm)
+            slowdown = _slowdown_factors(speed.step_seconds, report, run.base_step, run.base_comm)
+        # Checkpoint writes: the share of the step they stall (amortized in the core's step),
+        # and one checkpoint's stall in wall seconds.
+        writing = getattr(report, "checkpoint_seconds", None) or 0.0
+        share = writing / speed.step_seconds if writing > 0 and speed.step_seconds > 0 else 0.0
+        data = template.data
+        run.checkpoint_s = (
+            writing * data.checkpoint_interval_steps if data is not None and writing > 0 else 0.0
+        )
+        factors = (*slowdown, share)
         last = run.timeline[-1] if run.timeline else None
         if last is not None and last[1] == speed.speed and run.factors[-1] == factors:
             return
@@ -685,11 +796,13 @@ class _Simulator:
         restart_end = min(now, run.start + run.restart)
         if restart_end > run.start:
             self._lose(record, run.cause, gpus * (restart_end - run.start))
-        kept, done, in_window, running, cont, degr = run.segment_totals(
+        kept, done, in_window, running, cont, degr, writing = run.segment_totals(
             now, kept_until, self.window
         )
         productive_kept = max(0.0, kept_until - restart_end) if kept_until > run.start else 0.0
-        record.kept_gpu_s += gpus * productive_kept
+        # Time stalled writing the checkpoints it kept is not progress (ETTR leaves it out).
+        record.kept_gpu_s += gpus * max(0.0, productive_kept - writing)
+        record.checkpoint_gpu_s += gpus * min(writing, productive_kept)
         record.kept_work_s += kept
         if min(self.window[1], kept_until) > max(self.window[0], run.start):
             record.kept_work_window_s += in_window
@@ -725,10 +838,12 @@ class _Simulator:
         self.lost[cause] = self.lost.get(cause, 0.0) + gpu_s
 
     def _last_checkpoint(self, run: _Run, now: float) -> float:
+        """When the job's last checkpoint was complete: one every ``checkpoint_interval_s``
+        of running plus the checkpoint's own write time."""
         productive = run.start + run.restart
         if now <= productive:
             return run.start
-        interval = self.config.checkpoint_interval_s
+        interval = self.config.checkpoint_interval_s + run.checkpoint_s
         return productive + math.floor((now - productive) / interval) * interval
 
     def _interrupt(self, run: _Run, now: float, cause: str) -> None:
@@ -772,7 +887,7 @@ class _Simulator:
             self.failed_epoch[self.place_keys[name]] = self.release_epoch
             return False
         if record.restarts:
-            restart, cause = self.config.restart_s, record.restart_cause
+            restart, cause = self._restart_cost(), record.restart_cause
         self._start(record, placement.gpus, now, template, profile, placement.cost, restart, cause)
         return True
 
@@ -901,19 +1016,16 @@ class _Simulator:
                 return
             nic = nics.names[index % len(nics.names)]
             gpus = np.flatnonzero(nics.gpu_nic == nics.index[nic])
+            # The link runs degraded in its jobs until it recovers or is noticed (and, with
+            # evacuate, drained and its jobs repaired off it).
+            state.degrade(nic=nic, loss=cause.loss, reason=cause.name)
+            self.degraded.add(nic)
+            self._push(now + cause.repair_s, _RECOVER, ("nic", nic))
+            self._reprice({state.owner_of(int(g)) for g in gpus}, now)
             if self.config.evacuate:
-                affected = state.drain(nic=nic, reason=cause.name)
-                self.unusable = int(np.count_nonzero(state.health() != int(Health.Ok)))
-                self._push(now + cause.repair_s, _RECOVER, ("nic", nic))
-                for owner in affected:
-                    run = self.running.get(owner)
-                    if run is not None:
-                        self._respond(run, now, cause.name, hardware=True, force_repair=True)
-            else:
-                state.degrade(nic=nic, loss=cause.loss, reason=cause.name)
-                self.degraded.add(nic)
-                self._push(now + cause.repair_s, _RECOVER, ("nic", nic))
-                self._reprice({state.owner_of(int(g)) for g in gpus}, now)
+                seen = self._detected_at(now)
+                if seen < now + cause.repair_s:
+                    self._push(seen, _DETECT, (cause, nic))
             return
         if cause.component == "gpu":
             target: dict[str, Any] = {"gpu": int(index)}
@@ -935,6 +1047,28 @@ class _Simulator:
             if run is not None:
                 self._respond(run, now, cause.name, hardware=True)
 
+    def _detected_at(self, now: float) -> float:
+        """When degraded hardware that appeared at ``now`` is seen: at the next run of
+        ``gpuplace health ingest`` (every ``health_ingest_s``), else ``detect_s`` later."""
+        every = self.config.health_ingest_s
+        if every is None:
+            return now + self.config.detect_s
+        return (math.floor(now / every) + 1) * every
+
+    def _detect(self, now: float, cause: Cause, nic: str) -> None:
+        """A degraded link is seen: with ``evacuate`` it is drained until it recovers and its
+        jobs are repaired off it."""
+        if nic not in self.degraded:
+            return  # it recovered before anyone saw it
+        state = self.state
+        affected = state.drain(nic=nic, reason=cause.name)
+        self.degraded.discard(nic)
+        self.unusable = int(np.count_nonzero(state.health() != int(Health.Ok)))
+        for owner in affected:
+            run = self.running.get(owner)
+            if run is not None:
+                self._respond(run, now, cause.name, hardware=True, force_repair=True)
+
     def _respond(
         self, run: _Run, now: float, cause: str, *, hardware: bool, force_repair: bool = False
     ) -> None:
@@ -945,7 +1079,7 @@ class _Simulator:
             template, profile = self._shape(record.job)
             self._interrupt(run, now, cause)
             report = evaluate(self.topology, template, gpus, state=self.state)
-            self._start(record, gpus, now, template, profile, report, self.config.restart_s, cause)
+            self._start(record, gpus, now, template, profile, report, self._restart_cost(), cause)
             return
         if self.config.response == "repair" or force_repair:
             template, profile = self._shape(record.job)
@@ -972,7 +1106,7 @@ class _Simulator:
                     template,
                     profile,
                     fixed.cost_after,
-                    self.config.restart_s,
+                    self._restart_cost(),
                     cause,
                     allocate=False,
                 )
@@ -1104,6 +1238,8 @@ class _Simulator:
                     self._hardware(t, *payload)
                 elif kind == _BACKFILL:
                     self.backfill_pending = False  # the pass runs in _schedule below
+                elif kind == _DETECT:
+                    self._detect(t, *payload)
                 else:
                     self.recoveries -= 1
                     self._recover(t, payload)

@@ -18,7 +18,7 @@ use crate::gate;
 use crate::job::JobSpec;
 use crate::solvers::SolveOptions;
 use crate::state::ClusterState;
-use crate::storage::{self, IoDemand};
+use crate::storage::{self, IoDemand, IoTime};
 
 /// What a placement request carries besides the job and the state.
 #[derive(Debug, Clone, Default)]
@@ -37,8 +37,26 @@ pub struct Report {
     /// the hot uplinks on the job's paths; None when nobody loads the fabric.
     pub contention: Option<ContentionReport>,
     /// Seconds per step of the job's storage traffic over the paths to its stores (not part
-    /// of `cost.comm_seconds`); 0 without storage traffic.
+    /// of `cost.comm_seconds`); 0 without storage traffic. Reads plus writes; the step
+    /// (`cost.step`) carries them apart, as they enter it ([`crate::storage::step_with_io`]).
     pub io_seconds: f64,
+}
+
+impl Report {
+    /// The report of a placement priced `cost`, with what it shares: its contention and its
+    /// storage time, which also enters its step (when the cost model priced one).
+    pub fn new(mut cost: CostReport, contention: Option<ContentionReport>, io: IoTime) -> Report {
+        if let Some(step) = cost.step.as_mut() {
+            if io.total() > 0.0 || step.input_seconds > 0.0 || step.checkpoint_seconds > 0.0 {
+                storage::step_with_io(step, io);
+            }
+        }
+        Report {
+            cost,
+            contention,
+            io_seconds: io.total(),
+        }
+    }
 }
 
 /// Whether any running job loads a fabric uplink (so that a placement here contends).
@@ -49,13 +67,13 @@ pub fn fabric_loaded(state: &ClusterState) -> bool {
 }
 
 /// What `gpus` share on `state`: the contention with the running jobs (None when nobody
-/// loads the fabric) and the storage seconds of the request.
+/// loads the fabric) and the storage time of the request.
 pub fn shared(
     state: &ClusterState,
     job: &JobSpec,
     gpus: &[u32],
     request: &Request,
-) -> Result<(Option<ContentionReport>, f64)> {
+) -> Result<(Option<ContentionReport>, IoTime)> {
     let contention = if fabric_loaded(state) {
         Some(fabric::contention(state, job, gpus)?)
     } else {
@@ -65,10 +83,10 @@ pub fn shared(
 }
 
 /// Seconds per step of the request's storage traffic from `gpus` to its stores.
-fn io_seconds(state: &ClusterState, gpus: &[u32], request: &Request) -> Result<f64> {
-    let mut seconds = 0.0;
+fn io_seconds(state: &ClusterState, gpus: &[u32], request: &Request) -> Result<IoTime> {
+    let mut seconds = IoTime::default();
     for demand in &request.io {
-        seconds += storage::io_seconds(
+        seconds += storage::io_time(
             state,
             &demand.store,
             demand.read_bytes,
@@ -91,7 +109,7 @@ fn io_seconds(state: &ClusterState, gpus: &[u32], request: &Request) -> Result<f
 #[derive(Debug, Clone)]
 pub struct Shared {
     contention: Pending,
-    io_seconds: f64,
+    io_seconds: IoTime,
 }
 
 #[derive(Debug, Clone)]
@@ -126,9 +144,9 @@ impl Shared {
         })
     }
 
-    /// The contention and the storage seconds, given `priced`: the placement's communication
+    /// The contention and the storage time, given `priced`: the placement's communication
     /// seconds on the state it was seen on ([`crate::cost::evaluate_in`] there).
-    pub fn finish(self, priced: f64) -> (Option<ContentionReport>, f64) {
+    pub fn finish(self, priced: f64) -> (Option<ContentionReport>, IoTime) {
         let contention = match self.contention {
             Pending::Unloaded => None,
             Pending::Alone => Some(ContentionReport {
@@ -151,12 +169,8 @@ pub fn complete(
     cost: CostReport,
     request: &Request,
 ) -> Result<Report> {
-    let (contention, io_seconds) = Shared::of(state, job, gpus, request)?.finish(cost.comm_seconds);
-    Ok(Report {
-        cost,
-        contention,
-        io_seconds,
-    })
+    let (contention, io) = Shared::of(state, job, gpus, request)?.finish(cost.comm_seconds);
+    Ok(Report::new(cost, contention, io))
 }
 
 /// Price `gpus` on `state` (its hardware and running jobs) without gating them.
@@ -210,7 +224,7 @@ mod tests {
         job: &JobSpec,
         gpus: &[u32],
         request: &Request,
-    ) -> (Option<ContentionReport>, f64) {
+    ) -> (Option<ContentionReport>, IoTime) {
         shared(state, job, gpus, request).unwrap()
     }
 

@@ -22,7 +22,9 @@
 //!   - any class may be given another overlap fraction `f` in [0, 1]: its exposed time is
 //!     `max(0, T − f · window)`, the window being the backward pass for dp and the whole
 //!     compute otherwise. Explicit traffic is always exposed.
-//! * `step = compute + bubble + exposed comm`; `MFU = F / (step · gpus · peak)` (the PaLM
+//! * `step = compute + bubble + exposed comm`, plus storage when the job reads a dataset or
+//!   writes checkpoints (input reads prefetched under the step, checkpoint writes a stall:
+//!   [`crate::storage::step_with_io`]); `MFU = F / (step · gpus · peak)` (the PaLM
 //!   definition, Chowdhery et al. 2022, appendix B: model FLOPs only, no recomputation);
 //!   `tokens/s = T / step`. The Llama 3 report (Dubey et al. 2024, table 4) gives 38–43 % MFU
 //!   at 8k–16k H100s as a sanity range for large, well-tuned jobs.
@@ -133,6 +135,12 @@ pub struct StepReport {
     pub tokens_per_second: f64,
     /// The per-GPU peak used (TFLOPS).
     pub peak_tflops: f64,
+    /// Storage in the step ([`crate::storage::step_with_io`]; 0 until a request with storage
+    /// traffic prices it): input reads per step, the part of them not hidden under the step,
+    /// and checkpoint writes amortized per step (s). `step_seconds` includes the last two.
+    pub input_seconds: f64,
+    pub input_stall_seconds: f64,
+    pub checkpoint_seconds: f64,
 }
 
 /// The dimension name of each collective class of `job` (None for a class without one).
@@ -194,6 +202,9 @@ pub fn step_report(
         mfu: spec.flops_per_step / (step * gpus * peak),
         tokens_per_second: spec.tokens_per_step / step,
         peak_tflops,
+        input_seconds: 0.0,
+        input_stall_seconds: 0.0,
+        checkpoint_seconds: 0.0,
     })
 }
 

@@ -8,9 +8,12 @@
 //! interval), split over its hosts by their GPUs. Each host's transfer runs at the smallest of:
 //! its share of the store's bandwidth (the store serves the job's hosts equally), its GPUs'
 //! bandwidth at the level where its path to the store meets (`GPUs x` that level's effective
-//! bandwidth), and that rate times the fair share it gets among the running jobs' load on the
-//! uplinks it crosses ([`crate::fabric`]). The step waits for the slowest host; reads and
-//! writes add up, and are not overlapped with communication (as collectives are not).
+//! bandwidth), and that rate times the fair share it gets on the uplinks it crosses
+//! ([`crate::fabric`]) among the running jobs' load and the job's own storage flows from its
+//! other hosts (so an oversubscribed uplink limits a job's reads on an idle fabric too). The
+//! slowest host sets the time ([`IoTime`]: reads and writes apart). In the step
+//! ([`step_with_io`]) input reads are prefetched under the step (a stall only when longer
+//! than it) and checkpoint writes are a stall amortized over the checkpoint interval.
 //!
 //! A running job's storage traffic also loads the uplinks ([`io_load`], kept by the state like
 //! its collectives' load): each host's transfer at its rate alone, as if input loading and
@@ -21,6 +24,7 @@
 use crate::error::{CoreError, Result};
 use crate::fabric::{Background, Load, DOWN, UP};
 use crate::state::ClusterState;
+use crate::step::StepReport;
 use crate::topology::Topology;
 
 /// Where a store is attached.
@@ -130,8 +134,33 @@ fn ancestor(topo: &Topology, mut level: usize, mut domain: usize, target: usize)
     domain
 }
 
+/// Seconds per step a job spends on its storage traffic: reading its input and writing its
+/// checkpoints (each the slowest host's time). They enter the step differently
+/// ([`step_with_io`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct IoTime {
+    /// Input reads per step (s).
+    pub read: f64,
+    /// Checkpoint writes per step (s): a checkpoint's write time over its interval in steps.
+    pub write: f64,
+}
+
+impl IoTime {
+    pub fn total(&self) -> f64 {
+        self.read + self.write
+    }
+}
+
+impl std::ops::AddAssign for IoTime {
+    fn add_assign(&mut self, other: IoTime) {
+        self.read += other.read;
+        self.write += other.write;
+    }
+}
+
 /// Seconds per step of reading `read_bytes` and writing `write_bytes` (whole job, per step)
-/// from a job on `gpus`, with the running jobs of `state` on the fabric.
+/// from a job on `gpus`, with the running jobs of `state` on the fabric: reads and writes
+/// added ([`io_time`] keeps them apart).
 pub fn io_seconds(
     state: &ClusterState,
     store: &Store,
@@ -139,15 +168,32 @@ pub fn io_seconds(
     write_bytes: f64,
     gpus: &[u32],
 ) -> Result<f64> {
+    Ok(io_time(state, store, read_bytes, write_bytes, gpus)?.total())
+}
+
+/// [`io_seconds`], reads and writes apart.
+///
+/// Each host's transfer gets, on every uplink its path crosses, its fair share of the
+/// uplink's capacity among the running jobs' load *and the job's own storage flows from its
+/// other hosts* on that uplink: eight hosts of a leaf reading from a store behind the spine
+/// share the leaf's uplink, on an idle fabric too (an oversubscribed leaf then reads at its
+/// uplink's capacity, not at eight NICs' rate).
+pub fn io_time(
+    state: &ClusterState,
+    store: &Store,
+    read_bytes: f64,
+    write_bytes: f64,
+    gpus: &[u32],
+) -> Result<IoTime> {
     let topo = state.topology().as_ref();
     crate::topology::check_placement(topo, gpus.len(), gpus)?;
+    let mut out = IoTime::default();
     if gpus.is_empty() {
-        return Ok(0.0);
+        return Ok(out);
     }
     let hosts = hosts_of(topo, gpus);
     let background = Background::of(state, gpus);
     let total = gpus.len() as f64;
-    let mut seconds = 0.0;
     for (bytes, store_gbps, reading) in [
         (read_bytes, store.read_gbps, true),
         (write_bytes, store.write_gbps, false),
@@ -155,23 +201,120 @@ pub fn io_seconds(
         if bytes.is_nan() || bytes <= 0.0 {
             continue;
         }
-        let mut slowest: f64 = 0.0;
-        for &(_, count, gpu) in &hosts {
-            let host_bytes = bytes * count as f64 / total;
-            let rate = match store.attach {
-                Attach::Local => store_gbps,
-                Attach::Domain { level, domain } => {
-                    let path = path_rate(topo, gpu as usize, count, level, domain);
-                    let alone = (store_gbps / hosts.len() as f64).min(path);
-                    let at = (gpu as usize, level, domain, reading);
-                    alone * share_on_path(topo, background, at, alone)
-                }
-            };
-            slowest = slowest.max(host_bytes / (rate * 1e9));
+        let rates: Vec<f64> = match store.attach {
+            Attach::Local => vec![store_gbps; hosts.len()],
+            Attach::Domain { level, domain } => {
+                // Every host's flow at its rate alone, then the job's flows summed per
+                // uplink direction: what each host's flow shares its uplinks with.
+                let mut slots: Vec<Load> = Vec::with_capacity(hosts.len());
+                let mut own: Load = Vec::new();
+                let alone: Vec<f64> = hosts
+                    .iter()
+                    .map(|&(_, count, gpu)| {
+                        let path = path_rate(topo, gpu as usize, count, level, domain);
+                        let rate = (store_gbps / hosts.len() as f64).min(path);
+                        let mut mine = Vec::new();
+                        path_slots(
+                            topo,
+                            (gpu as usize, level, domain, reading),
+                            rate,
+                            &mut mine,
+                        );
+                        crate::fabric::merge(&mut mine);
+                        own.extend_from_slice(&mine);
+                        slots.push(mine);
+                        rate
+                    })
+                    .collect();
+                crate::fabric::merge(&mut own);
+                alone
+                    .iter()
+                    .zip(&slots)
+                    .map(|(&rate, mine)| {
+                        // This host's slots, each at the job's whole storage demand there.
+                        let at_job: Load =
+                            mine.iter().map(|&(s, _)| (s, lookup(&own, s))).collect();
+                        rate * share_with(topo, background, &at_job)
+                    })
+                    .collect()
+            }
+        };
+        let slowest = hosts
+            .iter()
+            .zip(&rates)
+            .map(|(&(_, count, _), &rate)| bytes * count as f64 / total / (rate * 1e9))
+            .fold(0.0, f64::max);
+        if reading {
+            out.read = slowest;
+        } else {
+            out.write = slowest;
         }
-        seconds += slowest;
     }
-    Ok(seconds)
+    Ok(out)
+}
+
+fn lookup(load: &[(u32, f64)], slot: u32) -> f64 {
+    load.binary_search_by_key(&slot, |&(s, _)| s)
+        .map(|i| load[i].1)
+        .unwrap_or(0.0)
+}
+
+/// The smallest fair share on the uplinks of `demand` (merged: per slot, the job's storage
+/// demand there), among the running jobs' load when any, against the capacity alone when
+/// none loads the fabric.
+fn share_with(topo: &Topology, background: Option<Background<'_>>, demand: &[(u32, f64)]) -> f64 {
+    if let Some(background) = background {
+        return background.path_share(topo, demand);
+    }
+    let capacity = topo.uplink_gbps();
+    demand
+        .iter()
+        .map(|&(s, v)| {
+            let cap = capacity[s as usize / 2];
+            // A link loaded exactly to capacity (up to rounding) slows nobody.
+            if v > cap * (1.0 + 1e-9) {
+                cap / v
+            } else {
+                1.0
+            }
+        })
+        .fold(1.0, f64::min)
+}
+
+/// Put a job's storage time into its step (`step` as the cost model priced it: compute,
+/// bubble and exposed communication), as a training loop spends it:
+///
+/// * **Input reads are prefetched under the step.** A data loader reads the next batches
+///   while the current step computes (PyTorch's `DataLoader` with `num_workers > 0` keeps
+///   `prefetch_factor` batches per worker loading ahead of the training loop; NVIDIA DALI and
+///   Megatron's data loaders likewise), so reading costs the step nothing until it takes
+///   longer than the step itself, and then the GPUs wait for data: `step = max(step, read)`.
+///   This is the "fetch stall" of Mohan et al., "Analyzing and Mitigating Data Stalls in DNN
+///   Training" (VLDB 2021), who measure it on jobs whose dataset does not fit the page cache.
+/// * **Checkpoint writes are a stall.** A synchronous checkpoint (Megatron's and
+///   `torch.save`'s default) stops training while the model and optimizer state is written
+///   (Mohan et al., "CheckFreq", FAST 2021, call it the checkpoint stall); it is amortized over
+///   the checkpoint interval: `write` is a checkpoint's write time over its interval in steps,
+///   added to every step. The stall of one checkpoint is `write × interval steps` (the
+///   caller knows the interval). Asynchronous checkpointing, which hides most of it, is not
+///   modelled.
+///
+/// MFU and tokens per second fall by the same factor as the step grows. Applying it again
+/// replaces the storage part (the step's own part is kept).
+pub fn step_with_io(step: &mut StepReport, io: IoTime) {
+    let old = step.step_seconds;
+    let base = old - step.input_stall_seconds - step.checkpoint_seconds;
+    let stall = (io.read - base).max(0.0);
+    let new = base + stall + io.write.max(0.0);
+    step.input_seconds = io.read;
+    step.input_stall_seconds = stall;
+    step.checkpoint_seconds = io.write.max(0.0);
+    if new > 0.0 && old > 0.0 {
+        let ratio = old / new;
+        step.mfu *= ratio;
+        step.tokens_per_second *= ratio;
+    }
+    step.step_seconds = new;
 }
 
 /// The level where a host's path to a store attached at (`level`, `domain`) meets.
@@ -188,25 +331,8 @@ fn path_rate(topo: &Topology, gpu: usize, count: usize, level: usize, domain: us
     count as f64 * topo.effective_bandwidth(meet)
 }
 
-/// The fair share a host's storage flow of `rate` GB/s gets on the uplinks it crosses.
-/// `at`: (a GPU of the host, the store's level and domain, reading).
-fn share_on_path(
-    topo: &Topology,
-    background: Option<Background<'_>>,
-    at: (usize, usize, usize, bool),
-    rate: f64,
-) -> f64 {
-    let Some(background) = background else {
-        return 1.0;
-    };
-    let mut own: Load = Vec::new();
-    path_slots(topo, at, rate, &mut own);
-    crate::fabric::merge(&mut own);
-    background.path_share(topo, &own)
-}
-
 /// Push the uplink direction slots a host's transfer crosses, at `rate` GB/s; `at` as in
-/// [`share_on_path`].
+/// [`io_time`].
 fn path_slots(topo: &Topology, at: (usize, usize, usize, bool), rate: f64, out: &mut Load) {
     let (gpu, level, domain, reading) = at;
     let meet = meeting_level(topo, gpu, level, domain);
@@ -326,5 +452,154 @@ mod tests {
         state.allocate_job("r", &running, Some(job)).unwrap();
         let busy = io_seconds(&state, &store, 8e9, 0.0, &far).unwrap();
         assert!(busy > idle * 1.01, "{busy} vs {idle}");
+    }
+
+    #[test]
+    fn an_oversubscribed_uplink_limits_a_jobs_own_reads_on_an_idle_fabric() {
+        let flat = tree(4, 8, 2);
+        let caps: Vec<f64> = flat.uplink_gbps().iter().map(|c| c / 4.0).collect();
+        let over = Arc::new(flat.clone().with_uplink_gbps(caps).unwrap());
+        let flat = Arc::new(flat);
+        let store_on = |topo: &Topology| {
+            Store::new(
+                topo,
+                Attach::Domain {
+                    level: 1,
+                    domain: 1,
+                },
+                1000.0,
+                1000.0,
+            )
+            .unwrap()
+        };
+        // Two hosts of leaf 0 read from the storage node of leaf 1: each at 8 x 25 GB/s
+        // alone, 400 GB/s together through leaf 0's uplink (down) and leaf 1's (up).
+        let job: Vec<u32> = (0..16).collect();
+        let bytes = 16e9;
+        let idle_flat = ClusterState::new(flat.clone());
+        let t_flat = io_time(&idle_flat, &store_on(&flat), bytes, 0.0, &job).unwrap();
+        assert!((t_flat.read - 8e9 / 200e9).abs() < 1e-12, "{t_flat:?}");
+        let idle_over = ClusterState::new(over.clone());
+        let t_over = io_time(&idle_over, &store_on(&over), bytes, 0.0, &job).unwrap();
+        // On the idle 4:1 fabric the job's own flows meet the uplinks' capacity.
+        let cap = over.uplink_gbps();
+        let share = [
+            cap[over.uplink_id(1, 0).unwrap()] / 400.0,
+            cap[over.uplink_id(1, 1).unwrap()] / 400.0,
+            cap[over.uplink_id(0, 0).unwrap()] / 200.0,
+        ]
+        .into_iter()
+        .fold(1.0, f64::min);
+        assert!(share < 1.0, "the 4:1 fabric is oversubscribed: {share}");
+        assert!(
+            (t_over.read - 8e9 / (200e9 * share)).abs() < 1e-12,
+            "{t_over:?} vs share {share}"
+        );
+        assert!(t_over.read > t_flat.read * 1.5);
+        assert_eq!(t_over.write, 0.0);
+        // One host alone on leaf 0 shares the uplink with nobody: faster than two.
+        let one: Vec<u32> = (0..8).collect();
+        let t_one = io_time(&idle_over, &store_on(&over), bytes / 2.0, 0.0, &one).unwrap();
+        assert!(t_one.read < t_over.read, "{t_one:?} vs {t_over:?}");
+    }
+
+    fn step_of(read: f64, write: f64) -> StepReport {
+        let mut step = StepReport {
+            compute_seconds: 0.8,
+            bubble_seconds: 0.0,
+            exposed_comm_seconds: 0.2,
+            exposed_class_seconds: vec![0.2],
+            step_seconds: 1.0,
+            mfu: 0.48,
+            tokens_per_second: 1000.0,
+            peak_tflops: 100.0,
+            input_seconds: 0.0,
+            input_stall_seconds: 0.0,
+            checkpoint_seconds: 0.0,
+        };
+        step_with_io(&mut step, IoTime { read, write });
+        step
+    }
+
+    #[test]
+    fn reads_hide_under_the_step_until_they_exceed_it_and_checkpoints_stall() {
+        // Reads shorter than the step are prefetched under it: nothing changes.
+        let hidden = step_of(0.9, 0.0);
+        assert_eq!(hidden.step_seconds, 1.0);
+        assert_eq!(hidden.input_stall_seconds, 0.0);
+        assert_eq!(hidden.mfu, 0.48);
+        // 4 s of reads per step on a 1 s step: the step waits for the data, MFU falls 4x.
+        let slow = step_of(4.0, 0.0);
+        assert!((slow.step_seconds - 4.0).abs() < 1e-12);
+        assert!((slow.input_stall_seconds - 3.0).abs() < 1e-12);
+        assert!((slow.mfu - 0.12).abs() < 1e-12);
+        assert!((slow.tokens_per_second - 250.0).abs() < 1e-9);
+        // Checkpoint writes stall the step whatever the reads.
+        let both = step_of(0.5, 0.25);
+        assert!((both.step_seconds - 1.25).abs() < 1e-12);
+        assert!((both.mfu - 0.48 / 1.25).abs() < 1e-12);
+        // Applied again (a report re-priced), the storage part is replaced, not added.
+        let mut again = both.clone();
+        step_with_io(
+            &mut again,
+            IoTime {
+                read: 4.0,
+                write: 0.0,
+            },
+        );
+        assert_eq!(again, slow);
+    }
+
+    #[test]
+    fn near_the_data_beats_far_only_when_reads_dominate_the_step() {
+        use crate::request::{price, Request};
+        use crate::step::StepSpec;
+        let topo = Arc::new(tree(4, 8, 2).with_peak_tflops(vec![100.0]).unwrap());
+        let state = ClusterState::new(topo.clone());
+        // 8 GPUs x 100 TFLOPS x 0.6: 480 TFLOP of model FLOPs take 1 s.
+        let job = tp_dp_job(&topo, 8, 1)
+            .with_step(StepSpec::new(480e12, 1e6))
+            .unwrap();
+        let store = Store::new(
+            &topo,
+            Attach::Domain {
+                level: 1,
+                domain: 1,
+            },
+            1000.0,
+            1000.0,
+        )
+        .unwrap();
+        let near: Vec<u32> = (16..24).collect();
+        let far: Vec<u32> = (0..8).collect();
+        let step = |gpus: &[u32], read: f64| {
+            let request = Request {
+                io: vec![IoDemand {
+                    store,
+                    read_bytes: read,
+                    write_bytes: 0.0,
+                }],
+            };
+            price(&state, &job, gpus, &request)
+                .unwrap()
+                .cost
+                .step
+                .unwrap()
+        };
+        let base = step(&near, 0.0);
+        assert!((base.compute_seconds - 1.0).abs() < 1e-12);
+        // 100 GB a step: 0.25 s near (8 x 50 GB/s to the leaf), 0.5 s far (8 x 25 GB/s
+        // across the spine), both hidden under the 1 s step: placement does not matter.
+        let (n, f) = (step(&near, 100e9), step(&far, 100e9));
+        assert_eq!(n.step_seconds, base.step_seconds);
+        assert_eq!(f.step_seconds, base.step_seconds);
+        assert!((f.input_seconds - 0.5).abs() < 1e-12);
+        // 800 GB a step: 2 s near, 4 s far; the step waits for the data, near wins 2x.
+        let (n, f) = (step(&near, 800e9), step(&far, 800e9));
+        assert!((n.step_seconds - 2.0).abs() < 1e-9, "{n:?}");
+        assert!((f.step_seconds - 4.0).abs() < 1e-9, "{f:?}");
+        assert!(base.step_seconds < 2.0);
+        assert!((n.mfu - base.mfu * base.step_seconds / 2.0).abs() < 1e-12);
+        assert!((f.mfu - base.mfu * base.step_seconds / 4.0).abs() < 1e-12);
     }
 }

@@ -123,7 +123,8 @@ impl PyCostReport {
             .map(|a| a.name())
             .collect()
     }
-    /// Step time (s): compute + pipeline bubble + exposed communication; None unless the job
+    /// Step time (s): compute + pipeline bubble + exposed communication, plus the storage
+    /// stalls (input reads longer than the step, checkpoint writes); None unless the job
     /// declares its compute and every host type it uses has a known GPU peak (likewise below).
     #[getter]
     fn step_seconds(&self) -> Option<f64> {
@@ -166,6 +167,22 @@ impl PyCostReport {
     #[getter]
     fn peak_tflops(&self) -> Option<f64> {
         self.inner.step.as_ref().map(|s| s.peak_tflops)
+    }
+    /// Input reads per step (s), prefetched under the step (`step_seconds` includes only
+    /// `input_stall_seconds`, the part longer than the step).
+    #[getter]
+    fn input_seconds(&self) -> Option<f64> {
+        self.inner.step.as_ref().map(|s| s.input_seconds)
+    }
+    /// The input reads not hidden under the step: the GPUs wait for data (s).
+    #[getter]
+    fn input_stall_seconds(&self) -> Option<f64> {
+        self.inner.step.as_ref().map(|s| s.input_stall_seconds)
+    }
+    /// Checkpoint writes amortized per step: a checkpoint's stall over its interval (s).
+    #[getter]
+    fn checkpoint_seconds(&self) -> Option<f64> {
+        self.inner.step.as_ref().map(|s| s.checkpoint_seconds)
     }
 }
 

@@ -269,14 +269,10 @@ impl PyClusterState {
             let start = std::time::Instant::now();
             let plan = repair::repair(inner, &spec, name, &opts)?;
             let seconds = start.elapsed().as_secs_f64();
-            let (contention, io_seconds) = shared
+            let (contention, io) = shared
                 .map(|s| s.finish(plan.report_before.comm_seconds))
                 .unwrap_or_default();
-            let before = Report {
-                cost: plan.report_before.clone(),
-                contention,
-                io_seconds,
-            };
+            let before = Report::new(plan.report_before.clone(), contention, io);
             // Nothing moved: the placement and its costs are as they were.
             let after = if plan.moves.is_empty() {
                 before.clone()
