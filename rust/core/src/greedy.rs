@@ -31,6 +31,12 @@
 //! non-blocking fabric crossing the spine may cost a job nothing, but it loads links every job
 //! shares and, where the fabric hashes flows, the ones where they collide.
 //!
+//! All-to-all (a job with an all-to-all over an unconfined dimension, MoE's `ep`): bytes per
+//! step misjudge the layout there, since an all-to-all's fabric bytes per NVLink domain grow
+//! with its ranks inside and a ring's do not; the other choices of innermost dimension are
+//! priced, and the packing also runs on whole free NVLink domains only when the best so far
+//! shares one.
+//!
 //! Spread (hosts whose links below the NVLink domain are slower than the fabric, as on PCIe
 //! servers whose CPU sockets join at 16 GB/s under 400 Gb/s NICs): the packing also runs on a
 //! view in which every NVLink domain offers only its freest domain of a level below it (one
