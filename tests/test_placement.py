@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from gpuplace import ClusterState, Job, Topology, TransformerModel
 from gpuplace._util.hostlist import expand
+from gpuplace.sim.workload import MOE_MODEL, fragment
 from reference import reference_evaluate
 
 LLAMA7B = TransformerModel(parameters=7e9, layers=32, hidden_size=4096, sequence_length=4096)
@@ -118,6 +119,30 @@ def test_greedy_spreads_a_ring_over_hosts_when_their_nics_beat_the_cpu_link():
     # A tp 8 job must stay inside one host: the spread view cannot hold it, the packing can.
     tp = Job("t", tp=8, communication={"tp": gpuplace.Communication("all-reduce", 1e9)})
     assert {topo.host_of(int(g)) for g in gpuplace.place(state, tp, "greedy").gpus} == {"gpu001"}
+
+
+@pytest.mark.parametrize("tp, ep, dp", [(2, 8, 4), (1, 16, 2)])
+def test_greedy_is_never_dearer_than_whole_node_peers_for_an_all_to_all_job(tp, ep, dp):
+    """A mixture-of-experts job on a fragmented cluster: best fit alone packs it onto partly
+    used hosts with its data-parallel pairs innermost, splitting each 16-rank all-to-all group
+    over three or four hosts, where Slurm and Kueue take whole hosts (two per group). Greedy
+    prices whole free hosts and the other rank orders too, so it is never the dearer."""
+    topology = Topology.preset("h100-superpod", nodes=64)
+    job = Job(name="moe", tp=tp, ep=ep, dp=dp, model=MOE_MODEL)
+    for seed in range(4):
+        for occupancy in (0.3, 0.5, 0.7):
+            state = ClusterState(topology)
+            fragment(state, occupancy, seed=seed)
+            ours = gpuplace.place(state, job, "greedy").cost
+            for peer in ("slurm-tree", "kueue-bestfit"):
+                theirs = gpuplace.place(state, job, peer).cost
+                assert ours.comm_seconds <= theirs.comm_seconds * (1 + 1e-9), (
+                    seed,
+                    occupancy,
+                    peer,
+                    ours.comm_seconds,
+                    theirs.comm_seconds,
+                )
 
 
 def test_greedy_never_uses_failed_or_drained_gpus():

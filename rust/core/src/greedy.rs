@@ -31,6 +31,12 @@
 //! non-blocking fabric crossing the spine may cost a job nothing, but it loads links every job
 //! shares and, where the fabric hashes flows, the ones where they collide.
 //!
+//! All-to-all (a job with an all-to-all over an unconfined dimension, MoE's `ep`): bytes per
+//! step misjudge the layout there, since an all-to-all's fabric bytes per NVLink domain grow
+//! with its ranks inside and a ring's do not; the other choices of innermost dimension are
+//! priced, and the packing also runs on whole free NVLink domains only when the best so far
+//! shares one.
+//!
 //! Spread (hosts whose links below the NVLink domain are slower than the fabric, as on PCIe
 //! servers whose CPU sockets join at 16 GB/s under 400 Gb/s NICs): the packing also runs on a
 //! view in which every NVLink domain offers only its freest domain of a level below it (one
@@ -44,7 +50,8 @@ use crate::job::JobSpec;
 use crate::state::ClusterState;
 use crate::topology::Topology;
 
-/// The layout order (innermost first) of a job's dimensions.
+/// The layout order (innermost first) of a job's dimensions: confined ones by level, then the
+/// job's `inner_dim` if it names one, then by bytes per step, heaviest innermost.
 pub fn layout_order(job: &JobSpec) -> Vec<usize> {
     let weights = job.dim_weights();
     let mut order: Vec<usize> = (0..job.dims.len()).collect();
@@ -53,6 +60,7 @@ pub fn layout_order(job: &JobSpec) -> Vec<usize> {
         let la = da.confine.unwrap_or(usize::MAX);
         let lb = db.confine.unwrap_or(usize::MAX);
         la.cmp(&lb)
+            .then((job.inner_dim != Some(a)).cmp(&(job.inner_dim != Some(b))))
             .then(
                 weights[b]
                     .partial_cmp(&weights[a])
@@ -106,6 +114,8 @@ struct Packer<'a> {
     units: Vec<usize>,
     /// Count only GPUs no degraded component slows down.
     healthy_only: bool,
+    /// Count only the GPUs of domains of this level (the NVLink domain's) with every GPU free.
+    whole_level: Option<usize>,
     /// `capacity[l][d]`, computed for levels 0..capacity.len().
     capacity: Vec<Vec<u64>>,
     slots: Vec<u32>,
@@ -115,6 +125,25 @@ impl<'a> Packer<'a> {
     /// Free GPUs of a domain this packing may use.
     #[inline]
     fn free(&self, l: usize, d: usize) -> u32 {
+        if let Some(whole) = self.whole_level {
+            if l <= whole {
+                let mut a = d;
+                for level in l..whole {
+                    a = self.topo.parent(level, a).unwrap_or(a);
+                }
+                if self.state.free_count(whole, a) != self.topo.domain_size(whole, a) {
+                    return 0;
+                }
+            } else {
+                // Above the NVLink domain only whole ones count: the sum of the children's.
+                return self
+                    .topo
+                    .children(l, d)
+                    .iter()
+                    .map(|&c| self.free(l - 1, c as usize))
+                    .sum();
+            }
+        }
         let all = self.state.free_count(l, d);
         if self.healthy_only {
             all - self.state.free_degraded_count(l, d)
@@ -426,6 +455,34 @@ fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<(Vec<u32>, Optio
     };
     let (mut best_cost, mut best_report) = cost(&plain)?;
     let mut best = plain;
+    // Which unconfined dimension goes innermost: bytes per step decide by default, but a
+    // byte of all-to-all costs more than a byte of a ring all-reduce once it leaves the
+    // NVLink domain. The plain packing is priced with each other choice; the cheapest order
+    // is kept for every candidate below.
+    let original = job;
+    let mut job = job;
+    let reordered: Vec<JobSpec> = inner_dim_variants(job);
+    for candidate in &reordered {
+        let Ok(gpus) = place_health_aware(state, candidate) else {
+            continue;
+        };
+        let (c, report) = cost(&gpus)?;
+        if cheaper(c, best_cost) {
+            (best_cost, best_report) = (c, report);
+            best = gpus;
+            job = candidate;
+        }
+    }
+    let variants: Vec<JobSpec> = match job.inner_dim {
+        None => variants,
+        inner => variants
+            .into_iter()
+            .map(|mut v| {
+                v.inner_dim = inner;
+                v
+            })
+            .collect(),
+    };
     for variant in &variants {
         let Ok(gpus) = place_health_aware(state, variant) else {
             continue;
@@ -436,11 +493,44 @@ fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<(Vec<u32>, Optio
             best = gpus;
         }
     }
-    for level in spread_levels(state.topology()) {
+    // On a view the GPUs differ, and so may the cheapest order: the other orders are tried
+    // there too.
+    let others: Vec<&JobSpec> = std::iter::once(original)
+        .chain(&reordered)
+        .filter(|c| c.inner_dim != job.inner_dim)
+        .collect();
+    // Whole NVLink domains. Best fit packs onto partly used domains first, which keeps whole
+    // ones free for later jobs but can split the job's groups over more domains than whole
+    // ones would: an all-to-all group of 16 ranks on hosts of 8 spread over three hosts sends
+    // more of its bytes over the fabric, through fewer NICs, than on two. Whole free domains
+    // are what Slurm's and Kueue's whole-node placements take; priced side by side, the
+    // cheaper wins. Tried for jobs with an all-to-all, when the best so far spans several
+    // domains, one of them shared: a ring's bytes over the fabric per domain do not grow with
+    // its ranks inside, and on 90 fragmented cases of dense jobs (1:1 and 2:1 H100, A100) the
+    // whole domains were never cheaper.
+    if unconfined_all_to_all(original) && touches_shared_domains(state, &best) {
+        for variant in std::iter::once(job)
+            .chain(&variants)
+            .chain(others.iter().copied())
+        {
+            let Ok(gpus) = pack(state, variant, Packing::WholeDomains) else {
+                continue;
+            };
+            let (c, report) = cost(&gpus)?;
+            if cheaper(c, best_cost) {
+                (best_cost, best_report) = (c, report);
+                best = gpus;
+            }
+        }
+    }
+    for level in spread_levels(topo) {
         let Some(view) = spread_view(state, level) else {
             continue;
         };
-        for variant in std::iter::once(job).chain(&variants) {
+        for variant in std::iter::once(job)
+            .chain(&variants)
+            .chain(others.iter().copied())
+        {
             let Ok(gpus) = place_health_aware(&view, variant) else {
                 continue;
             };
@@ -452,6 +542,29 @@ fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<(Vec<u32>, Optio
         }
     }
     Ok((best, Some(best_report)))
+}
+
+/// Whether `gpus` span several NVLink domains and share one of them with free GPUs or other
+/// jobs (a domain they do not fill).
+fn touches_shared_domains(state: &ClusterState, gpus: &[u32]) -> bool {
+    let topo = state.topology();
+    let nv = topo.nvlink_level();
+    let mut domains: Vec<usize> = gpus
+        .iter()
+        .map(|&g| topo.domain_of(g as usize, nv))
+        .collect();
+    domains.sort_unstable();
+    let mut runs = domains.chunk_by(|a, b| a == b);
+    let Some(first) = runs.next() else {
+        return false;
+    };
+    let mut several = false;
+    let mut shared = first.len() < topo.domain_size(nv, first[0]) as usize;
+    for run in runs {
+        several = true;
+        shared |= run.len() < topo.domain_size(nv, run[0]) as usize;
+    }
+    several && shared
 }
 
 /// Bytes per step whose lowest common level is above the first level over the NVLink domain
@@ -518,6 +631,41 @@ fn spread_view(state: &ClusterState, level: usize) -> Option<ClusterState> {
     Some(view)
 }
 
+/// Whether an all-to-all runs over an unconfined dimension of two or more ranks.
+fn unconfined_all_to_all(job: &JobSpec) -> bool {
+    job.collectives.iter().any(|c| {
+        c.kind == crate::job::CollectiveKind::AllToAll
+            && c.dim.is_some_and(|d| {
+                let dim = &job.dims[d as usize];
+                dim.confine.is_none() && dim.size >= 2
+            })
+    })
+}
+
+/// The job with each unconfined dimension of two or more ranks other than the one its bytes
+/// per step put innermost laid out innermost instead, when an all-to-all is among them; empty
+/// otherwise.
+fn inner_dim_variants(job: &JobSpec) -> Vec<JobSpec> {
+    let free: Vec<usize> = layout_order(job)
+        .into_iter()
+        .filter(|&d| job.dims[d].confine.is_none() && job.dims[d].size >= 2)
+        .collect();
+    // Bytes decide well between rings: a ring's bytes over the fabric per NVLink domain do not
+    // grow with the ranks inside it. An all-to-all's do, so where one is among the choices the
+    // orders are priced instead.
+    if !unconfined_all_to_all(job) {
+        return Vec::new();
+    }
+    free.iter()
+        .skip(1)
+        .map(|&d| {
+            let mut variant = job.clone();
+            variant.inner_dim = Some(d);
+            variant
+        })
+        .collect()
+}
+
 /// The job with its unconfined dimensions, heaviest first, progressively confined to the
 /// lowest level whose largest domain holds their block (the product of the degrees laid out
 /// inside it). These are preferences, tried by [`place`], never requirements.
@@ -547,12 +695,12 @@ fn aligned_variants(topo: &Topology, job: &JobSpec) -> Vec<JobSpec> {
 /// Pack on all free GPUs and, when some free GPUs are degraded, on the healthy ones only;
 /// keep the cheaper.
 fn place_health_aware(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
-    let any = pack(state, job, false);
+    let any = pack(state, job, Packing::Any);
     if state.total_free_degraded() == 0 {
         return any;
     }
     let Ok(any) = any else { return any };
-    match pack(state, job, true) {
+    match pack(state, job, Packing::HealthyOnly) {
         Ok(healthy) => {
             let cost =
                 |gpus: &[u32]| crate::cost::evaluate_in(state, job, gpus).map(|r| r.comm_seconds);
@@ -566,7 +714,17 @@ fn place_health_aware(state: &ClusterState, job: &JobSpec) -> Result<Vec<u32>> {
     }
 }
 
-fn pack(state: &ClusterState, job: &JobSpec, healthy_only: bool) -> Result<Vec<u32>> {
+/// Which free GPUs a packing may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Packing {
+    Any,
+    /// Only GPUs no degraded component slows down.
+    HealthyOnly,
+    /// Only NVLink domains with every GPU free.
+    WholeDomains,
+}
+
+fn pack(state: &ClusterState, job: &JobSpec, packing: Packing) -> Result<Vec<u32>> {
     let topo = state.topology().as_ref();
     let n = job.num_ranks as u64;
     state.check_capacity(job.num_ranks)?;
@@ -607,7 +765,8 @@ fn pack(state: &ClusterState, job: &JobSpec, healthy_only: bool) -> Result<Vec<u
         topo,
         state,
         units,
-        healthy_only,
+        healthy_only: packing == Packing::HealthyOnly,
+        whole_level: (packing == Packing::WholeDomains).then(|| topo.nvlink_level()),
         capacity: Vec::with_capacity(topo.num_levels()),
         slots: Vec::with_capacity(job.num_ranks),
     };

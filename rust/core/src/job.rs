@@ -98,6 +98,10 @@ pub struct JobSpec {
     /// What one step computes and how communication overlaps it, when the job declares it:
     /// the cost report then carries step time and MFU ([`crate::step`]).
     pub step: Option<crate::step::StepSpec>,
+    /// A dimension greedy lays out innermost among the unconfined ones, overriding the order
+    /// by bytes per step ([`crate::greedy::layout_order`]); set by greedy itself on the
+    /// candidates it prices, None otherwise.
+    pub inner_dim: Option<usize>,
 }
 
 fn invalid(msg: impl Into<String>) -> CoreError {
@@ -213,6 +217,7 @@ impl JobSpec {
             traffic,
             class_names,
             step: None,
+            inner_dim: None,
         })
     }
 
