@@ -290,7 +290,7 @@ class JobSpec:
         traffic_src: npt.NDArray[np.int64],
         traffic_dst: npt.NDArray[np.int64],
         traffic_bytes: npt.NDArray[np.float64],
-        step: tuple[float, float, float, float, int, int, list[tuple[str, float]]] | None = None,
+        step: tuple[float, float, float, float, int, int, int, list[tuple[str, float]]] | None = None,
     ) -> JobSpec: ...
     @property
     def num_ranks(self) -> int: ...
