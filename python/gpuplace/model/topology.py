@@ -392,6 +392,7 @@ class Topology:
             | ({"oversubscription": lv.oversubscription} if lv.oversubscription != 1 else {})
             | ({"routing": lv.routing} if lv.routing != "adaptive" else {})
             | ({"qps_per_connection": lv.qps_per_connection} if lv.qps_per_connection != 1 else {})
+            | ({"transport": lv.transport} if lv.transport != "roce" else {})
             for lv in self.levels
         ]
         out["node_level"] = self.levels[self.node_level].name
