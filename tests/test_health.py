@@ -106,6 +106,11 @@ def test_degrade_prices_loss_by_the_levels_transport() -> None:
     # A leaf switch's loss follows its level's transport.
     ib.degrade(switch="su001", loss=0.01)
     assert ib.unhealthy()[-1]["factor"] == pytest.approx(_loss(0.01, "infiniband"))
+    # The command line's topology options set it on a preset too.
+    opt = gpuplace.Topology.from_spec(
+        "h100-superpod", {"nodes": 64, "levels.leaf.transport": "infiniband"}
+    )
+    assert [lv.transport for lv in opt.levels] == ["roce", "infiniband", "roce"]
     bad = copy.deepcopy(doc)
     bad["levels"][1]["transport"] = "ethernet"
     with pytest.raises(gpuplace.InvalidTopology, match=r"levels\[1\]\.transport"):
