@@ -51,8 +51,9 @@
 //!   ([`ROCE_GO_BACK_N_PACKETS`]; 10 µs the low end of the "tens of microseconds" the Llama 3
 //!   report, section 3.3.3, gives for its RoCE fabric's latency; 4096 B RDMA's largest MTU).
 //!   1 % loss leaves 45 %, 0.1 % 89 %. That is an upper bound: a lost NAK or a lost last
-//!   packet waits for the transport's retransmission timeout (NCCL_IB_TIMEOUT, 4.096 µs ·
-//!   2^timeout, about 1–4 s at NCCL's defaults), and Wang et al., "Error Recovery of RDMA
+//!   packet waits for the transport's retransmission timeout (4.096 µs · 2^timeout, the
+//!   verbs QP attribute NCCL sets from NCCL_IB_TIMEOUT: 1.1 s at 18, 17 s at the 22 the OCI
+//!   GB300 runs in the shared measurements set), and Wang et al., "Error Recovery of RDMA
 //!   Packets in Data Center Networks" (ICCCN 2019) measured plain go-back-N RoCEv2 at nearly
 //!   zero relative throughput above 1 % loss (their improved go-back-N, 60 % at 1 %).
 //! * **InfiniBand** ([`LinkTransport::Infiniband`]) with link-level retransmission (NVIDIA's
