@@ -394,7 +394,6 @@ class ClusterState:
         """The transports of the links lossy hardware sits on: a switch's level's, and for a
         NIC, host or GPU the first level a NIC reaches (the one above the NVLink domain)."""
         topo = self.topology
-        first = min(topo.nvlink_level + 1, len(topo.levels) - 1)
         out: set[str] = set()
         for key, value in targets.items():
             if value is None:
@@ -403,8 +402,8 @@ class ClusterState:
                 values = value if isinstance(value, list | tuple | set | np.ndarray) else [value]
                 out.update(topo.levels[self.resolve_switch(v)[0]].transport for v in values)
             else:
-                out.add(topo.levels[first].transport)
-        return out or {topo.levels[first].transport}
+                out.add(topo.nic_transport)
+        return out or {topo.nic_transport}
 
     def _components(self, targets: dict[str, Any]) -> list[tuple[int, int, int]]:
         """Resolve ``gpu=/host=/node=/nic=/switch=`` names to (kind, a, b) triples."""
