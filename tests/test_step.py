@@ -295,6 +295,8 @@ def test_pipeline_schedule_fields_default_and_validate(tmp_path: Path) -> None:
             {"pipeline_schedule": "interleaved-1f1b", "virtual_stages": 2, "micro_batches": 6},
             "model.micro_batches",
         ),
+        # pp 4 x 21 chunks of the 80 layers: no layer left for some chunk.
+        ({"pipeline_schedule": "llama3", "virtual_stages": 21}, "model.virtual_stages"),
     ):
         with pytest.raises(InvalidJob, match=field.replace(".", r"\.")):
             Job.from_dict({**doc, "model": {**doc["model"], **model}})

@@ -369,6 +369,15 @@ class Job:
                     f"interleaved-1f1b needs a multiple of pp ({pp}), got "
                     f"{model.micro_batches} (the llama3 schedule takes any number)",
                 )
+            # Every chunk holds at least one layer (llama3's first and last chunks may hold
+            # only the embedding and the loss: two more chunks than layers).
+            spare = 2 if model.pipeline_schedule == "llama3" else 0
+            if pp * model.virtual_stages > model.layers + spare:
+                raise c.fail(
+                    "model.virtual_stages",
+                    f"{model.virtual_stages} chunks on each of {pp} pipeline ranks need at least "
+                    f"{pp * model.virtual_stages - spare} layers, the model has {model.layers}",
+                )
         if "communication" in doc:
             comm = {}
             for d, raw in c.mapping(doc["communication"], "communication").items():
