@@ -3,6 +3,8 @@ greedy; state files in format /2 (and /1 still read)."""
 
 from __future__ import annotations
 
+import copy
+import itertools
 import json
 
 import gpuplace
@@ -53,13 +55,72 @@ def test_switch_failure_takes_out_its_gpus_and_recovers(state: gpuplace.ClusterS
     state.check()
 
 
-def test_loss_factor_halves_at_one_percent() -> None:
+def test_loss_factor_by_rate_and_transport() -> None:
     from gpuplace import _core
+    from gpuplace.errors import InvalidTopology
 
-    assert _core.loss_factor(0.0) == 1.0
-    assert _core.loss_factor(0.01) == pytest.approx(0.5)
-    assert _core.loss_factor(0.001) == pytest.approx(1 / 1.1)
-    assert 0 < _core.loss_factor(0.9) < 0.02
+    # RoCE: go-back-N resends a path's bandwidth-delay product (400 Gb/s x 10 us / 4 KB).
+    window = 50e9 * 10e-6 / 4096
+    for t in ("roce", "infiniband"):
+        assert _core.loss_factor(0.0, t) == 1.0
+        rates = [1e-5, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.5]
+        factors = [_core.loss_factor(p, t) for p in rates]
+        assert all(a > b for a, b in itertools.pairwise(factors)), t
+    assert _core.loss_factor(0.01) == pytest.approx(1 / (1 + 0.01 * window))
+    assert _core.loss_factor(0.01) == pytest.approx(0.45, abs=0.005)
+    assert _core.loss_factor(0.001) == pytest.approx(0.89, abs=0.005)
+    # InfiniBand's link-level retry repairs the loss on the link: 94 % at 1 %.
+    assert _core.loss_factor(0.01, "infiniband") == pytest.approx(0.94, abs=0.005)
+    for p in (1e-4, 1e-3, 1e-2, 0.1):
+        assert _core.loss_factor(p, "roce") < _core.loss_factor(p, "infiniband")
+    assert 0 < _core.loss_factor(0.9) < 0.01
+    with pytest.raises(InvalidTopology, match="transport"):
+        _core.loss_factor(0.01, "ethernet")
+
+
+def test_degrade_prices_loss_by_the_levels_transport() -> None:
+    doc = gpuplace.Topology.preset("h100-superpod", nodes=64).to_dict()
+    roce = gpuplace.ClusterState(gpuplace.Topology.from_dict(doc))
+    for lv in doc["levels"][1:]:  # leaf and spine
+        lv["transport"] = "infiniband"
+    ib_topo = gpuplace.Topology.from_dict(doc)
+    assert ib_topo.to_dict()["levels"][1]["transport"] == "infiniband"
+    assert "transport" not in roce.topology.to_dict()["levels"][1]
+    ib = gpuplace.ClusterState(ib_topo)
+    job = gpuplace.Job(
+        name="pair",
+        dp=2,
+        communication={"dp": gpuplace.Communication("all-reduce", 1e9)},
+        confine={},
+    )
+    healthy = gpuplace.evaluate(roce.topology, job, [0, 8]).comm_seconds
+    slow = {}
+    for name, state in (("roce", roce), ("ib", ib)):
+        state.degrade(nic="dgx001:mlx5_0", loss="1%")
+        slow[name] = gpuplace.evaluate(state.topology, job, [0, 8], state=state).comm_seconds
+        # Zero loss leaves the state as it was.
+        state.recover(nic="dgx001:mlx5_0")
+        state.degrade(nic="dgx001:mlx5_0", loss=0.0)
+        assert gpuplace.evaluate(state.topology, job, [0, 8], state=state).comm_seconds == healthy
+    assert healthy < slow["ib"] < slow["roce"]
+    # A leaf switch's loss follows its level's transport.
+    ib.degrade(switch="su001", loss=0.01)
+    assert ib.unhealthy()[-1]["factor"] == pytest.approx(_loss(0.01, "infiniband"))
+    # The command line's topology options set it on a preset too.
+    opt = gpuplace.Topology.from_spec(
+        "h100-superpod", {"nodes": 64, "levels.leaf.transport": "infiniband"}
+    )
+    assert [lv.transport for lv in opt.levels] == ["roce", "infiniband", "roce"]
+    bad = copy.deepcopy(doc)
+    bad["levels"][1]["transport"] = "ethernet"
+    with pytest.raises(gpuplace.InvalidTopology, match=r"levels\[1\]\.transport"):
+        gpuplace.Topology.from_dict(bad)
+
+
+def _loss(rate: float, transport: str) -> float:
+    from gpuplace.cluster.state import loss_factor
+
+    return loss_factor(rate, transport)
 
 
 def test_degraded_nic_slows_only_fabric_paths(state: gpuplace.ClusterState) -> None:
@@ -76,7 +137,7 @@ def test_degraded_nic_slows_only_fabric_paths(state: gpuplace.ClusterState) -> N
     assert gpuplace.evaluate(topo, job, [0, 1], state=state).comm_seconds == healthy_intra
     slow = gpuplace.evaluate(topo, job, [0, 8], state=state).comm_seconds
     lat = 2 * topo.levels[1].latency_us * 1e-6
-    assert (slow - lat) == pytest.approx(2 * (healthy_inter - lat))
+    assert (slow - lat) == pytest.approx((healthy_inter - lat) / _loss(0.01, "roce"))
     # Without the state the topology's healthy figures apply.
     assert gpuplace.evaluate(topo, job, [0, 8]).comm_seconds == healthy_inter
 

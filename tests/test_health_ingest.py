@@ -194,6 +194,16 @@ def test_optics_rules(one_host: gpuplace.ClusterState) -> None:
     ber = H.ingest(one_host.copy(), [f"dgx001:mlx5_2={M / 'mlxlink-c-high-effective-ber.txt'}"])
     loss = 2e-7 * 33280
     assert _changes(ber) == {"dgx001:mlx5_2": ("degraded", round(_core.loss_factor(loss), 4))}
+    # The same evidence on links that retry at the link level (the topology's transport).
+    doc = one_host.topology.to_dict()
+    for lv in doc["levels"]:
+        lv["transport"] = "infiniband"
+    ib = gpuplace.ClusterState(gpuplace.Topology.from_dict(doc))
+    assert ib.topology.nic_transport == "infiniband"
+    ib_ber = H.ingest(ib, [f"dgx001:mlx5_2={M / 'mlxlink-c-high-effective-ber.txt'}"])
+    ib_factor = round(_core.loss_factor(loss, "infiniband"), 4)
+    assert _changes(ib_ber) == {"dgx001:mlx5_2": ("degraded", ib_factor)}
+    assert ib_factor > round(_core.loss_factor(loss), 4)
     hot = H.ingest(one_host, [f"dgx001:mlx5_2={M / 'mlxlink-m-module-hot.txt'}"])
     assert _changes(hot) == {"dgx001:mlx5_2": ("degraded", 0.9)}
     assert "module temperature 83 C >= warning 80 C" in hot.changes[0].reason

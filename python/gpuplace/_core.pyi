@@ -296,7 +296,8 @@ class JobSpec:
         traffic_src: npt.NDArray[np.int64],
         traffic_dst: npt.NDArray[np.int64],
         traffic_bytes: npt.NDArray[np.float64],
-        step: tuple[float, float, float, float, int, int, list[tuple[str, float]]] | None = None,
+        step: tuple[float, float, float, float, int, int, int, list[tuple[str, float]]]
+        | None = None,
     ) -> JobSpec: ...
     @property
     def num_ranks(self) -> int: ...
@@ -375,7 +376,7 @@ def evaluate(
 
 # Used only by tests (tests/bindings/): the fence as it stands, to check it is lifted.
 def fence_mask(state: ClusterState) -> npt.NDArray[np.bool_]: ...
-def loss_factor(loss: float) -> float: ...
+def loss_factor(loss: float, transport: str = ...) -> float: ...
 def map_ranks(
     distance: npt.NDArray[np.float64],
     n: int,

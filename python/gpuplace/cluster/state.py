@@ -54,10 +54,11 @@ _KINDS = {k.label: k for k in ComponentKind.members()} | {"node": ComponentKind.
 DEFAULT_SOFT_FACTOR = 0.9
 
 
-def loss_factor(rate: float) -> float:
-    """The bandwidth factor the cost model gives a link losing ``rate`` of its packets (its
-    loss curve and sources are in ``rust/core/src/cost.rs``)."""
-    return float(_core.loss_factor(rate))
+def loss_factor(rate: float, transport: str = "roce") -> float:
+    """The bandwidth factor the cost model gives a link of ``transport`` (``roce``: end-to-end
+    go-back-N; ``infiniband``: link-level retransmission) losing ``rate`` of its packets (its
+    loss model and sources are in ``rust/core/src/cost.rs``)."""
+    return float(_core.loss_factor(rate, transport))
 
 
 class ClusterState:
@@ -327,7 +328,8 @@ class ClusterState:
         """Mark hardware degraded: it stays usable but every path through it is slower.
 
         The bandwidth factor comes from ``loss`` (packet loss rate, 0.01 or ``"1%"``; mapped
-        by the cost model's loss curve, 1 % halves the goodput), ``factor`` (0 < f <= 1, a
+        by the cost model's loss model for the ``transport`` of the links the hardware sits
+        on: 1 % leaves 45 % on RoCE, 94 % on InfiniBand with link-level retry), ``factor`` (0 < f <= 1, a
         measured goodput ratio), ``width=(trained, nominal)`` or ``speed=(trained, nominal)``
         of a link that trained below its rating; the smallest applies. With only a
         ``reason`` naming ECC errors or heat the factor is a mild 0.9. Targets as in
@@ -339,7 +341,7 @@ class ClusterState:
             rate = parse_fraction(loss, "loss")
             if not 0 <= rate < 1:
                 raise InvalidState(f"loss: expected a rate in [0, 1), got {loss!r}")
-            factors.append(loss_factor(rate))
+            factors.extend(loss_factor(rate, t) for t in self._loss_transports(targets))
             words.append(f"packet loss {rate * 100:.3g}%")
         if factor is not None:
             f = _number(factor, "factor")
@@ -387,6 +389,21 @@ class ClusterState:
         kinds, a, b = (np.asarray(col, dtype=np.int64) for col in zip(*parts, strict=True))
         affected = self._core.set_condition(kinds, a, b, condition, factor, reason)
         return {name: ranks for name, ranks in affected}
+
+    def _loss_transports(self, targets: dict[str, Any]) -> set[str]:
+        """The transports of the links lossy hardware sits on: a switch's level's, and for a
+        NIC, host or GPU the first level a NIC reaches (the one above the NVLink domain)."""
+        topo = self.topology
+        out: set[str] = set()
+        for key, value in targets.items():
+            if value is None:
+                continue
+            if _KINDS.get(key) == ComponentKind.Switch:
+                values = value if isinstance(value, list | tuple | set | np.ndarray) else [value]
+                out.update(topo.levels[self.resolve_switch(v)[0]].transport for v in values)
+            else:
+                out.add(topo.nic_transport)
+        return out or {topo.nic_transport}
 
     def _components(self, targets: dict[str, Any]) -> list[tuple[int, int, int]]:
         """Resolve ``gpu=/host=/node=/nic=/switch=`` names to (kind, a, b) triples."""

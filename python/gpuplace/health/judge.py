@@ -380,7 +380,7 @@ def evaluate(
     findings: list[Finding] = []
     unmapped: list[str] = []
     for result in results:
-        for ev, kind_of, verdict in _judge(result, rules):
+        for ev, kind_of, verdict in _judge(result, rules, topology.nic_transport):
             if verdict is None:
                 continue
             condition, factor, rule = verdict
@@ -416,9 +416,10 @@ def evaluate(
 
 
 def _judge(
-    result: ReadResult, rules: dict[str, Any]
+    result: ReadResult, rules: dict[str, Any], transport: str = "roce"
 ) -> Iterator[tuple[Evidence, str, tuple[str, float, str] | None]]:
-    """(evidence, component kind, (condition, factor, rule) or None) for every evidence."""
+    """(evidence, component kind, (condition, factor, rule) or None) for every evidence; packet
+    loss is priced for the NICs' link ``transport`` (``Topology.nic_transport``)."""
     soft = float(rules["soft_factor"])
     # Per-source context the rules compare against (fastest link, fastest port).
     nvlink_nominal = rules["nvlink"]["nominal_gbps_per_link"]
@@ -567,13 +568,13 @@ def _judge(
             else:
                 yield ev, _NIC, None
         elif k == "port_counters":
-            yield ev, _NIC, _counters_verdict(v["counters"], rules, soft)
+            yield ev, _NIC, _counters_verdict(v["counters"], rules, soft, transport)
         elif k == "ber":
             ber = max(v.get("effective_ber", 0.0), v.get("symbol_ber", 0.0))
             limit = float(rules["ber"]["effective_ber_max"])
             if ber > limit:
                 loss = min(0.99, ber * float(rules["ber"]["packet_bits"]))
-                f = max(loss_factor(loss), 1e-3)
+                f = max(loss_factor(loss, transport), 1e-3)
                 yield (
                     ev,
                     _NIC,
@@ -636,7 +637,7 @@ def _verdict(condition: str, soft: float, rule: str) -> tuple[str, float, str] |
 
 
 def _counters_verdict(
-    counters: Mapping[str, int], rules: dict[str, Any], soft: float
+    counters: Mapping[str, int], rules: dict[str, Any], soft: float, transport: str = "roce"
 ) -> tuple[str, float, str] | None:
     ib = rules["infiniband"]
     downed = counters.get("LinkDownedCounter", 0)
@@ -653,7 +654,7 @@ def _counters_verdict(
         packets = counters.get("PortRcvPkts", 0)
         if packets > 0:
             loss = min(0.99, (symbol + rcv_errors) / packets)
-            factor = min(factor, loss_factor(loss))
+            factor = min(factor, loss_factor(loss, transport))
             words.append(
                 f"{symbol} symbol errors (> {ib['symbol_error_max']}) in {packets} packets: packet loss ~{loss:.3g}"
             )

@@ -25,6 +25,7 @@ def to_networkx(self: Topology) -> Any:
         levels=[(lv.name, lv.bandwidth_gbps, lv.latency_us) for lv in self.levels],
         sharp_levels=[lv.name for lv in self.levels if lv.sharp],
         routing={lv.name: (lv.routing, lv.qps_per_connection) for lv in self.levels},
+        transport={lv.name: lv.transport for lv in self.levels},
         host_count_factors=list(self.host_count_factors),
         algorithm_efficiency=dict(self.algorithm_efficiency),
         node_level=self.node_level,
@@ -63,6 +64,7 @@ def from_networkx(cls: type[Topology], graph: Any) -> Topology:
     try:
         sharp = set(graph.graph.get("sharp_levels", ()))
         routing = graph.graph.get("routing", {})
+        transport = graph.graph.get("transport", {})
         levels = [
             Level(
                 n,
@@ -71,6 +73,7 @@ def from_networkx(cls: type[Topology], graph: Any) -> Topology:
                 sharp=n in sharp,
                 routing=routing.get(n, ("adaptive", 1))[0],
                 qps_per_connection=int(routing.get(n, ("adaptive", 1))[1]),
+                transport=str(transport.get(n, "roce")),
             )
             for n, b, lat in graph.graph["levels"]
         ]
@@ -92,6 +95,7 @@ def from_networkx(cls: type[Topology], graph: Any) -> Topology:
                     if lv.qps_per_connection != 1
                     else {}
                 )
+                | ({"transport": lv.transport} if lv.transport != "roce" else {})
                 for lv in levels
             ],
             "node_level": names[node_level],

@@ -19,9 +19,15 @@ micro-batches per step and ``P`` parameters:
   parallelism, without grouped-query attention).
 * ep, all-to-all of ``b*(s/cp)*h*e*top_k`` bytes, ``4 * L/pp * m`` calls (token dispatch and
   combine, forward and backward, every layer an MoE layer; GShard, Lepikhin et al. 2020).
-* pp, point-to-point of ``b*(s/cp)*h*e/tp`` bytes between neighbouring stages, ``2 * m`` calls
-  (activations forward, gradients backward; with the scatter/gather optimisation of SC21
-  section 4.1).
+* pp, point-to-point of ``b*(s/cp)*h*e/tp`` bytes between neighbouring stages, ``2 * m * v``
+  calls (activations forward, gradients backward; with the scatter/gather optimisation of SC21
+  section 4.1), ``v`` the model chunks per pipeline rank of an interleaved schedule (1 for
+  1F1B): each chunk sends its own activations and gradients, so interleaving multiplies the
+  sends by ``v`` (SC21 section 2.2.2). The schedule also sets the pipeline bubble
+  (``rust/core/src/pipeline.rs``): ``pipeline_schedule`` is ``1f1b`` (Megatron's default,
+  ``virtual_stages`` 1), ``interleaved-1f1b`` (Megatron's interleaved schedule, ``virtual_stages``
+  >= 2, micro-batches a multiple of pp) or ``llama3`` (Dubey et al. 2024, section 3.3.2:
+  interleaved, any number of micro-batches).
 * dp, all-reduce of the gradients, ``P * grad_bytes / (tp*pp)`` bytes, once per step (the
   distributed optimizer's reduce-scatter + all-gather moves the same volume). For a mixture of
   experts with ``experts`` routed experts of which ``top_k`` are active, the expert weights
@@ -61,6 +67,8 @@ DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 KINDS: tuple[str, ...] = tuple(k.label for k in _core.CollectiveKind.members())
 #: The most ranks a job may have: larger than any cluster, small enough to compile.
 MAX_RANKS = 1 << 22
+#: Pipeline schedules (``model.pipeline_schedule``; see ``rust/core/src/pipeline.rs``).
+PIPELINE_SCHEDULES = ("1f1b", "interleaved-1f1b", "llama3")
 _DEFAULT_KIND = {
     "tp": "all-reduce",
     "cp": "all-gather",
@@ -124,8 +132,15 @@ class TransformerModel:
     #: Routed experts per MoE layer; with ``active_parameters``, the expert weights are split
     #: over the ep ranks in the gradient all-reduce. None: every weight on every ep rank.
     experts: int | None = None
+    #: Pipeline schedule (one of :data:`PIPELINE_SCHEDULES`) and model chunks per pipeline
+    #: rank; the default is Megatron-LM's, non-interleaved 1F1B.
+    pipeline_schedule: str = "1f1b"
+    virtual_stages: int = 1
 
     def __post_init__(self) -> None:
+        problem = _schedule_problem(self.pipeline_schedule, self.virtual_stages)
+        if problem is not None:
+            raise InvalidJob(problem)
         if self.experts is not None:
             if self.active_parameters is None:
                 raise InvalidJob("model.experts: needs model.active_parameters as well")
@@ -175,7 +190,7 @@ class TransformerModel:
                 "all-to-all", activation * self.moe_top_k, 4 * layers_per_stage * m
             )
         if pp > 1:
-            out["pp"] = Communication("p2p", activation / tp, 2 * m)
+            out["pp"] = Communication("p2p", activation / tp, 2 * m * self.virtual_stages)
         if dp > 1:
             expert = self.expert_parameters
             per_rank = (self.parameters - expert) + expert / ep
@@ -345,7 +360,24 @@ class Job:
                 )
             kwargs["rank_order"] = tuple(order)
         if "model" in doc:
-            kwargs["model"] = _model(c, doc["model"])
+            model = kwargs["model"] = _model(c, doc["model"])
+            pp = degrees["pp"]
+            if model.pipeline_schedule == "interleaved-1f1b" and model.micro_batches % pp:
+                # Megatron-LM's interleaved schedule (SC21 section 2.2.2); llama3 lifts it.
+                raise c.fail(
+                    "model.micro_batches",
+                    f"interleaved-1f1b needs a multiple of pp ({pp}), got "
+                    f"{model.micro_batches} (the llama3 schedule takes any number)",
+                )
+            # Every chunk holds at least one layer (llama3's first and last chunks may hold
+            # only the embedding and the loss: two more chunks than layers).
+            spare = 2 if model.pipeline_schedule == "llama3" else 0
+            if pp * model.virtual_stages > model.layers + spare:
+                raise c.fail(
+                    "model.virtual_stages",
+                    f"{model.virtual_stages} chunks on each of {pp} pipeline ranks need at least "
+                    f"{pp * model.virtual_stages - spare} layers, the model has {model.layers}",
+                )
         if "communication" in doc:
             comm = {}
             for d, raw in c.mapping(doc["communication"], "communication").items():
@@ -465,7 +497,12 @@ class Job:
             if self.rank_order != DIMENSIONS:
                 out["rank_order"] = list(self.rank_order)
             if self.model is not None:
-                out["model"] = {k: v for k, v in self.model.__dict__.items() if v is not None}
+                out["model"] = {
+                    k: v
+                    for k, v in self.model.__dict__.items()
+                    if v is not None
+                    and not (k in _PIPELINE_DEFAULTS and v == _PIPELINE_DEFAULTS[k])
+                }
             if self.communication:
                 out["communication"] = {
                     d: {"kind": cm.kind, "bytes": cm.bytes, "count": cm.count}
@@ -598,6 +635,8 @@ def _model(c: Checker, raw: Any) -> TransformerModel:
         "moe_top_k",
         "active_parameters",
         "experts",
+        "pipeline_schedule",
+        "virtual_stages",
     }
     c.keys(m, "model", fields)
     for required in ("parameters", "layers", "hidden_size", "sequence_length"):
@@ -636,7 +675,38 @@ def _model_fields(c: Checker, m: Mapping[str, Any], grad: Any) -> TransformerMod
         experts=None
         if m.get("experts") is None
         else c.integer(m["experts"], "model.experts", minimum=2),
+        pipeline_schedule=c.string(m.get("pipeline_schedule", "1f1b"), "model.pipeline_schedule"),
+        virtual_stages=c.integer(
+            m.get("virtual_stages", 1), "model.virtual_stages", minimum=1, maximum=1 << 16
+        ),
     )
+
+
+#: The pipeline fields' defaults (left out of ``to_dict``).
+_PIPELINE_DEFAULTS: dict[str, Any] = {"pipeline_schedule": "1f1b", "virtual_stages": 1}
+
+
+def _schedule_problem(schedule: Any, virtual_stages: Any) -> str | None:
+    """Why a pipeline schedule and its chunks per rank do not go together, or None."""
+    if schedule not in PIPELINE_SCHEDULES:
+        return (
+            f"model.pipeline_schedule: expected one of {', '.join(PIPELINE_SCHEDULES)}, "
+            f"got {schedule!r}"
+        )
+    if (
+        not isinstance(virtual_stages, int)
+        or isinstance(virtual_stages, bool)
+        or virtual_stages < 1
+    ):
+        return f"model.virtual_stages: expected an integer >= 1, got {virtual_stages!r}"
+    if schedule == "1f1b" and virtual_stages != 1:
+        return (
+            f"model.virtual_stages: 1f1b runs one model chunk per pipeline rank, got "
+            f"{virtual_stages} (interleaved-1f1b or llama3 interleave chunks)"
+        )
+    if schedule == "interleaved-1f1b" and virtual_stages < 2:
+        return "model.virtual_stages: interleaved-1f1b needs at least 2 chunks per pipeline rank"
+    return None
 
 
 def _square_size(traffic: Any) -> int:

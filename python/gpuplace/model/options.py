@@ -7,8 +7,8 @@ A key is either a preset's parameter (``nodes``, ``racks``, ``oversubscription``
 ==================================  =========================================================
 ``name``, ``power_phases``           the top-level fields
 ``levels.LEVEL.FIELD``               ``bandwidth_gbps``, ``latency_us``, ``oversubscription``,
-                                     ``sharp``, ``routing`` or ``qps_per_connection`` of the
-                                     level named LEVEL
+                                     ``sharp``, ``routing``, ``qps_per_connection`` or
+                                     ``transport`` of the level named LEVEL
 ``node_types.TYPE.FIELD``            ``gpu_model``, ``peak_tflops``, ``nvls_gbps``, ``power_w``
 ``uplink_gbps.DOMAIN``               one switch's uplink capacity (GB/s), ``su003`` or
                                      ``leaf:su003``
@@ -45,6 +45,7 @@ _LEVEL_FIELDS = (
     "sharp",
     "routing",
     "qps_per_connection",
+    "transport",
 )
 _TYPE_FIELDS = ("gpu_model", "peak_tflops", "nvls_gbps", "power_w")
 _STORE_FIELDS = ("attach", "read_gbps", "write_gbps")

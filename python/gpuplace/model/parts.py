@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ALGORITHMS", "FORMAT", "ROUTINGS", "Level", "NodeType"]
+__all__ = ["ALGORITHMS", "FORMAT", "ROUTINGS", "TRANSPORTS", "Level", "NodeType"]
 
 FORMAT = "gpuplace.topology/1"
 #: NCCL's algorithms the cost model prices (``rust/core/src/nccl.rs``), for
@@ -16,6 +16,10 @@ ALGORITHMS = ("ring", "tree", "nvls", "collnet")
 #: How a level's switches spread flows over its uplinks' parallel links
 #: (``rust/core/src/fabric.rs``, "Routing and hash collisions"); the first is the default.
 ROUTINGS = ("adaptive", "ecmp", "static", "sharp")
+#: How a level's links recover a lost packet (``rust/core/src/cost.rs``, the loss model):
+#: ``roce``, end-to-end go-back-N (also InfiniBand without link-level retry), the default;
+#: ``infiniband``, link-level retransmission.
+TRANSPORTS = ("roce", "infiniband")
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,9 @@ class Level:
     routing: str = "adaptive"
     #: Queue pairs per connection (NCCL_IB_QPS_PER_CONNECTION): ECMP hashes each separately.
     qps_per_connection: int = 1
+    #: How the level's links recover lost packets, one of :data:`TRANSPORTS`: what packet
+    #: loss on a NIC or switch of this level costs (``ClusterState.degrade(loss=...)``).
+    transport: str = "roce"
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from gpuplace._util.documents import Checker, describe
 from gpuplace._util.hostlist import HostlistError, expand
 from gpuplace.errors import InvalidJob, InvalidTopology
-from gpuplace.model.parts import ALGORITHMS, FORMAT, ROUTINGS, Level, NodeType
+from gpuplace.model.parts import ALGORITHMS, FORMAT, ROUTINGS, TRANSPORTS, Level, NodeType
 from gpuplace.model.policy import ClusterPolicy
 from gpuplace.model.power import BOARD_POWER_W, gpu_power_w, parse_power_domains
 from gpuplace.model.storage import parse_stores, store_attachment
@@ -73,6 +73,7 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
                 "sharp",
                 "routing",
                 "qps_per_connection",
+                "transport",
             },
         )
         lname = c.string(lv.get("name"), f"{p}.name")
@@ -86,6 +87,11 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
         qps = lv.get("qps_per_connection", 1)
         if isinstance(qps, bool) or not isinstance(qps, int) or not 1 <= qps <= 1024:
             raise c.fail(f"{p}.qps_per_connection", f"expected an integer 1..1024, got {qps!r}")
+        transport = lv.get("transport", TRANSPORTS[0])
+        if transport not in TRANSPORTS:
+            raise c.fail(
+                f"{p}.transport", f"expected one of {', '.join(TRANSPORTS)}, got {transport!r}"
+            )
         sharp = _flag(c, lv.get("sharp", False), f"{p}.sharp")
         if routing == "sharp" and lv.get("sharp", True) is False:
             raise c.fail(
@@ -99,6 +105,7 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
                 sharp=sharp or routing == "sharp",
                 routing=routing,
                 qps_per_connection=qps,
+                transport=transport,
                 oversubscription=c.number(
                     lv.get("oversubscription", 1.0), f"{p}.oversubscription", minimum=1.0
                 ),

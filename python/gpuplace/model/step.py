@@ -9,7 +9,9 @@ table). This module reads a job's ``step`` section and names the details. In sho
 * compute per step = model FLOPs / (GPUs x peak x efficiency); the FLOPs are
   ``6 * parameters * tokens`` for a dense transformer (``6 * active_parameters * tokens`` for a
   mixture of experts), or given directly;
-* the pipeline bubble adds ``(pp - 1) / m`` of compute ((pp-1)/(m+pp-1) of the pipelined time);
+* the pipeline bubble adds ``(pp - 1) / (v * m)`` of compute, ``v`` the model's
+  ``virtual_stages`` (1 for 1F1B, Megatron's default: (pp-1)/(m+pp-1) of the pipelined time;
+  more for interleaved schedules, ``rust/core/src/pipeline.rs``);
 * dp gradient reduction hides under the backward pass (2/3 of compute); tp, cp, ep and pp
   communication is exposed; every dimension's overlap fraction may be overridden per job;
 * step = compute + bubble + exposed communication; MFU = FLOPs / (step x GPUs x peak).
@@ -132,15 +134,17 @@ def flops_and_tokens(job: Job) -> tuple[float, float] | None:
 
 def step_args(
     job: Job,
-) -> tuple[float, float, float, float, int, int, list[tuple[str, float]]] | None:
+) -> tuple[float, float, float, float, int, int, int, list[tuple[str, float]]] | None:
     """What ``_core.JobSpec`` takes as ``step``: (model FLOPs, tokens, efficiency, backward
-    fraction, pipeline stages, micro-batches, overlap by dimension), or None when the job
-    declares no compute (no model and no ``step.flops_per_step``)."""
+    fraction, pipeline stages, micro-batches, virtual stages per pipeline rank, overlap by
+    dimension), or None when the job declares no compute (no model and no
+    ``step.flops_per_step``)."""
     ft = flops_and_tokens(job)
     if ft is None or job.gpus == 0:
         return None
     opts = job.step or StepOptions()
     micro_batches = job.model.micro_batches if job.model is not None else 1
+    virtual_stages = job.model.virtual_stages if job.model is not None else 1
     return (
         ft[0],
         ft[1],
@@ -148,5 +152,6 @@ def step_args(
         opts.backward_fraction,
         job.pp,
         micro_batches,
+        virtual_stages,
         sorted(opts.overlap.items()),
     )

@@ -341,6 +341,13 @@ class Topology:
             )
         return int(gpus[int(local)])
 
+    @property
+    def nic_transport(self) -> str:
+        """The transport of the links a NIC drives: that of the first level above the NVLink
+        domain (what packet loss on a NIC, host or GPU costs; ``docs/architecture.md``,
+        "Lossy links")."""
+        return self.levels[min(self.nvlink_level + 1, len(self.levels) - 1)].transport
+
     def resolve_switch(self, name: Any) -> tuple[int, int]:
         """(level, domain) of a switch named ``"su003"`` or ``"leaf:su003"``."""
         text = str(name)
@@ -392,6 +399,7 @@ class Topology:
             | ({"oversubscription": lv.oversubscription} if lv.oversubscription != 1 else {})
             | ({"routing": lv.routing} if lv.routing != "adaptive" else {})
             | ({"qps_per_connection": lv.qps_per_connection} if lv.qps_per_connection != 1 else {})
+            | ({"transport": lv.transport} if lv.transport != "roce" else {})
             for lv in self.levels
         ]
         out["node_level"] = self.levels[self.node_level].name

@@ -38,17 +38,40 @@
 //! its half of the path (its *side factor*), so pricing a pair is one `min` of two lookups.
 //! Failed and drained hardware is not priced: no solver may use it.
 //!
-//! Packet loss maps to a factor with [`loss_factor`]: `f = 1 / (1 + p / 0.01)`, so 1 % loss
-//! halves the goodput, 0.1 % costs about 9 % and 5 % leaves a sixth. RDMA NICs recover losses
-//! by go-back-N (or, on newer NICs, selective repeat) in hardware, which makes goodput far more
-//! sensitive to loss than TCP's `1/sqrt(p)`: Wang et al., "Error Recovery of RDMA Packets in
-//! Data Center Networks" (ICCCN 2019) measure plain go-back-N RoCEv2 falling to nearly zero
-//! relative throughput above 1 % loss and an improved go-back-N keeping about 60 % at 1 %;
-//! Mittal et al., "Revisiting Network Support for RDMA" (SIGCOMM 2018) show the same collapse
-//! and the recovery selective repeat gives. Halving at 1 % sits between the two, and the curve
-//! is smooth so that ranking two degraded links by loss stays monotone. A link that trained at
-//! reduced width or speed has factor `trained / nominal` (x2 of x4 gives 0.5). Callers with a
-//! measured goodput should pass the factor directly.
+//! Packet loss maps to a factor with [`link_loss_factor`], by how the link's technology
+//! recovers a lost packet. Both RoCE and InfiniBand run the reliable-connected (RC) transport,
+//! whose NICs recover a loss end to end by go-back-N: the receiver drops every packet after a
+//! gap and NAKs, the sender resends from the lost one (IBTA RC semantics; Mittal et al.,
+//! "Revisiting Network Support for RDMA", SIGCOMM 2018, section 2, on NVIDIA/Mellanox
+//! ConnectX). Each loss then wastes what was in flight, `W` packets, and goodput is
+//! `f = 1 / (1 + p · W)`:
+//!
+//! * **RoCE** ([`LinkTransport::Roce`], also InfiniBand without link-level retry): `W` is
+//!   the path's bandwidth-delay product in MTU packets, 400 Gb/s × 10 µs / 4096 B ≈ 122
+//!   ([`ROCE_GO_BACK_N_PACKETS`]; 10 µs the low end of the "tens of microseconds" the Llama 3
+//!   report, section 3.3.3, gives for its RoCE fabric's latency; 4096 B RDMA's largest MTU).
+//!   1 % loss leaves 45 %, 0.1 % 89 %. That is an upper bound: a lost NAK or a lost last
+//!   packet waits for the transport's retransmission timeout (4.096 µs · 2^timeout, the
+//!   verbs QP attribute NCCL sets from NCCL_IB_TIMEOUT: 1.1 s at 18, 17 s at the 22 the OCI
+//!   GB300 runs in the shared measurements set), and Wang et al., "Error Recovery of RDMA
+//!   Packets in Data Center Networks" (ICCCN 2019) measured plain go-back-N RoCEv2 at nearly
+//!   zero relative throughput above 1 % loss (their improved go-back-N, 60 % at 1 %).
+//! * **InfiniBand** ([`LinkTransport::Infiniband`]) with link-level retransmission (NVIDIA's
+//!   LLR, "UNBREAKABLE-LINK", MLNX-OS manual: the link layer adds a CRC per cell and the
+//!   transmitter resends a cell the receiver dropped; NVIDIA-to-NVIDIA ports, cables up to
+//!   30 m): the loss is repaired on the link, so the transport sees none and the cost is the
+//!   link's own replay, about one link round trip of data: 400 Gb/s × 0.5 µs (30 m of cable
+//!   each way plus the FEC and SerDes at both ends; an estimate) / 4096 B ≈ 6 packets
+//!   ([`IB_LINK_RETRY_PACKETS`]): 1 % loss leaves 94 %. The latency the replays add is not
+//!   priced. A level whose links cannot run LLR (longer cables, other vendors' ports) recovers
+//!   end to end like RoCE and should be described as such.
+//!
+//! Bit errors below the packet level are corrected by the PHY's forward error correction
+//! (RS-FEC on HDR/NDR and 100G+ Ethernet lanes) on both and cost nothing here: the loss rate
+//! is what is left after FEC. The curve is smooth so that ranking two degraded links by loss
+//! stays monotone. A link that trained at reduced width or speed has factor `trained /
+//! nominal` (x2 of x4 gives 0.5). Callers with a measured goodput should pass the factor
+//! directly.
 //!
 //! ## Contention
 //!
@@ -107,17 +130,66 @@ pub fn span_of(topo: &Topology, gpus: &[u32]) -> Option<usize> {
 
 use crate::topology::check_placement;
 
-/// Bandwidth factor of a path with packet loss rate `loss` (a fraction, 0.01 = 1 %), per the
-/// model in the module docs; never below [`MIN_FACTOR`] so costs stay finite.
-pub fn loss_factor(loss: f64) -> f64 {
+/// How a link's technology recovers a lost packet (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LinkTransport {
+    /// End-to-end go-back-N: RoCE, or InfiniBand without link-level retry.
+    #[default]
+    Roce,
+    /// InfiniBand with link-level retransmission: the link resends a lost cell.
+    Infiniband,
+}
+
+impl LinkTransport {
+    /// The name used in topology files.
+    pub fn label(self) -> &'static str {
+        match self {
+            LinkTransport::Roce => "roce",
+            LinkTransport::Infiniband => "infiniband",
+        }
+    }
+
+    /// Parse a label ([`LinkTransport::label`]).
+    pub fn from_label(label: &str) -> Result<LinkTransport> {
+        match label {
+            "roce" => Ok(LinkTransport::Roce),
+            "infiniband" => Ok(LinkTransport::Infiniband),
+            other => Err(CoreError::InvalidTopology(format!(
+                "transport: expected roce or infiniband, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Packets wasted per lost packet.
+    pub fn packets_per_loss(self) -> f64 {
+        match self {
+            LinkTransport::Roce => ROCE_GO_BACK_N_PACKETS,
+            LinkTransport::Infiniband => IB_LINK_RETRY_PACKETS,
+        }
+    }
+}
+
+/// Packets RoCE's go-back-N resends per loss: 400 Gb/s × 10 µs / 4096 B (module docs).
+pub const ROCE_GO_BACK_N_PACKETS: f64 = 50e9 * 10e-6 / 4096.0;
+/// Packets InfiniBand's link-level retry replays per loss: 400 Gb/s × 0.5 µs / 4096 B.
+pub const IB_LINK_RETRY_PACKETS: f64 = 50e9 * 0.5e-6 / 4096.0;
+
+/// Bandwidth factor of a link of `transport` losing `loss` of its packets (a fraction, 0.01 =
+/// 1 %): `1 / (1 + loss · W)`, per the module docs; never below [`MIN_FACTOR`] so costs stay
+/// finite, 1 for no loss.
+pub fn link_loss_factor(loss: f64, transport: LinkTransport) -> f64 {
     if !loss.is_finite() || loss <= 0.0 {
         return 1.0;
     }
-    (1.0 / (1.0 + loss / LOSS_HALVING)).max(MIN_FACTOR)
+    (1.0 / (1.0 + loss * transport.packets_per_loss())).max(MIN_FACTOR)
 }
 
-/// The loss rate that halves RDMA goodput in [`loss_factor`].
-pub const LOSS_HALVING: f64 = 0.01;
+/// [`link_loss_factor`] of a RoCE link (end-to-end go-back-N), the default when a topology
+/// does not name its links' transport.
+pub fn loss_factor(loss: f64) -> f64 {
+    link_loss_factor(loss, LinkTransport::Roce)
+}
+
 /// The smallest bandwidth factor a degradation may have.
 pub const MIN_FACTOR: f64 = 1e-3;
 
@@ -744,6 +816,31 @@ mod tests {
     use crate::nccl::TREE_BW_FACTOR;
     use crate::topology::tests::tree;
 
+    #[test]
+    fn loss_factor_by_transport() {
+        for t in [LinkTransport::Roce, LinkTransport::Infiniband] {
+            assert_eq!(link_loss_factor(0.0, t), 1.0);
+            assert_eq!(LinkTransport::from_label(t.label()).unwrap(), t);
+            // Monotone in the loss rate, never below the floor.
+            let mut last = 1.0;
+            for i in 1..=100 {
+                let f = link_loss_factor(i as f64 * 1e-3, t);
+                assert!(f < last && f >= MIN_FACTOR);
+                last = f;
+            }
+        }
+        // Go-back-N over the path's bandwidth-delay product: 1 % leaves 45 %.
+        assert!((loss_factor(0.01) - 1.0 / (1.0 + 0.01 * 500e3 / 4096.0)).abs() < 1e-12);
+        assert!((loss_factor(0.01) - 0.45).abs() < 0.01);
+        // InfiniBand's link-level retry replays a link round trip: 1 % leaves 94 %.
+        let ib = link_loss_factor(0.01, LinkTransport::Infiniband);
+        assert!((ib - 0.94).abs() < 0.01);
+        for p in [1e-5, 1e-4, 1e-3, 1e-2, 0.1] {
+            assert!(link_loss_factor(p, LinkTransport::Infiniband) > loss_factor(p));
+        }
+        assert!(LinkTransport::from_label("ethernet").is_err());
+    }
+
     /// [`tree`] with every fabric level at `fabric` GB/s per GPU.
     fn tree_bw(nodes: usize, per_node: usize, per_leaf: usize, fabric: f64) -> Topology {
         use crate::topology::Level;
@@ -1045,7 +1142,7 @@ mod tests {
             }],
             Some(ComponentHealth {
                 condition: Condition::Degraded,
-                factor: loss_factor(0.01),
+                factor: 0.5,
                 reason: "loss".into(),
             }),
         )

@@ -14,6 +14,7 @@ pub mod greedy;
 pub mod interrupt;
 pub mod job;
 pub mod nccl;
+pub mod pipeline;
 pub mod pricing;
 pub mod qap;
 pub mod refine;

@@ -97,7 +97,7 @@ impl<'a> PricingView<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cost::{evaluate_in, loss_factor};
+    use crate::cost::evaluate_in;
     use crate::job::{Collective, CollectiveKind, Dim, JobSpec};
     use crate::state::{Component, ComponentHealth, Condition};
     use crate::topology::tests::tree;
@@ -112,7 +112,7 @@ mod tests {
             &[Component::Nic(9)],
             Some(ComponentHealth {
                 condition: Condition::Degraded,
-                factor: loss_factor(0.01),
+                factor: 0.5,
                 reason: "loss".into(),
             }),
         )

@@ -9,8 +9,10 @@
 //!   directly. The default efficiency, 0.6, is an assumption: Narayanan et al. (SC21, table 1)
 //!   reach 44–52 % of A100 peak end to end *including* communication and the pipeline bubble,
 //!   so the compute kernels alone run somewhat above that.
-//! * **Pipeline bubble** (1F1B): `(pp − 1) / (m + pp − 1)` of the pipelined compute time is
-//!   idle, i.e. the bubble adds `compute · (pp − 1) / m` (Narayanan et al., SC21, section 2.2.1).
+//! * **Pipeline bubble**: `compute · (pp − 1) / (v · m)` with `v` virtual stages per rank (1
+//!   for 1F1B, Megatron's default: `(pp − 1) / (m + pp − 1)` of the pipelined time is idle;
+//!   `v ≥ 2` for interleaved schedules); the schedules and their sources are in
+//!   [`crate::pipeline`].
 //! * **Overlap**, per collective class, by the dimension it belongs to:
 //!   - dp gradient reduction runs bucketed during the backward pass (PyTorch DDP, Li et al.,
 //!     VLDB 2020; Megatron's overlapped distributed optimizer), so only the part longer than
@@ -46,6 +48,8 @@ pub struct StepSpec {
     /// Pipeline stages and micro-batches per step (for the bubble).
     pub pipeline_stages: usize,
     pub micro_batches: usize,
+    /// Model chunks per pipeline rank (1: 1F1B; see [`crate::pipeline`]).
+    pub virtual_stages: usize,
     /// Overlap fractions by dimension name, overriding the defaults (dp 1, others 0).
     pub overlap: Vec<(String, f64)>,
 }
@@ -63,6 +67,7 @@ impl StepSpec {
             backward_fraction: DEFAULT_BACKWARD_FRACTION,
             pipeline_stages: 1,
             micro_batches: 1,
+            virtual_stages: 1,
             overlap: Vec::new(),
         }
     }
@@ -92,9 +97,9 @@ impl StepSpec {
                 self.backward_fraction
             )));
         }
-        if self.pipeline_stages == 0 || self.micro_batches == 0 {
+        if self.pipeline_stages == 0 || self.micro_batches == 0 || self.virtual_stages == 0 {
             return Err(CoreError::InvalidJob(
-                "step: pipeline stages and micro-batches must be >= 1".into(),
+                "step: pipeline stages, micro-batches and virtual stages must be >= 1".into(),
             ));
         }
         for (name, f) in &self.overlap {
@@ -179,8 +184,12 @@ pub fn step_report(
     let gpus = job.num_ranks as f64;
     let peak = peak_tflops * 1e12;
     let compute = spec.flops_per_step / (gpus * peak * spec.efficiency);
-    let (pp, m) = (spec.pipeline_stages as f64, spec.micro_batches as f64);
-    let bubble = compute * (pp - 1.0) / m;
+    let bubble = compute
+        * crate::pipeline::bubble_fraction(
+            spec.pipeline_stages,
+            spec.micro_batches,
+            spec.virtual_stages,
+        );
     let backward = spec.backward_fraction * compute;
     let exposed_class_seconds: Vec<f64> = class_dims(job)
         .iter()
@@ -284,6 +293,13 @@ mod tests {
         // Bubble share of the pipelined time: (pp-1)/(m+pp-1) = 3/11.
         assert!((r.bubble_seconds / r.step_seconds - 3.0 / 11.0).abs() < 1e-12);
         assert!((r.mfu - 8.0 / 11.0).abs() < 1e-12);
+        // Interleaved, 2 chunks per rank: the bubble halves, (pp-1)/(v m) = 3/16 of compute.
+        spec.virtual_stages = 2;
+        let r = step_report(&job, &[0.0, 0.0], 0.0, &spec, 100.0).unwrap();
+        assert!((r.bubble_seconds - 3.0 / 16.0).abs() < 1e-12);
+        assert!((r.mfu - 16.0 / 19.0).abs() < 1e-12);
+        spec.virtual_stages = 0;
+        assert!(step_report(&job, &[0.0, 0.0], 0.0, &spec, 100.0).is_err());
     }
 
     #[test]

@@ -14,8 +14,9 @@ use crate::state::PyClusterState;
 use crate::topology::PyTopology;
 
 /// What one step computes (see `gpuplace_core::step::StepSpec`): (model FLOPs, tokens,
-/// efficiency, backward fraction, pipeline stages, micro-batches, overlap by dimension).
-type StepArgs = (f64, f64, f64, f64, usize, usize, Vec<(String, f64)>);
+/// efficiency, backward fraction, pipeline stages, micro-batches, virtual stages per pipeline
+/// rank, overlap by dimension).
+type StepArgs = (f64, f64, f64, f64, usize, usize, usize, Vec<(String, f64)>);
 
 #[pyclass(name = "JobSpec", module = "gpuplace._core", frozen)]
 pub(crate) struct PyJobSpec {
@@ -95,13 +96,23 @@ impl PyJobSpec {
         };
         let topo = topology.inner.clone();
         let step = step.map(
-            |(flops, tokens, efficiency, backward, stages, micro_batches, overlap)| StepSpec {
+            |(
+                flops,
+                tokens,
+                efficiency,
+                backward,
+                stages,
+                micro_batches,
+                virtual_stages,
+                overlap,
+            )| StepSpec {
                 flops_per_step: flops,
                 tokens_per_step: tokens,
                 efficiency,
                 backward_fraction: backward,
                 pipeline_stages: stages,
                 micro_batches,
+                virtual_stages,
                 overlap,
             },
         );

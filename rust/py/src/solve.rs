@@ -407,10 +407,14 @@ pub(crate) struct PyRankMapping {
     elapsed_s: f64,
 }
 
-/// Bandwidth factor of a path with packet loss rate `loss` (0.01 = 1 %), per the cost model.
+/// Bandwidth factor of a link of `transport` (`roce`, the default, or `infiniband`) with
+/// packet loss rate `loss` (0.01 = 1 %), per the cost model.
 #[pyfunction]
-pub(crate) fn loss_factor(loss: f64) -> f64 {
-    gpuplace_core::cost::loss_factor(loss)
+#[pyo3(signature = (loss, transport = "roce"))]
+pub(crate) fn loss_factor(loss: f64, transport: &str) -> PyResult<f64> {
+    let transport = gpuplace_core::cost::LinkTransport::from_label(transport)
+        .map_err(|e| crate::errors::invalid_topology(e.to_string()))?;
+    Ok(gpuplace_core::cost::link_loss_factor(loss, transport))
 }
 
 /// Quadratic assignment: minimise sum_ij traffic[i,j] * distance[perm[i], perm[j]]. Traffic is
