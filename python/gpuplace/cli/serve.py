@@ -85,6 +85,15 @@ def _slurm_targets(
     help="The service's journal (SQLite, WAL); created if missing, replayed at start.",
 )
 @click.option(
+    "--durability",
+    type=click.Choice(["process", "power"]),
+    default="process",
+    show_default=True,
+    help="What an acknowledged change survives: 'process', the service's end however it ends "
+    "(kill -9, a crash; SQLite synchronous=NORMAL); 'power', a power cut or OS crash too "
+    "(an fsync per group commit; synchronous=FULL). See docs/schedulers.md.",
+)
+@click.option(
     "--socket",
     "socket_path",
     default=None,
@@ -213,7 +222,7 @@ def _serve(
     if not builders and not Path(o["journal_path"]).exists():
         raise click.UsageError("give a cluster (--cluster, --slurm or --slurm-cluster)")
 
-    journal = Journal(o["journal_path"])
+    journal = Journal(o["journal_path"], durability=o["durability"])
     engine = Engine.open(
         journal,
         builders,
@@ -308,7 +317,7 @@ def _serve(
         for follower in followers:
             follower.stop()
         service.close()
-        journal.snapshot(engine.snapshot_body())
+        engine.take_snapshot()
         journal.close()
         for path in unix_paths:
             with contextlib.suppress(OSError):
