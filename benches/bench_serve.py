@@ -8,14 +8,16 @@
    the traffic), on a fresh service per run, median of ``--runs``. The load generator is this
    process (asyncio on uvloop, one protocol object per connection, 64 keep-alive
    connections); it shares the machine's cores with the service, so the CPU each spends per
-   request is reported. Peers, measured in the same run: with ``--peer DIR`` the service of
+   request is reported. This checkout is measured in both durabilities (``--durability
+   process``, the default, and ``power``, an fsync per group commit), so the fsync's cost shows.
+   Peers, measured in the same run: with ``--peer DIR`` the service of
    another checkout (``DIR`` is its python/ directory; the runs alternate between the two),
    and the library call the service makes for each request (``gpuplace.place`` +
    ``allocate`` on a state in memory), without HTTP or the journal.
 2. 50 clients placing and releasing at once while 1,000 idle connections stay open: every
    request answered, latency with and without the idle crowd.
-3. ``kill -9`` of the service during 1,000 placements from 8 clients; after the restart, every
-   acknowledged placement is there, on its GPUs.
+3. ``kill -9`` of the service during 1,000 placements from 8 clients, in each durability;
+   after the restart, every acknowledged placement is there, on its GPUs.
 4. With Slurm installed (root): the time a ``--comment=gpuplace`` sbatch adds over a plain one,
    through the job_submit/lua plugin and the service, on a loopback Slurm.
 
