@@ -8,14 +8,16 @@
    the traffic), on a fresh service per run, median of ``--runs``. The load generator is this
    process (asyncio on uvloop, one protocol object per connection, 64 keep-alive
    connections); it shares the machine's cores with the service, so the CPU each spends per
-   request is reported. Peers, measured in the same run: with ``--peer DIR`` the service of
+   request is reported. This checkout is measured in both durabilities (``--durability
+   process``, the default, and ``power``, an fsync per group commit), so the fsync's cost shows.
+   Peers, measured in the same run: with ``--peer DIR`` the service of
    another checkout (``DIR`` is its python/ directory; the runs alternate between the two),
    and the library call the service makes for each request (``gpuplace.place`` +
    ``allocate`` on a state in memory), without HTTP or the journal.
 2. 50 clients placing and releasing at once while 1,000 idle connections stay open: every
    request answered, latency with and without the idle crowd.
-3. ``kill -9`` of the service during 1,000 placements from 8 clients; after the restart, every
-   acknowledged placement is there, on its GPUs.
+3. ``kill -9`` of the service during 1,000 placements from 8 clients, in each durability;
+   after the restart, every acknowledged placement is there, on its GPUs.
 4. With Slurm installed (root): the time a ``--comment=gpuplace`` sbatch adds over a plain one,
    through the job_submit/lua plugin and the service, on a loopback Slurm.
 
@@ -398,8 +400,10 @@ def crowd(sock: Path, clients: int = 50, per_client: int = 20, idle: int = 0) ->
 
 
 # ------------------------------------------------------------------------- 3. kill -9
-def kill_nine(directory: Path, total: int = 1000, clients: int = 8) -> dict[str, object]:
-    proc = start_service(directory)
+def kill_nine(
+    directory: Path, *extra: str, total: int = 1000, clients: int = 8
+) -> dict[str, object]:
+    proc = start_service(directory, *extra)
     sock = directory / "gpuplace.sock"
     acknowledged: dict[str, list[int]] = {}
     lock = threading.Lock()
@@ -429,7 +433,7 @@ def kill_nine(directory: Path, total: int = 1000, clients: int = 8) -> dict[str,
     for t in threads:
         t.join()
     acked = dict(acknowledged)
-    proc = start_service(directory)
+    proc = start_service(directory, *extra)
     try:
         _, state = request_sync(sock, "GET", "/v1/state")
         held = {j["name"]: sorted(j["gpus"]) for j in state["jobs"]}  # type: ignore[index]
@@ -500,12 +504,14 @@ def describe_checkout(python: str) -> str:
     return f"commit {out}"
 
 
-def measure_rate(rate: float, seconds: float, python: str | None) -> dict[str, Any]:
+def measure_rate(
+    rate: float, seconds: float, python: str | None, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """One open-loop run on a fresh service (after 100 warm-up placements), with the CPU the
     service and this load generator spent per request."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        proc = start_service(directory, python=python)
+        proc = start_service(directory, *extra, python=python)
         try:
             sock = directory / "gpuplace.sock"
             run_async(_open_loop(sock, 100.0, 1.0, connections=8, prefix="warm"))
@@ -546,9 +552,13 @@ def main() -> None:
         f"{os.getloadavg()[0]:.1f} at the start)"
     )
     library = peer_library_call()
-    versions: list[tuple[str, str | None]] = [("this", None)]
+    # This checkout in each durability mode (the fsync's cost shown, not hidden), and the
+    # peer as it starts by default.
+    versions: list[tuple[str, str | None, tuple[str, ...]]] = [
+        (f"this, {mode}", None, ("--durability", mode)) for mode in ("process", "power")
+    ]
     if args.peer:
-        versions.append(("peer", args.peer))
+        versions.append(("peer", args.peer, ()))
     say("")
     say(
         "1. placement latency at a fixed arrival rate (8-GPU jobs, released 1,024 later; a "
@@ -562,11 +572,11 @@ def main() -> None:
     )
     say("|---|---|---|---|---|---|---|---|---|---|")
     for rate in (100.0, 1000.0):
-        runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in versions}
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in versions}
         for _ in range(args.runs):
-            for label, python in versions:
-                runs[label].append(measure_rate(rate, seconds, python))
-        for label, _ in versions:
+            for label, python, extra in versions:
+                runs[label].append(measure_rate(rate, seconds, python, extra))
+        for label, _, _ in versions:
             rs = runs[label]
             p99s = sorted(r["place_p99_ms"] for r in rs)
             errors: dict[int, int] = {}
@@ -582,10 +592,10 @@ def main() -> None:
                 f"{statistics.median(r['service_cpu_us'] for r in rs):,.0f} us | "
                 f"{statistics.median(r['generator_cpu_us'] for r in rs):,.0f} us |"
             )
-    for label, python in versions:
+    for label, python, extra in versions:
         with tempfile.TemporaryDirectory() as tmp:
             directory = Path(tmp)
-            proc = start_service(directory, python=python)
+            proc = start_service(directory, *extra, python=python)
             try:
                 most = run_async(_closed_loop(directory / "gpuplace.sock", seconds / 2))
             finally:
@@ -621,14 +631,15 @@ def main() -> None:
             finally:
                 stop(proc)
         say("")
-        say("3. kill -9 during 1,000 placements (8 clients), then a restart")
-        with tempfile.TemporaryDirectory() as tmp:
-            k = kill_nine(Path(tmp))
-        say(
-            f"killed after {k['killed_after_acknowledged']} acknowledged; acknowledged "
-            f"{k['acknowledged']}, held after the restart {k['after_restart']}, lost {k['lost']}, "
-            f"moved {k['moved']}, GPUs given twice {k['gpu_given_twice']}"
-        )
+        say("3. kill -9 during 1,000 placements (8 clients), then a restart, in each durability")
+        for mode in ("process", "power"):
+            with tempfile.TemporaryDirectory() as tmp:
+                k = kill_nine(Path(tmp), "--durability", mode)
+            say(
+                f"{mode}: killed after {k['killed_after_acknowledged']} acknowledged; acknowledged "
+                f"{k['acknowledged']}, held after the restart {k['after_restart']}, lost "
+                f"{k['lost']}, moved {k['moved']}, GPUs given twice {k['gpu_given_twice']}"
+            )
         say("")
         say(
             "4. job_submit/lua through the service on a loopback Slurm 22.05 (sbatch -N 1 --exclusive)"

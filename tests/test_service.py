@@ -22,7 +22,7 @@ from gpuplace.placement.result import SolveResult
 from gpuplace.service.app import Limits
 from gpuplace.service.client import Client, ServiceError
 from gpuplace.service.engine import Engine
-from gpuplace.service.journal import Journal
+from gpuplace.service.journal import Journal, JournalError
 from gpuplace.service.server import ListenError, listen_tcp
 from service_harness import connection, running_service, xid_line
 
@@ -171,6 +171,50 @@ def test_restart_replays_the_journal(tmp_path: Path) -> None:
         third.close()
 
 
+def test_snapshots_taken_while_placing_replay_the_same_state(tmp_path: Path) -> None:
+    """Snapshots are built on the journal's own thread from what was copied under the lock:
+    a hold changed after the copy does not leak into it, the spec documents it reuses are the
+    ones made afresh, and a restart from the last snapshot (plus the events after it) is the
+    state the engine had. Each durability sets SQLite's synchronous as documented."""
+    topology = gpuplace.Topology.preset("h100-superpod", nodes=8)
+    path = tmp_path / "j.db"
+    journal = Journal(path, durability="process")
+    try:
+        assert journal._db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        engine = Engine.open(
+            journal, [(topology.name, lambda: gpuplace.ClusterState(topology))], snapshot_every=3
+        )
+        for i in range(10):
+            engine.place(gpuplace.Job(name=f"j{i}", tp=4, dp=1))
+        engine.release("j3")
+        rt = engine.cluster(None)
+        take = engine.snapshot_body()
+        with engine.lock:
+            engine._record({"op": "hold", "cluster": rt.name, "name": "j4", "set": {"label": "x"}})
+        body = take()["clusters"][rt.name]
+        assert {h["name"]: h for h in body["holds"]}["j4"].get("label") is None
+        assert rt.holds["j4"].label == "x"
+        assert rt.state.snapshot(spec_docs=rt.spec_docs) == rt.state.snapshot()
+        assert set(rt.spec_docs) == set(rt.state.jobs)
+        expected = rt.state.snapshot()
+        holds = {name: hold.to_dict() for name, hold in rt.holds.items()}
+    finally:
+        journal.close()
+    again = Journal(path)
+    try:
+        assert again._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        recovered = again.recover()
+        assert recovered.snapshot is not None and recovered.snapshot_seq >= 9
+        restarted = Engine.open(again, []).cluster(None)
+        assert restarted.state.snapshot() == expected
+        assert {name: hold.to_dict() for name, hold in restarted.holds.items()} == holds
+        assert restarted.state.snapshot(spec_docs=restarted.spec_docs) == expected
+    finally:
+        again.close()
+    with pytest.raises(JournalError, match="durability 'disk': expected one of process, power"):
+        Journal(tmp_path / "other.db", durability="disk")  # type: ignore[arg-type]
+
+
 def test_token_and_where_it_may_listen(tmp_path: Path) -> None:
     # A non-loopback address (TEST-NET-1, RFC 5737) is refused before any socket is bound.
     with pytest.raises(ListenError, match=r"refusing to listen on 192\.0\.2\.1 without"):
@@ -242,12 +286,12 @@ def test_metrics_and_schema(tmp_path: Path) -> None:
         assert "PlaceRequest" in schema["components"]["schemas"]
 
 
-def _serve(tmp_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _serve(tmp_path: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[bytes]:
     with open(tmp_path / "serve.log", "ab") as log:  # the child keeps its own descriptor
-        return _popen(tmp_path, env, log)
+        return _popen(tmp_path, env, log, *extra)
 
 
-def _popen(tmp_path: Path, env: dict[str, str], log) -> subprocess.Popen[bytes]:
+def _popen(tmp_path: Path, env: dict[str, str], log, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             *CLI,
@@ -262,6 +306,7 @@ def _popen(tmp_path: Path, env: dict[str, str], log) -> subprocess.Popen[bytes]:
             str(tmp_path / "s.sock"),
             "--log-level",
             "warning",
+            *extra,
         ],
         env=env,
         stdout=log,
@@ -284,13 +329,17 @@ def _wait_socket(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60)
     raise AssertionError("gpuplace serve did not start")
 
 
-def test_kill_9_loses_no_acknowledged_placement(tmp_path: Path) -> None:
+@pytest.mark.parametrize("durability", ["process", "power"])
+def test_kill_9_loses_no_acknowledged_placement(tmp_path: Path, durability: str) -> None:
     """Four clients place one-GPU jobs as fast as they can; the service is killed with
     SIGKILL mid-way; after a restart every placement that was acknowledged is there, on the
-    GPU it was acknowledged with. (benches/bench_serve.py does this with 1,000.)"""
+    GPU it was acknowledged with, in either durability (``process`` syncs nothing at commit:
+    what the kernel holds survives the process). (benches/bench_serve.py does this with
+    1,000.)"""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     sock = tmp_path / "s.sock"
-    proc = _serve(tmp_path, env)
+    mode = ("--durability", durability)
+    proc = _serve(tmp_path, env, *mode)
     acknowledged: dict[str, list[int]] = {}
     lock = threading.Lock()
     try:
@@ -317,7 +366,7 @@ def test_kill_9_loses_no_acknowledged_placement(tmp_path: Path) -> None:
         for t in threads:
             t.join(timeout=30)
         assert 150 <= len(acknowledged) < 1600
-        proc = _serve(tmp_path, env)
+        proc = _serve(tmp_path, env, *mode)
         _wait_socket(sock, proc)
         jobs = Client(str(sock)).status()["clusters"][0]["jobs"]
         state = Client(str(sock)).state()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -517,9 +517,10 @@ class ClusterState:
 
     # ----------------------------------------------------------------- persistence
     # (the state file format lives in gpuplace.cluster.state_file)
-    def snapshot(self) -> dict[str, Any]:
-        """A JSON-able dictionary of the whole state."""
-        return state_file.snapshot(self)
+    def snapshot(self, *, spec_docs: Mapping[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """A JSON-able dictionary of the whole state. ``spec_docs``: documents of job specs
+        made already (``Job.to_dict()`` by job name), used instead of making them again."""
+        return state_file.snapshot(self, spec_docs=spec_docs)
 
     @classmethod
     def restore(

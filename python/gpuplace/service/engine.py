@@ -16,6 +16,7 @@ or never reached the queue.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import secrets
 import subprocess
@@ -168,6 +169,9 @@ class ClusterRuntime:
     taint_command: list[str] | None = None
     #: Repairs proposed for jobs hit by health changes, by job.
     proposals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The spec document each job was journaled with (``Job.to_dict()``), by job: a snapshot
+    #: reuses them instead of making a thousand again.
+    spec_docs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def topology_ref(topology: Topology) -> dict[str, Any]:
@@ -256,28 +260,44 @@ class Engine:
     def _create(self, name: str, ref: dict[str, Any], snapshot: dict[str, Any]) -> None:
         topology = build_topology(ref)
         state = ClusterState.restore(topology, snapshot, source=f"journal cluster {name}")
-        self.clusters[name] = ClusterRuntime(name, state, ref)
+        rt = ClusterRuntime(name, state, ref)
+        # The documents the state was restored from are its jobs' specs (checked by restore).
+        for job in snapshot.get("jobs", ()):
+            if isinstance(job, dict) and isinstance(job.get("spec"), dict):
+                rt.spec_docs[job["name"]] = job["spec"]
+        self.clusters[name] = rt
         if self.default is None:
             self.default = name
 
     def snapshot_body(self) -> Callable[[], dict[str, Any]]:
-        """A function building a snapshot of the state now (copied under the lock; serialised
-        later, on the journal's thread)."""
+        """A function building a snapshot of the state now. What it needs is copied under the
+        lock, cheaply (the core state is one copy of its arrays; holds are never changed in
+        place, so a copy of the mapping is a copy of them; spec documents are reused), and
+        built later on the journal's snapshot thread, off every request's path."""
         with self.lock:
             copies = {
-                name: (rt.topology_ref, rt.state.copy(), [h.to_dict() for h in rt.holds.values()])
+                name: (rt.topology_ref, rt.state.copy(), dict(rt.holds), dict(rt.spec_docs))
                 for name, rt in self.clusters.items()
             }
 
         def build() -> dict[str, Any]:
             return {
                 "clusters": {
-                    name: {"topology": ref, "state": state.snapshot(), "holds": holds}
-                    for name, (ref, state, holds) in copies.items()
+                    name: {
+                        "topology": ref,
+                        "state": state.snapshot(spec_docs=docs),
+                        "holds": [h.to_dict() for h in holds.values()],
+                    }
+                    for name, (ref, state, holds, docs) in copies.items()
                 }
             }
 
         return build
+
+    def take_snapshot(self) -> int:
+        """Queue a snapshot of the state now in the journal; returns the event it covers."""
+        with self.lock:
+            return self.journal.snapshot(self.snapshot_body())
 
     # ------------------------------------------------------------------ events
     def apply(self, event: dict[str, Any], job: Job | None = None) -> None:
@@ -299,6 +319,8 @@ class Engine:
                 job=spec,
                 phase_slot=int(event.get("slot", 0)),
             )
+            if spec is not None and isinstance(event.get("spec"), dict):
+                rt.spec_docs[event["name"]] = event["spec"]
             if "hold" in event:
                 rt.holds[event["name"]] = Hold.from_dict(event["hold"])
         elif op == "release":
@@ -306,12 +328,14 @@ class Engine:
                 state.release(event["name"])
             rt.holds.pop(event["name"], None)
             rt.proposals.pop(event["name"], None)
+            rt.spec_docs.pop(event["name"], None)
         elif op == "replace":
             spec = job if job is not None else state.specs.get(event["name"])
             if event.get("spec") is not None and job is None:
                 spec = Job.from_dict(event["spec"], source=f"journal job {event['name']}")
             if state.job_gpus(event["name"]) is not None:
                 state.release(event["name"])
+            rt.spec_docs.pop(event["name"], None)  # made again at the next snapshot
             if spec is not None and spec.gpus != len(event["gpus"]):
                 spec = None  # Slurm ran it elsewhere: keep the GPUs, not the rank layout
             state.allocate(
@@ -319,9 +343,8 @@ class Engine:
             )
         elif op == "hold":
             hold = rt.holds.get(event["name"])
-            if hold is not None:
-                for key, value in event["set"].items():
-                    setattr(hold, key, value)
+            if hold is not None:  # a new Hold: a snapshot being built may hold the old one
+                rt.holds[event["name"]] = dataclasses.replace(hold, **event["set"])
         elif op == "health":
             for c in event["changes"]:
                 target = {c["kind"]: c["name"]}
@@ -346,7 +369,7 @@ class Engine:
         self._since_snapshot += 1
         if self._since_snapshot >= self.snapshot_every:
             self._since_snapshot = 0
-            self.journal.snapshot(self.snapshot_body())
+            self.journal.snapshot(self.snapshot_body())  # under the lock (an RLock)
         return seq
 
     # ------------------------------------------------------------------ queries

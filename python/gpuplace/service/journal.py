@@ -1,34 +1,57 @@
-"""The service's journal: every change to the live state, durable before it is acknowledged.
+"""The service's journal: every change to the live state, in the kernel (or on disk) before it
+is acknowledged.
 
-SQLite in WAL mode with ``synchronous=FULL``: a change is a row in ``events``; a transaction
-that commits is on disk (the WAL is fsynced at every commit), so ``kill -9`` (or a power cut)
-loses nothing that was acknowledged, and a half-written transaction is rolled back on the next
-open. Why SQLite rather than a hand-written append-only file: its recovery is tested far beyond
+SQLite in WAL mode: a change is a row in ``events``; a transaction that commits survives the
+end of the service's process however it ends (``kill -9``, an OOM kill, a crash), and a
+half-written transaction is rolled back on the next open. How far past that a commit goes is
+the journal's *durability* (``gpuplace serve --durability``):
+
+- ``process`` (SQLite ``synchronous=NORMAL``): a commit is written to the WAL file, not synced;
+  it survives the service's death, since the data is in the kernel's page cache. A power cut
+  or an operating-system crash may roll back the transactions committed since the WAL was last
+  synced; the checkpointer syncs it every ``checkpoint_every`` seconds (SQLite syncs the WAL
+  before each checkpoint), so that is what may be lost. The database is never corrupted
+  (https://www.sqlite.org/pragma.html#pragma_synchronous, https://www.sqlite.org/wal.html).
+- ``power`` (``synchronous=FULL``): the WAL is synced at every commit: a power cut loses
+  nothing that was acknowledged either, at the cost of one ``fsync`` per group commit.
+
+Why SQLite rather than a hand-written append-only file: its recovery is tested far beyond
 anything a project could write (torn pages, partial writes, crash during checkpoint), the file
 is inspectable with the ``sqlite3`` shell, and snapshot + truncate is one atomic transaction.
 
 One committer thread writes: callers :meth:`Journal.append` events (numbered in the order the
 engine applied them) and :meth:`Journal.wait` for their number; the committer takes everything
-queued at once into one transaction (group commit), so one fsync covers every request that
-arrived meanwhile. Every ``snapshot_every`` events the engine hands a snapshot of the whole
-state (taken at an event number); it is written in the same transaction that deletes the events
-it covers, so a restart reads one snapshot and replays the events after it.
+queued at once into one transaction (group commit), so one write (and one sync) covers every
+request that arrived meanwhile. Every ``snapshot_every`` events the engine hands a snapshot of
+the whole state (taken at an event number); a snapshot thread builds and serialises it, off the
+committer's path (commits go on meanwhile), then the committer writes it in one transaction
+that deletes the events it covers, so a restart reads one snapshot and replays the events after
+it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import queue
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import orjson
 
 from gpuplace.errors import GpuplaceError
 
-__all__ = ["Journal", "JournalError", "Recovered"]
+__all__ = ["DURABILITY", "Durability", "Journal", "JournalError", "Recovered", "dumps"]
+
+Durability = Literal["process", "power"]
+#: ``--durability``: SQLite's ``synchronous`` setting for each.
+DURABILITY: dict[str, str] = {"process": "NORMAL", "power": "FULL"}
+_log = logging.getLogger("gpuplace.serve")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -55,9 +78,22 @@ class Recovered:
 class Journal:
     """The durable log of one service. Thread-safe: any thread may append and wait."""
 
-    def __init__(self, path: str | Path, *, max_batch: int = 512):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_batch: int = 512,
+        durability: Durability = "power",
+        checkpoint_every: float = 2.0,
+    ):
         self.path = Path(path)
         self.max_batch = max_batch
+        if durability not in DURABILITY:
+            raise JournalError(
+                f"durability {durability!r}: expected one of {', '.join(DURABILITY)}"
+            )
+        self.durability = durability
+        self.checkpoint_every = checkpoint_every
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if not self.path.exists():  # the journal holds who runs where: owner only
@@ -68,7 +104,7 @@ class Journal:
             mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise JournalError(f"{self.path}: SQLite refused WAL mode (got {mode})")
-            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
             # Checkpoints (copying the WAL into the database) run on their own thread and
             # connection, PASSIVE, so a commit never waits behind one.
             self._db.execute("PRAGMA wal_autocheckpoint=0")
@@ -85,7 +121,12 @@ class Journal:
             raise JournalError(f"{self.path}: cannot open the journal: {exc}") from None
         self._next = int(last or 0) + 1
         self._committed = self._next - 1
-        self._queue: list[tuple[int, str] | tuple[int, Callable[[], dict[str, Any]]]] = []
+        #: Events (seq, JSON text) and built snapshots (seq, _Snapshot) to write, in order.
+        self._queue: list[tuple[int, str | _Snapshot]] = []
+        #: Snapshots to build (seq, take), in order; None stops the snapshot thread.
+        self._snapshots: queue.SimpleQueue[tuple[int, Callable[[], Any]] | None] = (
+            queue.SimpleQueue()
+        )
         self._cond = threading.Condition()
         self._failed: BaseException | None = None
         self._closing = False
@@ -104,6 +145,10 @@ class Journal:
             target=self._checkpoint_loop, name="gpuplace-checkpoint", daemon=True
         )
         self._checkpointer.start()
+        self._snapshotter = threading.Thread(
+            target=self._snapshot_loop, name="gpuplace-snapshot", daemon=True
+        )
+        self._snapshotter.start()
 
     # ------------------------------------------------------------------ reading
     def recover(self) -> Recovered:
@@ -142,7 +187,7 @@ class Journal:
     def append(self, event: dict[str, Any]) -> int:
         """Queue an event; returns its number. Call in the order the changes were applied
         (the engine holds its lock)."""
-        body = json.dumps(event, separators=(",", ":"))
+        body = dumps(event)
         with self._cond:
             self._raise_if_failed()
             seq = self._next
@@ -151,14 +196,15 @@ class Journal:
             self._cond.notify_all()
         return seq
 
-    def snapshot(self, take: Callable[[], dict[str, Any]]) -> int:
-        """Queue a snapshot covering every event appended so far; ``take`` builds its body and
-        runs on the committer thread (so the caller need not wait for it to serialise)."""
+    def snapshot(self, take: Callable[[], Any]) -> int:
+        """Queue a snapshot covering every event appended so far (call it holding the lock
+        that orders the appends); ``take`` builds its body (a JSON-able value) on the snapshot
+        thread, so neither the caller nor the committer waits for it to be built and
+        serialised; the committer writes it once it is."""
         with self._cond:
             self._raise_if_failed()
             seq = self._next - 1
-            self._queue.append((seq, take))
-            self._cond.notify_all()
+        self._snapshots.put((seq, take))
         return seq
 
     def wait(self, seq: int, timeout: float | None = None) -> None:
@@ -174,7 +220,9 @@ class Journal:
                 self._cond.wait(left)
 
     def close(self) -> None:
-        """Write what is queued, then close."""
+        """Build the snapshots asked for, write what is queued, then close."""
+        self._snapshots.put(None)
+        self._snapshotter.join(timeout=60)
         with self._cond:
             self._closing = True
             self._cond.notify_all()
@@ -197,13 +245,31 @@ class Journal:
         if self._failed is not None:
             raise JournalError(f"{self.path}: the journal failed: {self._failed}")
 
-    def _checkpoint_loop(self, every: float = 2.0) -> None:
+    def _snapshot_loop(self) -> None:
+        while (item := self._snapshots.get()) is not None:
+            seq, take = item
+            try:
+                body = _Snapshot(dumps(take()))
+            except Exception:  # the events stay in the journal: nothing is lost, only slower
+                _log.exception("snapshot at event %d not taken", seq)
+                continue
+            with self._cond:
+                if self._failed is not None:
+                    return
+                self._queue.append((seq, body))
+                self._cond.notify_all()
+
+    def _checkpoint_loop(self) -> None:
+        """PASSIVE checkpoints (never waiting for the committer, never making it wait); with
+        ``process`` durability, each syncs the WAL first: what a power cut may take is what
+        was committed since the last one."""
         try:
             db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
+            db.execute(f"PRAGMA synchronous={DURABILITY[self.durability]}")
         except sqlite3.Error:
             return
         try:
-            while not self._stop.wait(every):
+            while not self._stop.wait(self.checkpoint_every):
                 try:
                     db.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 except sqlite3.Error:
@@ -250,7 +316,7 @@ class Journal:
                 if rows:
                     db.executemany("INSERT INTO events VALUES (?, ?, ?)", rows)
                     rows = []
-                body = json.dumps(item(), separators=(",", ":"))
+                body = item.body
                 db.execute("INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)", (seq, now, body))
                 db.execute("DELETE FROM events WHERE seq <= ?", (seq,))
                 db.execute("DELETE FROM snapshots WHERE seq < ?", (seq,))
@@ -260,3 +326,21 @@ class Journal:
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+
+@dataclass
+class _Snapshot:
+    """A snapshot's body, built and serialised: what the committer writes."""
+
+    body: str
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text: orjson (numpy values too; about fifty times faster than the standard
+    library on a snapshot), or the standard library for what orjson refuses (integers over 64
+    bits). The documents the journal holds are checked to have finite numbers only (orjson
+    would write NaN as null)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    except TypeError:
+        return json.dumps(value, separators=(",", ":"))
