@@ -594,22 +594,19 @@ pub fn class_loads(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Vec<Load> {
     if topo.uplink_count() == 0 {
         return per_class;
     }
-    // The running collectives of each class, in the job's order.
-    let mut by_class: Vec<Vec<usize>> = vec![Vec::new(); job.num_classes];
-    for (i, c) in job.collectives.iter().enumerate() {
-        if c.count > 0.0 && c.bytes > 0.0 {
-            by_class[c.class as usize].push(i);
-        }
-    }
     let mut members = Vec::new();
     SlotSums::with(topo, |sums| {
-        for (class, collectives) in by_class.iter().enumerate() {
-            for &i in collectives {
-                let c = &job.collectives[i];
+        for (class, out) in per_class.iter_mut().enumerate() {
+            // The class's running collectives, in the job's order (a job has a few classes).
+            let running = job
+                .collectives
+                .iter()
+                .filter(|c| c.class as usize == class && c.count > 0.0 && c.bytes > 0.0);
+            for c in running {
                 ordered_members(topo, job, c.group, c.kind, gpus, &mut members);
                 collective_load_into(topo, c.kind, &members, |s, v| sums.add(s, v));
             }
-            per_class[class] = sums.take();
+            *out = sums.take();
         }
     });
     per_class
