@@ -595,6 +595,7 @@ pub fn class_loads(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Vec<Load> {
         return per_class;
     }
     let mut members = Vec::new();
+    let nvlink = topo.nvlink_level();
     SlotSums::with(topo, |sums| {
         for (class, out) in per_class.iter_mut().enumerate() {
             // The class's running collectives, in the job's order (a job has a few classes).
@@ -603,6 +604,17 @@ pub fn class_loads(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Vec<Load> {
                 .iter()
                 .filter(|c| c.class as usize == class && c.count > 0.0 && c.bytes > 0.0);
             for c in running {
+                // A collective inside one NVLink domain crosses no uplink: nothing to order
+                // or rate (a 16,384-rank job has thousands of such tp groups).
+                let row = job.groups.row(c.group as usize);
+                let inside = row.first().is_some_and(|&r0| {
+                    let d = topo.domain_of(gpus[r0 as usize] as usize, nvlink);
+                    row.iter()
+                        .all(|&r| topo.domain_of(gpus[r as usize] as usize, nvlink) == d)
+                });
+                if inside {
+                    continue;
+                }
                 ordered_members(topo, job, c.group, c.kind, gpus, &mut members);
                 collective_load_into(topo, c.kind, &members, |s, v| sums.add(s, v));
             }
