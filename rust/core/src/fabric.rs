@@ -450,13 +450,101 @@ fn healthy_rates(topo: &Topology, kind: CollectiveKind, members: &[u32]) -> (f64
 /// Push the load (GB/s per direction slot) of one collective over `members` onto `out`
 /// (unmerged).
 pub fn collective_load(topo: &Topology, kind: CollectiveKind, members: &[u32], out: &mut Load) {
+    collective_load_into(topo, kind, members, |s, v| out.push((s, v)));
+}
+
+/// [`collective_load`], each flow's (slot, GB/s) handed to `add`.
+fn collective_load_into(
+    topo: &Topology,
+    kind: CollectiveKind,
+    members: &[u32],
+    mut add: impl FnMut(u32, f64),
+) {
     if members.len() < 2 || topo.uplink_count() == 0 {
         return;
     }
     let rate = healthy_rate(topo, kind, members);
     collective_flows(kind, members, |a, b, fraction| {
-        flow_slots(topo, a, b, |s| out.push((s as u32, rate * fraction)));
+        flow_slots(topo, a, b, |s| add(s as u32, rate * fraction));
     });
+}
+
+/// Sums per direction slot, dense over the fabric's slots with the list of slots touched:
+/// a job's flows are summed in the order they come and read back by slot, without sorting
+/// every flow (a 16,384-rank job pushes some 10^5 of them).
+struct SlotSums {
+    sum: Vec<f64>,
+    touched: Vec<u32>,
+    seen: Vec<bool>,
+}
+
+thread_local! {
+    /// One accumulator per thread, kept between calls (a small job's load is computed tens
+    /// of thousands of times a second; allocating the dense rows each time would cost more
+    /// than its flows).
+    static SLOT_SUMS: RefCell<SlotSums> = const {
+        RefCell::new(SlotSums {
+            sum: Vec::new(),
+            touched: Vec::new(),
+            seen: Vec::new(),
+        })
+    };
+}
+
+impl SlotSums {
+    /// Run `f` with this thread's accumulator, sized for `topo` (empty on entry and exit).
+    fn with<R>(topo: &Topology, f: impl FnOnce(&mut SlotSums) -> R) -> R {
+        SLOT_SUMS.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut sums) => {
+                sums.resize(topo);
+                f(&mut sums)
+            }
+            // Re-entered (not expected): a fresh accumulator.
+            Err(_) => {
+                let mut sums = SlotSums {
+                    sum: Vec::new(),
+                    touched: Vec::new(),
+                    seen: Vec::new(),
+                };
+                sums.resize(topo);
+                f(&mut sums)
+            }
+        })
+    }
+
+    fn resize(&mut self, topo: &Topology) {
+        let slots = 2 * topo.uplink_count();
+        if self.sum.len() < slots {
+            self.sum.resize(slots, 0.0);
+            self.seen.resize(slots, false);
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, slot: u32, v: f64) {
+        let s = slot as usize;
+        if !self.seen[s] {
+            self.seen[s] = true;
+            self.touched.push(slot);
+        }
+        self.sum[s] += v;
+    }
+
+    /// The sums by slot (sorted), and the accumulator emptied for the next use.
+    fn take(&mut self) -> Load {
+        self.touched.sort_unstable();
+        let out = self
+            .touched
+            .iter()
+            .map(|&s| (s, self.sum[s as usize]))
+            .collect();
+        for &s in &self.touched {
+            self.sum[s as usize] = 0.0;
+            self.seen[s as usize] = false;
+        }
+        self.touched.clear();
+        out
+    }
 }
 
 /// Sort by slot and sum the entries of each slot.
@@ -507,31 +595,46 @@ pub fn class_loads(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Vec<Load> {
         return per_class;
     }
     let mut members = Vec::new();
-    for c in &job.collectives {
-        if c.count <= 0.0 || c.bytes <= 0.0 {
-            continue;
+    let nvlink = topo.nvlink_level();
+    SlotSums::with(topo, |sums| {
+        for (class, out) in per_class.iter_mut().enumerate() {
+            // The class's running collectives, in the job's order (a job has a few classes).
+            let running = job
+                .collectives
+                .iter()
+                .filter(|c| c.class as usize == class && c.count > 0.0 && c.bytes > 0.0);
+            for c in running {
+                // A collective inside one NVLink domain crosses no uplink: nothing to order
+                // or rate (a 16,384-rank job has thousands of such tp groups).
+                let row = job.groups.row(c.group as usize);
+                let inside = row.first().is_some_and(|&r0| {
+                    let d = topo.domain_of(gpus[r0 as usize] as usize, nvlink);
+                    row.iter()
+                        .all(|&r| topo.domain_of(gpus[r as usize] as usize, nvlink) == d)
+                });
+                if inside {
+                    continue;
+                }
+                ordered_members(topo, job, c.group, c.kind, gpus, &mut members);
+                collective_load_into(topo, c.kind, &members, |s, v| sums.add(s, v));
+            }
+            *out = sums.take();
         }
-        ordered_members(topo, job, c.group, c.kind, gpus, &mut members);
-        collective_load(topo, c.kind, &members, &mut per_class[c.class as usize]);
-    }
-    for class in &mut per_class {
-        merge(class);
-    }
+    });
     per_class
 }
 
 /// The load of a placed job: per direction slot, its heaviest class's demand (GB/s).
 pub fn job_load(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Load {
-    let mut peak: HashMap<u32, f64> = HashMap::new();
-    for class in class_loads(topo, job, gpus) {
-        for (s, v) in class {
-            let slot = peak.entry(s).or_insert(0.0);
-            *slot = slot.max(v);
-        }
+    let classes = class_loads(topo, job, gpus);
+    match classes.len() {
+        0 => Vec::new(),
+        1 => classes.into_iter().next().unwrap_or_default(),
+        _ => classes
+            .iter()
+            .skip(1)
+            .fold(classes[0].clone(), |acc, class| peak(&acc, class)),
     }
-    let mut out: Load = peak.into_iter().collect();
-    out.sort_unstable_by_key(|&(s, _)| s);
-    out
 }
 
 /// Per slot, the larger of two merged loads.

@@ -535,13 +535,24 @@ impl ClusterState {
         for &g in gpus {
             self.check_takeable(g as usize, Some(slot), true)?;
         }
+        // Only the GPUs given up and those taken change (a repair moves a few ranks of a job
+        // that may hold thousands of GPUs).
+        let mut kept = vec![false; self.topo.num_gpus()];
+        for &g in gpus {
+            kept[g as usize] = self.owner[g as usize] == slot;
+        }
         for &g in &old {
-            let before = self.flags(g as usize);
-            self.owner[g as usize] = NO_JOB;
-            self.settle(g as usize, before);
+            if !kept[g as usize] {
+                let before = self.flags(g as usize);
+                self.owner[g as usize] = NO_JOB;
+                self.settle(g as usize, before);
+            }
         }
         for &g in gpus {
             let g = g as usize;
+            if kept[g] && !self.spare[g] {
+                continue;
+            }
             let before = self.flags(g);
             self.owner[g] = slot;
             self.spare[g] = false;
