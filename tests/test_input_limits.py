@@ -633,7 +633,105 @@ def test_a_yaml_document_past_the_yaml_size_limit_is_refused_before_parsing(tmp_
     path = tmp_path / "big.yaml"
     path.write_text("name: a\nparallelism: {tp: 8}\n" + "# padding\n" * 1_800_000)
     out = refused("from gpuplace import Job", f"Job.load({str(path)!r})", "InvalidJob", seconds=20)
-    assert "big.yaml: a YAML document of 18000029 characters; at most 16777216" in out
+    assert "big.yaml: larger than 16777216 bytes; refusing it as YAML" in out
+
+
+@pytest.mark.parametrize(
+    ("reader", "call", "error"),
+    [
+        ("failures", "load_failures(PATH)", "InvalidJob"),
+        ("rules", "load_rules(PATH)", "InvalidState"),
+        ("job", "Job.load(PATH)", "InvalidJob"),
+        ("workload", "load_workload(PATH)", "InvalidJob"),
+    ],
+)
+def test_a_large_yaml_file_is_refused_before_it_is_read_whole(tmp_path, reader, call, error):
+    """Found by the fuzzer: a 60 MB failures file raised MemoryError under the 256 MB budget
+    (read whole, up to 64 MiB, and decoded at four bytes a character before the YAML size
+    check). A YAML file is now read up to its own limit, 16 MiB, and no further."""
+    path = tmp_path / f"{reader}.yaml"
+    line = "causes: # " + "\U0001f600" * 1000 + "\n"
+    with open(path, "w", encoding="utf-8") as handle:
+        for _ in range(15_000):  # 60 MB, 15 M characters of four bytes each in a str
+            handle.write(line)
+    setup = (
+        "from gpuplace import Job\nfrom gpuplace.health.judge import load_rules\n"
+        "from gpuplace.sim.failures import load_failures\n"
+        f"from gpuplace.sim.traces import load_workload\nPATH = {str(path)!r}"
+    )
+    # Room for the imports (about 160 MB) and the 16 MiB read, not for the whole file decoded.
+    out = refused(setup, call, error, seconds=60, memory_mb=448)
+    assert f"{reader}.yaml: larger than 16777216 bytes; refusing it as YAML" in out
+
+
+# Keys given twice: PyYAML's were refused already; json kept the last one silently.
+@pytest.mark.parametrize(
+    ("name", "read", "error"),
+    [
+        ("job.json", gpuplace.Job.load, InvalidJob),
+        ("topology.json", gpuplace.Topology.load, InvalidTopology),
+        ("workload.json", load_workload, InvalidJob),
+        ("sinfo.json", slurm.read_sinfo, InvalidState),
+        ("squeue.json", slurm.read_squeue, InvalidState),
+        ("requests.json", lambda path: read_requests(str(path)), InvalidJob),
+    ],
+)
+def test_a_key_given_twice_in_a_json_document_is_refused_with_its_line(tmp_path, name, read, error):
+    path = tmp_path / name
+    path.write_text('{\n "a": {"x": 1, "y": [{"x": 2}]},\n "name": "one",\n "name": "two"\n}\n')
+    with pytest.raises(
+        error, match=rf"{name}: line 4: invalid JSON: the key str 'name' is given twice"
+    ):
+        read(path)
+
+
+def test_a_key_given_twice_in_a_state_file_is_refused(tmp_path):
+    topology = gpuplace.Topology.preset("h100-superpod", nodes=1)
+    path = tmp_path / "s.json"
+    gpuplace.ClusterState(topology).save(path)
+    text = path.read_text()
+    assert gpuplace.ClusterState.load(topology, path) is not None  # the writer's own: no duplicate
+    path.write_text(text.replace('{"checksum"', '{"checksum": "x", "checksum"', 1))
+    with pytest.raises(InvalidState, match=r"s\.json: line 1: .*'checksum' is given twice"):
+        gpuplace.ClusterState.load(topology, path)
+
+
+def test_a_key_given_twice_in_an_extender_body_is_a_bad_request():
+    from gpuplace.integrations.extender import parse_body
+
+    with pytest.raises(BadRequest, match=r"body: line 2: invalid JSON: the key str 'Pod' is given"):
+        parse_body(b'{"Pod": {},\n "Pod": {}, "NodeNames": []}')
+    with pytest.raises(BadRequest, match=r"body: not UTF-8"):
+        parse_body(b'{"Pod": "\xff"}')
+    assert parse_body(b'{"Pod": {"a": 1}, "NodeNames": ["n"]}')["NodeNames"] == ["n"]
+
+
+def test_yaml_is_read_by_libyaml_within_the_same_budgets():
+    """libyaml scans and parses (four times the pure reader's bytes/s, benches/README.md); the
+    budgets, duplicate keys and line numbers are those of the pure loader, on which the same
+    documents give the same values."""
+    from gpuplace._util import documents
+
+    if not yaml.__with_libyaml__:
+        pytest.skip("PyYAML without libyaml: the pure loader is the only one")
+    assert documents._LOADERS[0].__name__ == "_FastBoundedLoader"
+    texts = [
+        p.read_text() for p in sorted([*DATA.rglob("*.yaml"), *(ROOT / "examples").rglob("*.yaml")])
+    ]
+    assert len(texts) >= 5
+    for text in texts:
+        fast, pure = documents._LOADERS[0](text), documents._BoundedLoader(text)
+        assert fast.get_single_data() == pure.get_single_data()
+    with pytest.raises(InvalidJob, match=r"j\.yaml: line 3, column 1: .*'name' is given twice"):
+        documents.parse_yaml("name: a\nx: 1\nname: b\n", "j.yaml", InvalidJob)
+    # libyaml counts bytes where the pure reader counted characters: the line stays right
+    with pytest.raises(InvalidJob, match=r"j\.yaml: line 3: invalid YAML: character #x0001"):
+        documents.parse_yaml("a: \u00e9\u00e9\u00e9\nb: \u00e9\nc: \x01\n", "j.yaml", InvalidJob)
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(7)
+    )
+    with pytest.raises(InvalidJob, match=r"line \d+, column \d+: invalid YAML: aliases repeat"):
+        documents.parse_yaml(bomb, "j.yaml", InvalidJob)
 
 
 # Found by the fuzzer (tests/fuzz/engine.py): three health readers were superlinear in the
@@ -693,6 +791,29 @@ def test_dcgmi_diag_thousands_of_warning_lines_are_linear():
     gpu, length, count = out.split()
     assert (gpu, count) == ("2", "20000")
     assert int(length) < 40 * 20_000  # the message once, not once per line
+
+
+def test_dcgmi_health_stream_fed_in_small_pieces_is_linear():
+    # DcgmiHealthStream.feed searched all the lines it held for the table's head, rule and
+    # closing border on every call: a table of 40,000 rows fed 32 bytes at a time scanned
+    # about 7e8 lines. Each line is now examined once; 1,000,000 one-byte feeds follow.
+    out = bounded(
+        """
+        from gpuplace.health.readers import DcgmiHealthStream
+        head = b"+---+\\n| Health Monitor Report |\\n+===+\\n| GPU | |\\n| -> 0 | Warning |\\n"
+        rows = b"|    -> Power system | Warning |\\n" * 40_000
+        table = head + rows + b"+---+\\n"
+        stream = DcgmiHealthStream("dcgm.log")
+        found = [ev for i in range(0, len(table), 32) for ev in stream.feed(table[i : i + 32])]
+        print(len(found), found[-1].line)
+        blanks = b"+" + b" " * 1_000_000 + b"\\n"  # one long line, one byte at a time
+        for i in range(len(blanks)):
+            stream.feed(blanks[i : i + 1])
+        print(stream.result.lines)
+        """,
+        seconds=60,
+    )
+    assert out.split() == ["40000", str(5 + 40_000), str(5 + 40_000 + 1 + 1)]
 
 
 def test_nvidia_smi_nvlink_gpu_line_with_long_blanks_is_linear():
@@ -851,6 +972,25 @@ def test_scontrol_records_with_long_blanks_are_linear():
         seconds=20,
     )
     assert out.split() == ["gpu", "200002", "n[1-2]", "cpu=8,mem=1G"]
+
+
+def test_scontrol_records_of_a_large_output_take_little_more_than_the_text():
+    # Found by a 10-minute fuzz run: 60 MB of output (300 lines of 200 kB) ran out of the 256 MB
+    # budget, copied once as lines and once more as stripped lines. Lines are now searched in
+    # place; here 60 MB of text (120 MB as a str of two-byte characters) in 448 MB in all.
+    out = bounded(
+        """
+        from gpuplace.integrations.slurmctld import read_records
+        line = "PartitionName=\u20ac " + "- " * 100_000 + "Nodes=n[1-2]\\n"
+        text = line * 300
+        records = read_records(text)
+        value = records[0]["PartitionName"]
+        print(len(records), value[0], len(value), records[-1]["Nodes"])
+        """,
+        seconds=60,
+        memory_mb=448,
+    )
+    assert out.split() == ["300", "\u20ac", "200001", "n[1-2]"]
 
 
 def test_cluster_files_name_the_line(tmp_path):

@@ -435,7 +435,7 @@ from gpuplace import io
 from gpuplace.errors import GpuplaceError, InvalidJob
 from gpuplace.integrations import slurm
 from gpuplace.integrations import slurmctld as ctld
-from gpuplace.integrations.extender import BadRequest, Extender
+from gpuplace.integrations.extender import MAX_BODY, BadRequest, Extender, parse_body
 from gpuplace.health import readers as health
 from gpuplace.health.judge import load_rules
 from gpuplace.sim.traces import load_workload, philly, openb as openb_trace
@@ -463,9 +463,15 @@ def extender():
     return _EXTENDER
 
 def json_body(path):
-    # The service parses request bodies with the same bounded parser.
-    from gpuplace._util.documents import parse_json
-    return parse_json(path.read_text(encoding="utf-8", errors="replace"), "body", InvalidJob)
+    # As the service takes a request body: refused past its size limit (HTTP 413) without
+    # reading further, then parse_body (strict UTF-8, the bounded JSON parser). The whole file
+    # read first (as here until a 73 MB body blew the memory budget) is not what it does.
+    limit = MAX_BODY  # the service's default (Limits.max_body)
+    with open(path, "rb") as handle:
+        raw = handle.read(limit + 1)
+    if len(raw) > limit:
+        raise InvalidJob(f"request body over {limit} bytes")
+    return parse_body(raw)
 
 def extender_call(verb, path):
     # BadRequest is the extender's error for a bad body (HTTP 400), named field and all.
@@ -517,6 +523,7 @@ def worker_main() -> None:  # pragma: no cover - runs in the child
         data = stdin.read(size)
         path = tmp / f"input{frame['suffix']}"
         path.write_bytes(data)
+        del data  # the reader's memory, not the frame's: a 60 MB input is read from the file
         code = compiled.setdefault(frame["call"], compile(frame["call"], "<target>", "eval"))
         namespace["path"] = path
         outcome, detail = "ok", ""

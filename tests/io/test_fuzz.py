@@ -215,3 +215,23 @@ def test_the_fuzzer_judges_hangs_on_cpu_time():
         assert time.monotonic() - start < 10  # stopped at ten times the budget, not 30 s
     finally:
         worker.stop()
+
+
+def test_an_extender_body_over_the_services_limit_is_refused_unread():
+    """The extender targets read the whole body before parsing it, which the service does not:
+    a 73 MB body blew the fuzzer's memory budget. The service answers a body over its limit
+    413 before reading further; the targets now take a body as it does (parse_body)."""
+    from gpuplace.integrations.extender import MAX_BODY
+    from gpuplace.service.app import Limits
+
+    assert Limits().max_body == MAX_BODY
+    worker = engine.Worker(engine.MEMORY_MB)
+    try:
+        body = b"\xff" * 80_000_000  # decoded with replacement: 160 MB in a str
+        for target in ("extender-filter", "extender-prioritize"):
+            outcome, detail = worker.run(engine.TARGETS[target], body, timeout=engine.TIMEOUT_S)
+            assert (outcome, detail) == ("error", f"request body over {MAX_BODY} bytes")
+        outcome, detail = worker.run(engine.TARGETS["extender-filter"], b"\xff", timeout=5.0)
+        assert (outcome, detail) == ("error", "body: not UTF-8 (byte 0)")
+    finally:
+        worker.stop()

@@ -441,6 +441,18 @@ def test_dcgmi_health_stream_yields_each_table_when_it_closes() -> None:
     ]
 
 
+def test_dcgmi_health_stream_keeps_a_character_split_between_chunks() -> None:
+    from gpuplace.health.readers import DcgmiHealthStream
+
+    table = (DATA / "dcgmi-health-c-l4-dcgm461.txt").read_bytes()
+    table = table.replace(b"power violation", "power viol\u00e9tion".encode())
+    stream = DcgmiHealthStream("dcgm.log")
+    found = [ev for i in range(len(table)) for ev in stream.feed(table[i : i + 1])]
+    (power,) = found  # one byte at a time: the two bytes of the e-acute arrive apart
+    assert "power viol\u00e9tion in GPU 0" in power.values["message"]
+    assert (power.line, stream.result.lines) == (8, table.count(b"\n"))
+
+
 @given(
     fmt=st.sampled_from(sorted(FORMATS)),
     data=st.one_of(

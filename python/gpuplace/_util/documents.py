@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -51,6 +51,7 @@ MAX_ALIAS_NODES = 1_000_000
 #: budget under the fuzzer. Real YAML documents are small (a 131,072-GPU preset is 50 kB);
 #: larger ones go as JSON.
 MAX_YAML_BYTES = 16 * 1024 * 1024
+_YAML_HINT = " as YAML (write a document this large as JSON)"
 #: Every integer a document gives must fit the core's 64-bit integers.
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -185,10 +186,15 @@ def decode_utf8(data: bytes, source: object, error: type[GpuplaceError]) -> str:
 
 
 def read_bytes(
-    path: str | os.PathLike[str], error: type[GpuplaceError], *, limit: int = MAX_DOCUMENT_BYTES
+    path: str | os.PathLike[str],
+    error: type[GpuplaceError],
+    *,
+    limit: int = MAX_DOCUMENT_BYTES,
+    hint: str = "",
 ) -> bytes:
     """The bytes of a user's file, at most ``limit`` of them (a larger file is refused without
-    being read further); ``error`` names the file when it is missing or cannot be read."""
+    being read further, with ``hint`` after the message); ``error`` names the file when it is
+    missing or cannot be read."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(limit + 1)
@@ -197,7 +203,7 @@ def read_bytes(
     except OSError as exc:
         raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
     if len(data) > limit:
-        raise error(f"{path}: larger than {limit} bytes; refusing it")
+        raise error(f"{path}: larger than {limit} bytes; refusing it{hint}")
     return data
 
 
@@ -248,6 +254,55 @@ class _TooManyDigits(ValueError):
     pass
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+#: The tokens of JSON that matter to find a key: strings and punctuation (each character
+#: starts at most one alternative, so the search is linear).
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:]')
+
+
+def _duplicate_key_line(text: str) -> int | None:
+    """The line of the first key given twice in one object of ``text`` (JSON that parsed up to
+    there), found by a second, linear pass: only when a duplicate was seen."""
+    stack: list[set[str] | None] = []
+    pending: re.Match[str] | None = None
+    for token in _JSON_TOKEN.finditer(text):
+        kind = token.group()
+        if kind == ":" and pending is not None and stack and stack[-1] is not None:
+            key = json.loads(pending.group())
+            if key in stack[-1]:
+                return _line_of(text, pending.start())
+            stack[-1].add(key)
+        pending = None
+        if kind == "{":
+            stack.append(set())
+        elif kind == "[":
+            stack.append(None)
+        elif kind in "}]":
+            if stack:
+                stack.pop()
+        elif kind.startswith('"'):
+            pending = token
+    return None
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members as a dict, refusing a key given twice (``json`` keeps the last
+    silently, as PyYAML did: a second ``"nodes"`` replaced the first without a word)."""
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return document
+
+
 def _bounded_int(text: str) -> int:
     if len(text) > MAX_INT_DIGITS + 1:
         raise _TooManyDigits(text[:20])
@@ -291,11 +346,17 @@ def parse_json(
 ) -> Any:
     """Parse JSON text, raising ``error`` as ``<source>: line L, column C: <what>: <why>``;
     integers of more than :data:`MAX_INT_DIGITS` digits and nesting deeper than
-    :data:`MAX_DEPTH` are refused."""
+    :data:`MAX_DEPTH` are refused, and so is a key given twice in one object."""
     try:
-        document = json.loads(text, parse_int=_bounded_int)
+        document = json.loads(text, parse_int=_bounded_int, object_pairs_hook=_unique_pairs)
     except json.JSONDecodeError as exc:
         raise error(f"{source}: line {exc.lineno}, column {exc.colno}: {what}: {exc.msg}") from None
+    except _DuplicateKey as exc:
+        key_line = _duplicate_key_line(text)
+        where = f"line {key_line}: " if key_line else ""
+        raise error(
+            f"{source}: {where}{what}: the key {describe(exc.key)} is given twice in one object"
+        ) from None
     except _TooManyDigits:
         found = _LONG_DIGITS.search(text)
         line = f"line {_line_of(text, found.start())}: " if found else ""
@@ -313,14 +374,26 @@ class _LimitError(yaml.composer.ComposerError):
     """A YAML document over one of the limits (deep nesting, aliases, huge integers)."""
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader with the limits of this module: nesting depth, the number of nodes
-    aliases repeat (each node's expanded size is counted once, as it is composed, so the count
-    costs no more than reading the file), integer digits, and dates that do not exist (an
-    error instead of Python's ValueError)."""
+if TYPE_CHECKING:
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
+    class _LoaderBase(yaml.SafeLoader):  # the methods the mixin calls
+        pass
+
+else:
+    _LoaderBase = object
+
+
+class _Bounded(_LoaderBase):
+    """The limits of this module for a PyYAML loader: nesting depth, the number of nodes
+    aliases repeat (each node's expanded size is counted once, as it is composed, so the count
+    costs no more than reading the file), integer digits, keys given twice, and dates that do
+    not exist (an error instead of Python's ValueError). Mixed into a loader ahead of its
+    composer (:class:`_BoundedLoader`, :class:`_FastBoundedLoader`)."""
+
+    _depth = 0
+    _repeated = 0
+
+    def _start_budget(self) -> None:
         self._depth = 0
         self._repeated = 0
         self._sizes: dict[int, int] = {}
@@ -404,10 +477,50 @@ class _BoundedLoader(yaml.SafeLoader):
             ) from None
 
 
-_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
-_BoundedLoader.add_constructor(
-    "tag:yaml.org,2002:timestamp", _BoundedLoader.construct_yaml_timestamp
-)
+class _BoundedLoader(_Bounded, yaml.SafeLoader):
+    """PyYAML's pure-Python safe loader with the limits (the fallback where PyYAML was built
+    without libyaml)."""
+
+    def __init__(self, stream: str) -> None:
+        yaml.SafeLoader.__init__(self, stream)
+        self._start_budget()
+
+
+#: PyYAML's libyaml binding (``yaml.CParser``), where it was built with it.
+try:
+    from yaml._yaml import CParser as _CParser
+except ImportError:  # pragma: no cover - PyYAML without libyaml
+    _CParser = None
+
+if _CParser is not None:
+
+    class _FastBoundedLoader(
+        _Bounded,
+        yaml.composer.Composer,
+        _CParser,
+        yaml.constructor.SafeConstructor,
+        yaml.resolver.Resolver,
+    ):
+        """The same limits with libyaml reading, scanning and parsing (C, about ten times the
+        pure-Python reader's speed) and PyYAML's Python composer building the nodes from
+        libyaml's events: the composer is the pure loader's, so the depth and alias budgets,
+        the duplicate-key check and the marks (line, column) in messages are the same. (The
+        C composer of ``yaml.CSafeLoader`` cannot be given the budgets.)"""
+
+        def __init__(self, stream: str) -> None:
+            _CParser.__init__(self, stream)
+            yaml.composer.Composer.__init__(self)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+            self._start_budget()
+
+    _LOADERS: tuple[type[Any], ...] = (_FastBoundedLoader, _BoundedLoader)
+else:  # pragma: no cover - PyYAML without libyaml
+    _LOADERS = (_BoundedLoader,)
+
+for _loader in _LOADERS:
+    _loader.add_constructor("tag:yaml.org,2002:int", _Bounded.construct_yaml_int)
+    _loader.add_constructor("tag:yaml.org,2002:timestamp", _Bounded.construct_yaml_timestamp)
 
 
 _FLOW_BRACKET = re.compile(r"[\[\]{}]")
@@ -447,14 +560,25 @@ def parse_yaml(text: str, source: str | os.PathLike[str], error: type[GpuplaceEr
             f"{source}: line {deep}: invalid YAML: nested too deeply (more than {MAX_DEPTH} "
             "levels of [ and {)"
         )
-    loader: _BoundedLoader | None = None
+    loader: Any = None
     try:
-        loader = _BoundedLoader(text)
+        try:
+            loader = _LOADERS[0](text)
+        except UnicodeEncodeError:  # a lone surrogate: the pure reader names its line
+            loader = _BoundedLoader(text)
         return loader.get_single_data()
     except RecursionError:
         raise error(f"{source}: invalid YAML: nested too deeply") from None
     except yaml.reader.ReaderError as exc:
-        line = _line_of(text, exc.position) if isinstance(exc.position, int) else None
+        line = None
+        if isinstance(exc.position, int):
+            # libyaml counts bytes of the UTF-8 text, the pure reader characters.
+            pure = isinstance(loader, _BoundedLoader)
+            line = (
+                _line_of(text, exc.position)
+                if pure
+                else text.encode("utf-8").count(b"\n", 0, exc.position) + 1
+            )
         where = f"line {line}: " if line else ""
         raise error(
             f"{source}: {where}invalid YAML: character #x{exc.character:04x} is not allowed"
@@ -477,11 +601,25 @@ def parse_document(
     return parse_json(text, source, error) if json_ else parse_yaml(text, source, error)
 
 
+def read_yaml_text(path: str | os.PathLike[str], error: type[GpuplaceError]) -> str:
+    """The text of a YAML file, at most :data:`MAX_YAML_BYTES` of it: a larger file is refused
+    before it is read further (read whole and decoded, a 60 MB file of non-ASCII text took
+    four bytes a character and ran out of the fuzzer's 256 MB before the YAML size check)."""
+    data = read_bytes(path, error, limit=MAX_YAML_BYTES, hint=_YAML_HINT)
+    return decode_utf8(data, path, error)
+
+
+def read_yaml(path: str | os.PathLike[str], error: type[GpuplaceError]) -> Any:
+    """Read and parse a YAML file within the limits, raising ``error`` with the file and line."""
+    return parse_yaml(read_yaml_text(path, error), path, error)
+
+
 def read_document(path: str | os.PathLike[str], error: type[GpuplaceError]) -> Any:
     """Read a YAML or JSON file (by suffix), raising ``error`` with the file and line."""
     path = Path(path)
-    text = read_text(path, error)
-    return parse_document(text, path, error, json_=path.suffix.lower() == ".json")
+    if path.suffix.lower() == ".json":
+        return parse_json(read_text(path, error), path, error)
+    return read_yaml(path, error)
 
 
 def text_lines(text: str) -> Iterator[str]:

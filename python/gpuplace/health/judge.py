@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
-from gpuplace._util.documents import describe, parse_yaml, read_text
+from gpuplace._util.documents import describe, read_yaml
 from gpuplace.cluster.state import loss_factor, nics_of
 from gpuplace.enums import ComponentKind, Condition, SparePolicy
 from gpuplace.errors import InvalidState
@@ -78,7 +78,7 @@ def load_rules(site: str | os.PathLike[str] | Mapping[str, Any] | None = None) -
         overrides, where = dict(site), "rules"
     else:
         where = str(site)
-        overrides = parse_yaml(read_text(site, InvalidState), where, InvalidState)
+        overrides = read_yaml(site, InvalidState)
         if overrides is None:
             return rules
     if not isinstance(overrides, Mapping):

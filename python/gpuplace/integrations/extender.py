@@ -31,18 +31,32 @@ from gpuplace.errors import GpuplaceError, InvalidJob
 from gpuplace.model.job import Job
 from gpuplace.placement.place import place
 
-__all__ = ["MAX_SCORE", "BadRequest", "Extender", "Planner", "StatePlanner"]
+__all__ = ["MAX_SCORE", "BadRequest", "Extender", "Planner", "StatePlanner", "parse_body"]
 
 MAX_SCORE = 10
 JOB_ANNOTATION = "gpuplace/job"
 GANG_ANNOTATION = "gpuplace/gang"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-MAX_BODY = 8 << 20
+#: The largest request body the service takes by default (``gpuplace serve --max-body``): a
+#: larger one is answered 413 before it is read further, so :func:`parse_body` never sees it.
+MAX_BODY = 1 << 20
 
 
 class BadRequest(ValueError):
     """The request body is not ExtenderArgs; answered with HTTP 400."""
+
+
+def parse_body(raw: bytes) -> Any:
+    """A request body as JSON, with the limits of the documents users write (integer digits,
+    nesting, a key given twice); :class:`BadRequest` naming what is wrong if it is not. (The
+    service has refused a body over its size limit before reading it.)"""
+    try:
+        return parse_json(raw.decode("utf-8"), "body", InvalidJob)
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"body: not UTF-8 (byte {exc.start})") from None
+    except InvalidJob as exc:
+        raise BadRequest(f"{exc} (ExtenderArgs expected)") from None
 
 
 def _obj(value: Any, where: str) -> dict[str, Any]:

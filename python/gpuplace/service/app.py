@@ -51,12 +51,17 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel, Field, ValidationError
 
-from gpuplace._util.documents import parse_json
 from gpuplace._util.hostlist import compress
-from gpuplace.errors import GpuplaceError, Infeasible, InvalidJob
+from gpuplace.errors import GpuplaceError, Infeasible
 from gpuplace.health.readers import read_evidence
 from gpuplace.integrations import slurmctld as ctld
-from gpuplace.integrations.extender import BadRequest, Extender, gang_job_name
+from gpuplace.integrations.extender import (
+    MAX_BODY,
+    BadRequest,
+    Extender,
+    gang_job_name,
+    parse_body,
+)
 from gpuplace.model.job import Job
 from gpuplace.placement.result import Placement
 from gpuplace.service.engine import (
@@ -97,7 +102,7 @@ class Limits:
     """Request size and time limits and the worker pool."""
 
     #: Largest request body (bytes).
-    max_body: int = 1 << 20
+    max_body: int = MAX_BODY
     #: Seconds a request may take, queueing included.
     timeout: float = 10.0
     #: Threads that run requests (placement, repair, ...).
@@ -764,10 +769,7 @@ def build_app(service: Service) -> FastAPI:
             raw = await request.body()
 
             def work(ticket: Ticket) -> Any:
-                try:
-                    args = parse_json(raw.decode("utf-8"), "body", InvalidJob)
-                except (InvalidJob, UnicodeDecodeError):
-                    raise BadRequest("body is not JSON (ExtenderArgs expected)") from None
+                args = parse_body(raw)
                 if name == "filter":
                     return service.extender.filter(args)
                 if name == "prioritize":

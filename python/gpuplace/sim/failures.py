@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuplace._util.documents import describe, parse_yaml, read_text
+from gpuplace._util.documents import describe, read_yaml
 from gpuplace.errors import InvalidJob
 
 __all__ = ["COMPONENTS", "Cause", "FailureModel", "llama3", "load_failures"]
@@ -131,7 +131,7 @@ def load_failures(spec: str) -> FailureModel | None:
         raise InvalidJob(
             f"unknown failure model {spec!r}: neither llama3, none nor an existing file"
         )
-    document: Any = parse_yaml(read_text(path, InvalidJob), path, InvalidJob)
+    document: Any = read_yaml(path, InvalidJob)
     if not isinstance(document, dict) or not isinstance(document.get("causes"), list):
         raise InvalidJob(f"{path}: expected a mapping with a list 'causes'")
     causes = []

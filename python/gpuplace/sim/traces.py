@@ -40,7 +40,7 @@ from gpuplace._util.documents import (
     csv_rows,
     decode_utf8,
     describe,
-    parse_document,
+    read_document,
     read_text,
     text_lines,
 )
@@ -507,10 +507,9 @@ def load_workload(path: str | Path) -> Workload:
     JSON ``{jobs: [{name: ..., submit_s: ..., gpus: ..., duration_s: ...}, ...]}``. A bad line
     raises :class:`InvalidJob` naming the file, the line (CSV) or job index (YAML) and field."""
     p = Path(path)
-    text = read_text(p, InvalidJob)
     jobs: list[SimJob] = []
     if p.suffix.lower() in (".yaml", ".yml", ".json"):
-        document = parse_document(text, p, InvalidJob, json_=p.suffix.lower() == ".json")
+        document = read_document(p, InvalidJob)
         if not isinstance(document, dict) or not isinstance(document.get("jobs"), list):
             raise InvalidJob(f"{p}: expected a mapping with a list 'jobs'")
         for i, entry in enumerate(document["jobs"]):
@@ -518,7 +517,7 @@ def load_workload(path: str | Path) -> Workload:
                 raise InvalidJob(f"{p}: jobs[{i}]: expected a mapping")
             jobs.append(_job_from_fields(entry, f"{p}: jobs[{i}]"))
     else:
-        reader = csv.DictReader(text_lines(text))
+        reader = csv.DictReader(text_lines(read_text(p, InvalidJob)))
         try:
             fieldnames = reader.fieldnames
         except csv.Error as exc:

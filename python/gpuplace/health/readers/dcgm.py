@@ -14,6 +14,7 @@ results``) gives the same.
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import re
@@ -203,73 +204,74 @@ def read_dcgmi_health(source: Any, *, strict: bool = False) -> ReadResult:
 class DcgmiHealthStream:
     """Successive ``dcgmi health -c`` tables appended to one file (``while :; do dcgmi health
     -c; sleep 60; done >> dcgm.log``): :meth:`feed` returns the evidence of each table as soon
-    as its closing border has arrived, with line numbers in the whole file."""
+    as its closing border has arrived, with line numbers in the whole file.
+
+    Linear in what is fed, however it is cut: a chunk is decoded incrementally (a character
+    split between two chunks is kept whole), a line that has not ended is held in a buffer
+    that is joined once, when it ends, and each line is examined once for the table's head,
+    header rule and closing border (the scan resumes where the last call stopped; it used to
+    restart from the first line held, so a table fed in small pieces cost its lines squared)."""
 
     def __init__(self, name: str, *, host: str | None = None, strict: bool = False):
         self.result = ReadResult(source=name, format="dcgmi-health", host=host)
         self.strict = strict
-        self._partial = ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._partial = io.StringIO()  # the line that has not ended yet
         self._lines: list[str] = []
         self._first = 1  # line number of self._lines[0]
+        self._scan = 0  # the next line of self._lines to examine
+        self._head: int | None = None  # "Health Monitor Report" of the open table
+        self._rule: int | None = None  # its header rule (+===)
 
     def feed(self, data: bytes) -> list[Evidence]:
-        text = self._partial + data.decode("utf-8", "replace")
-        complete = text.split("\n")
-        self._partial = complete.pop()
-        self._lines.extend(complete)
+        text = self._decoder.decode(data)
+        if "\n" not in text:
+            self._partial.write(text)
+            return []
+        complete = (self._partial.getvalue() + text).split("\n")
+        self._partial = io.StringIO(complete.pop())
+        self._partial.seek(0, io.SEEK_END)
+        lines = self._lines
+        lines.extend(complete)
         self.result.lines += len(complete)
         found: list[Evidence] = []
-        while True:
-            end = self._table_end()
-            if end is None:
-                break
-            start, stop = end
-            block = "\n".join(self._lines[start : stop + 1]) + "\n"
-            stream = io.StringIO(block)
-            stream.name = self.result.source
-            table = read_dcgmi_health(stream, strict=self.strict)
-            offset = self._first + start - 1
-            for ev in table.evidence:
-                found.append(replace(ev, line=None if ev.line is None else ev.line + offset))
-            self._first += stop + 1
-            del self._lines[: stop + 1]
-        if (
-            not any("Health Monitor Report" in line for line in self._lines)
-            and len(self._lines) > 1
-        ):
+        done = 0  # lines[:done] belong to tables read already
+        for i in range(self._scan, len(lines)):
+            stripped = lines[i].strip()
+            if self._head is None:
+                if "Health Monitor Report" in stripped:
+                    self._head = i
+            elif self._rule is None:
+                if stripped.startswith("+="):
+                    self._rule = i
+            elif stripped.startswith("+-"):
+                start = max(self._head - 1, done)  # with the border above the head
+                found += self._table(lines, start, i)
+                done = i + 1
+                self._head = self._rule = None
+        if self._head is None:
             # nothing of a table is open: keep only the last line (it may be a table's top border)
-            self._first += len(self._lines) - 1
-            del self._lines[:-1]
+            done = max(done, len(lines) - 1)
+        if done:
+            del lines[:done]
+            self._first += done
+            if self._head is not None:
+                self._head -= done
+            if self._rule is not None:
+                self._rule -= done
+        self._scan = len(lines)
         self.result.evidence.extend(found)
         return found
 
-    def _table_end(self) -> tuple[int, int] | None:
-        head = next(
-            (i for i, line in enumerate(self._lines) if "Health Monitor Report" in line), None
-        )
-        if head is None:
-            return None
-        header_rule = next(
-            (
-                i
-                for i in range(head + 1, len(self._lines))
-                if self._lines[i].strip().startswith("+=")
-            ),
-            None,
-        )
-        if header_rule is None:
-            return None
-        closing = next(
-            (
-                i
-                for i in range(header_rule + 1, len(self._lines))
-                if self._lines[i].strip().startswith("+-")
-            ),
-            None,
-        )
-        if closing is None:
-            return None
-        return max(head - 1, 0), closing
+    def _table(self, lines: list[str], start: int, stop: int) -> list[Evidence]:
+        """The evidence of the table in ``lines[start : stop + 1]``, numbered in the file."""
+        stream = io.StringIO("\n".join(lines[start : stop + 1]) + "\n")
+        stream.name = self.result.source
+        table = read_dcgmi_health(stream, strict=self.strict)
+        offset = self._first + start - 1
+        return [
+            replace(ev, line=None if ev.line is None else ev.line + offset) for ev in table.evidence
+        ]
 
 
 def _health_json(name: str, text: str, strict: bool) -> ReadResult:
