@@ -14,8 +14,10 @@ from pathlib import Path
 
 import gpuplace
 import pytest
+from gpuplace._util.documents import MAX_DOCUMENT_BYTES
 from gpuplace.errors import InvalidJob, InvalidState, InvalidTopology
 from gpuplace.integrations import slurm as sl
+from gpuplace.integrations.slurmctld import Slurmctld, SlurmUnavailable
 
 TOPOLOGY = (
     Path(__file__).parent / "data" / "topologies" / "slurm-topology-conf-tree-manpage-example.conf"
@@ -243,3 +245,20 @@ def test_sinfo_errors_array_is_surfaced() -> None:
     info["errors"] = [{"error_number": 1007, "description": "Protocol authentication error"}]
     with pytest.raises(sl.SlurmError, match="Protocol authentication error"):
         sl.read_sinfo(info)
+
+
+def test_a_slurm_clients_output_is_read_within_its_bound_and_decoded_leniently() -> None:
+    """A client that writes more than the document bound is killed and refused by name (its
+    output was held whole in memory: 73 MB of `scontrol show` took the fuzzer's worker past
+    its memory budget); bytes that are not UTF-8 come through as U+FFFD for the readers to
+    name, not as a raw UnicodeDecodeError; a client that does not answer is slurmctld down."""
+    ctld = Slurmctld(timeout=30)
+    big = f"import sys; sys.stdout.buffer.write(b'x' * {MAX_DOCUMENT_BYTES + 1})"
+    with pytest.raises(sl.SlurmError, match=f"wrote more than {MAX_DOCUMENT_BYTES} bytes"):
+        ctld.run(sys.executable, "-c", big)
+    fits = f"import sys; sys.stdout.buffer.write(b'y' * {MAX_DOCUMENT_BYTES})"
+    assert len(ctld.run(sys.executable, "-c", fits).stdout) == MAX_DOCUMENT_BYTES
+    bad = "import sys; sys.stdout.buffer.write(b'NodeName=n\\xff1 State=IDLE')"
+    assert ctld.run(sys.executable, "-c", bad).stdout == "NodeName=n\ufffd1 State=IDLE"
+    with pytest.raises(SlurmUnavailable, match="did not answer"):
+        Slurmctld(timeout=0.5).run(sys.executable, "-c", "import time; time.sleep(30)")

@@ -377,7 +377,8 @@ TARGETS: dict[str, Target] = {
             "scontrol-show",
             ".txt",
             (),
-            "ctld.read_records(path.read_text(encoding='utf-8', errors='replace'))",
+            # As the service reads it: a client's output through Slurmctld.run (bounded).
+            "ctld.read_records(ctld.Slurmctld().run('cat', str(path)).stdout)",
             ("SCONTROL_SHOW",),
         ),
         Target("lingjun-cluster", ".csv", (), "clusters.lingjun(path)", ("LINGJUN",)),

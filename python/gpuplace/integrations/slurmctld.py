@@ -24,8 +24,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import selectors
 import shlex
 import subprocess
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -77,6 +79,58 @@ class SlurmUnavailable(SlurmError):
 
 
 # ----------------------------------------------------------------------------- commands
+
+
+class _OutputTooLarge(Exception):
+    """A Slurm client wrote more than the bound on one of its streams."""
+
+
+def _bounded_run(
+    argv: Sequence[str], env: dict[str, str], timeout: float, limit: int
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(argv, capture_output=True, text=True, timeout=timeout)`` that reads at
+    most ``limit`` bytes of each stream (the client is killed past it: a runaway output would
+    otherwise be held whole in memory) and decodes bytes that are not UTF-8 as U+FFFD (a raw
+    ``UnicodeDecodeError`` is no error a user can act on; the readers then name the line)."""
+    deadline = time.monotonic() + timeout
+    with subprocess.Popen(
+        list(argv),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        buffers = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+        try:
+            with selectors.DefaultSelector() as selector:
+                for stream in (proc.stdout, proc.stderr):
+                    selector.register(stream, selectors.EVENT_READ)
+                while selector.get_map():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise subprocess.TimeoutExpired(list(argv), timeout)
+                    for key, _ in selector.select(left):
+                        chunk = os.read(key.fd, 1 << 16)
+                        if not chunk:
+                            selector.unregister(key.fileobj)
+                            continue
+                        buffer = buffers[key.fd]
+                        buffer += chunk
+                        if len(buffer) > limit:
+                            raise _OutputTooLarge
+            returncode = proc.wait(timeout=max(deadline - time.monotonic(), 0.001))
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        stdout, stderr = (
+            bytes(buffers[s.fileno()]).decode("utf-8", errors="replace")
+            for s in (proc.stdout, proc.stderr)
+        )
+    return subprocess.CompletedProcess(list(argv), returncode, stdout, stderr)
+
+
 @dataclass
 class Slurmctld:
     """One Slurm cluster, reached through its clients. ``conf``: its slurm.conf (several
@@ -110,15 +164,12 @@ class Slurmctld:
         it fails otherwise (with ``check``)."""
         full = self._argv(argv)
         try:
-            out = subprocess.run(
-                full,
-                env=self._env(),
-                capture_output=True,
-                text=True,
-                timeout=self.timeout,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
+            out = _bounded_run(full, self._env(), self.timeout, MAX_DOCUMENT_BYTES)
+        except _OutputTooLarge:
+            raise SlurmError(
+                f"{self.label}: `{shlex.join(argv)}` wrote more than {MAX_DOCUMENT_BYTES} bytes; "
+                "at most that much of a Slurm client's output is read"
+            ) from None
         except FileNotFoundError:
             raise SlurmError(f"{argv[0]} not found: is Slurm's client installed?") from None
         except subprocess.TimeoutExpired:
