@@ -75,19 +75,29 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
         sim.slurm_backfill_seen = signature
         return
     # Running jobs: expected end (start + time limit) and the GPUs they hold per node.
-    ends: list[float] = []
-    held: list[np.ndarray] = []
-    for run in sim.running.values():
-        job = run.record.job
-        expected = run.start + run.restart + sim._estimate(job) * run.work_left / job.work_s
-        on = np.bincount(host_of_gpu[run.gpus], minlength=hosts)
-        if run.exclusive_rest:
-            on = np.where(on > 0, cap, 0)
-        ends.append(max(now, expected))
-        held.append(on)
+    runs = list(sim.running.values())
+    ends = [
+        max(
+            now,
+            run.start
+            + run.restart
+            + sim._estimate(run.record.job) * run.work_left / run.record.job.work_s,
+        )
+        for run in runs
+    ]
+    if runs:
+        sizes = [len(run.gpus) for run in runs]
+        row = np.repeat(np.arange(len(runs)), sizes)
+        cell = row * hosts + host_of_gpu[np.concatenate([run.gpus for run in runs])]
+        held = np.bincount(cell, minlength=len(runs) * hosts).reshape(len(runs), hosts)
+        for k, run in enumerate(runs):
+            if run.exclusive_rest:
+                held[k] = np.where(held[k] > 0, cap, 0)
+    else:
+        held = np.zeros((0, hosts), dtype=np.int64)
     order = np.argsort(np.array(ends), kind="stable")
     end_times = np.array(ends)[order] if ends else np.zeros(0)
-    freed_by = np.cumsum(np.array(held)[order], axis=0) if held else np.zeros((0, hosts))
+    freed_by = np.cumsum(held[order], axis=0)
     ends_grouped = (
         _end_groups(end_times, now)
         if END_WINDOW_S > 0
