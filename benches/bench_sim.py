@@ -7,7 +7,8 @@ The peer measured in the same run is a minimal topology-blind simulator of the s
 kind Tiresias- and Philly-style studies use: a heap of finish times, FIFO, GPUs as one counter,
 no placement, no cost model), so the ratio is what topology-aware placement and pricing cost per
 job. Medians over ``--runs`` runs (default 3). Run with ``nice python benches/bench_sim.py``;
-``--quick`` replays the first 20,000 Philly jobs and skips the 100,000-GPU run.
+``--quick`` replays the first 20,000 Philly jobs and skips the 100,000-GPU run; ``--queue``
+picks the queue policy of the Philly runs (default fifo).
 """
 
 from __future__ import annotations
@@ -78,6 +79,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--policies", default="greedy,first-fit,slurm-tree,kueue-bestfit")
+    parser.add_argument(
+        "--queue",
+        default="fifo",
+        help="queue policy of the Philly runs (fifo, priority, easy, slurm)",
+    )
     args = parser.parse_args()
     console = Console(highlight=False, width=150)
 
@@ -88,7 +94,7 @@ def main() -> None:
     peer_s, _ = _median_time(lambda: count_only_fifo(workload, topology.num_gpus), args.runs)
     table = Table(
         title=f"Philly replay: {len(workload):,} jobs on {topology.num_gpus:,} GPUs, "
-        f"median of {args.runs} runs (target: < 60 s, >= 1,400 jobs/s)",
+        f"--queue {args.queue}, median of {args.runs} runs (target: < 60 s, >= 1,400 jobs/s)",
         title_justify="left",
     )
     for col in (
@@ -114,7 +120,10 @@ def main() -> None:
     )
     for policy in args.policies.split(","):
         wall, result = _median_time(
-            lambda policy=policy: simulate(topology, workload, SimConfig(solver=policy)), args.runs
+            lambda policy=policy: simulate(
+                topology, workload, SimConfig(solver=policy, policy=args.queue)
+            ),
+            args.runs,
         )
         s = metrics.summary(result)  # type: ignore[arg-type]
         fabric = s["fabric_bytes_by_level"]

@@ -5,11 +5,17 @@ real Slurm is ``tests/test_slurm_replay.py``."""
 from __future__ import annotations
 
 import gpuplace
+import gpuplace.sim.engine as engine
 import numpy as np
 import pytest
-from gpuplace.errors import InvalidJob
+from gpuplace.errors import Infeasible, InvalidJob
+from gpuplace.placement.solvers.baselines import (
+    _slurm_tree_general,
+    _switch_tree,
+    slurm_tree_nodes,
+)
 from gpuplace.sim.engine import SimConfig, simulate
-from gpuplace.sim.slurm import _end_groups, next_pass
+from gpuplace.sim.slurm import _end_groups, _Reservations, next_pass
 from gpuplace.sim.traces import SimJob, Workload
 
 
@@ -85,3 +91,123 @@ def test_end_times_are_tried_in_doubling_groups() -> None:
 def test_unknown_policy_names_the_choices() -> None:
     with pytest.raises(InvalidJob, match="slurm"):
         SimConfig(policy="slurn").validate()
+
+
+def test_backfill_tests_at_most_bf_max_job_test_jobs(monkeypatch) -> None:
+    # A holds 4 GPUs until 100; B and C (8 GPUs each) wait for the whole node. D (1 GPU for
+    # 10 s) fits before B's reservation, but it is the third job the backfill scheduler
+    # would test: with bf_max_job_test=2 it is never reached and waits for B and C; with 3
+    # (or the default) it starts on the next pass.
+    jobs = [
+        _job("A", 0.0, 4, 100.0, 100.0),
+        _job("B", 1.0, 8, 50.0, 50.0),
+        _job("C", 2.0, 8, 50.0, 50.0),
+        _job("D", 3.0, 1, 10.0, 10.0),
+    ]
+    assert engine.BACKFILL_DEPTH == 500  # slurm.conf(5): bf_max_job_test, default 500
+    assert _starts(jobs, "slurm", 1.0)["D"] == pytest.approx(3.0)
+    monkeypatch.setattr(engine, "BACKFILL_DEPTH", 3)
+    assert _starts(jobs, "slurm", 1.0)["D"] == pytest.approx(3.0)
+    monkeypatch.setattr(engine, "BACKFILL_DEPTH", 2)
+    starts = _starts(jobs, "slurm", 1.0)
+    assert starts["B"] == pytest.approx(100.0) and starts["C"] == pytest.approx(150.0)
+    assert starts["D"] == pytest.approx(200.0)
+
+
+def test_a_full_cluster_ends_the_pass_without_changing_the_outcome() -> None:
+    # Once a backfilled job takes the last free GPU the pass stops; the jobs behind it could
+    # not have started anyway. E (1 GPU) fills the last free GPU at the first pass; F, also
+    # short and of 1 GPU, has to wait for E (a later pass), not start beside it.
+    jobs = [
+        _job("A", 0.0, 7, 100.0, 100.0),
+        _job("B", 1.0, 8, 50.0, 50.0),
+        _job("E", 2.0, 1, 10.0, 10.0),
+        _job("F", 2.0, 1, 10.0, 10.0),
+    ]
+    starts = _starts(jobs, "slurm", 1.0)
+    assert starts["E"] == pytest.approx(2.0) and starts["F"] == pytest.approx(12.0)
+    assert starts["B"] == pytest.approx(100.0)
+
+
+def _trees() -> list[gpuplace.Topology]:
+    uneven = gpuplace.Topology.from_dict(
+        {
+            "format": "gpuplace.topology/1",
+            "name": "uneven-leaves",
+            "levels": [
+                {"name": "node", "bandwidth_gbps": 370.8, "latency_us": 1.0},
+                {"name": "leaf", "bandwidth_gbps": 50.0, "latency_us": 1.0},
+                {"name": "spine", "bandwidth_gbps": 50.0, "latency_us": 1.0},
+            ],
+            "node_level": "node",
+            "node_types": {"hgx": {"gpus": 8}},
+            "nodes": [
+                {
+                    "name": f"n{i:02d}",
+                    "type": "hgx",
+                    "domains": {"leaf": f"leaf{leaf}", "spine": "spine"},
+                }
+                for i, leaf in enumerate([1, 1, 1, 1, 1, 2, 2, 3, 3, 3])
+            ],
+        }
+    )
+    return [
+        uneven,
+        gpuplace.Topology.preset("h100-superpod", nodes=8),
+        gpuplace.Topology.preset("h100-superpod", nodes=100),
+        gpuplace.Topology.preset("a100-pod", nodes=140),
+    ]
+
+
+@pytest.mark.parametrize("topology", _trees(), ids=lambda t: t.name)
+def test_one_node_choice_is_the_general_one(topology: gpuplace.Topology) -> None:
+    # slurm_tree_nodes takes a shortcut for one node (most jobs of a trace): it must pick the
+    # node the general algorithm (Slurm's _eval_nodes_topo) picks, on sparse and dense masks.
+    tree = _switch_tree(topology)
+    rng = np.random.default_rng(7)
+    hosts = len(topology.hosts)
+    picked = set()
+    for density in (0.0, 0.02, 0.1, 0.4, 0.9, 1.0):
+        for _ in range(40):
+            idle = rng.random(hosts) < density
+            try:
+                expected = _slurm_tree_general(tree, idle, 1)
+            except Infeasible:
+                with pytest.raises(Infeasible):
+                    slurm_tree_nodes(tree, idle, 1)
+                continue
+            got = slurm_tree_nodes(tree, idle, 1)
+            assert got.tolist() == expected.tolist(), np.flatnonzero(idle)
+            picked.add(int(got[0]))
+    assert len(picked) > 3  # the masks exercise more than one leaf and node
+
+
+def test_reservation_counts_are_the_overlaps() -> None:
+    # The backfill map counts a node's reservations overlapping [t, t + limit) from sorted
+    # cumulative sums; it must block exactly the nodes a direct pairwise check blocks,
+    # including reservations that touch the window's ends and reservations of zero length.
+    rng = np.random.default_rng(3)
+    hosts = 6
+    for trial in range(200):
+        plan = _Reservations(hosts)
+        starts, ends, held = [], [], []
+        for _ in range(int(rng.integers(0, 12))):
+            start = float(rng.integers(0, 20))
+            length = float(rng.integers(0 if trial % 10 == 0 else 1, 8))
+            nodes = np.flatnonzero(rng.random(hosts) < 0.4)
+            plan.add(start, start + length, nodes)
+            starts.append(start)
+            ends.append(start + length)
+            mask = np.zeros(hosts, dtype=bool)
+            mask[nodes] = True
+            held.append(mask)
+        times = np.unique(rng.integers(0, 25, size=8).astype(float))
+        limit = float(rng.choice([0.0, 1.0, 2.5, 5.0, 30.0]))
+        usable = np.ones((len(times), hosts), dtype=bool)
+        plan.unblocked(usable, times, limit)
+        for a, t in enumerate(times):
+            blocked = np.zeros(hosts, dtype=bool)
+            for s, e, mask in zip(starts, ends, held, strict=True):
+                if s < t + limit and e > t:
+                    blocked |= mask
+            assert usable[a].tolist() == (~blocked).tolist(), (trial, t, limit)

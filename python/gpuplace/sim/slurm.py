@@ -69,20 +69,35 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
     hosts = len(cap)
     host_of_gpu = sim.host_of_gpu
     free = np.bincount(host_of_gpu[state.free_mask()], minlength=hosts).astype(np.int64)
+    if not free.any():
+        # No free GPU: no job can start, and a pass changes nothing else (its reservations
+        # last only for the pass).
+        sim.slurm_backfill_seen = signature
+        return
     # Running jobs: expected end (start + time limit) and the GPUs they hold per node.
-    ends: list[float] = []
-    held: list[np.ndarray] = []
-    for run in sim.running.values():
-        job = run.record.job
-        expected = run.start + run.restart + sim._estimate(job) * run.work_left / job.work_s
-        on = np.bincount(host_of_gpu[run.gpus], minlength=hosts)
-        if run.exclusive_rest:
-            on = np.where(on > 0, cap, 0)
-        ends.append(max(now, expected))
-        held.append(on)
+    runs = list(sim.running.values())
+    ends = [
+        max(
+            now,
+            run.start
+            + run.restart
+            + sim._estimate(run.record.job) * run.work_left / run.record.job.work_s,
+        )
+        for run in runs
+    ]
+    if runs:
+        sizes = [len(run.gpus) for run in runs]
+        row = np.repeat(np.arange(len(runs)), sizes)
+        cell = row * hosts + host_of_gpu[np.concatenate([run.gpus for run in runs])]
+        held = np.bincount(cell, minlength=len(runs) * hosts).reshape(len(runs), hosts)
+        for k, run in enumerate(runs):
+            if run.exclusive_rest:
+                held[k] = np.where(held[k] > 0, cap, 0)
+    else:
+        held = np.zeros((0, hosts), dtype=np.int64)
     order = np.argsort(np.array(ends), kind="stable")
     end_times = np.array(ends)[order] if ends else np.zeros(0)
-    freed_by = np.cumsum(np.array(held)[order], axis=0) if held else np.zeros((0, hosts))
+    freed_by = np.cumsum(held[order], axis=0)
     ends_grouped = (
         _end_groups(end_times, now)
         if END_WINDOW_S > 0
@@ -90,15 +105,12 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
     )
     per_node_max = int(cap.max())
     tree = _switch_tree(sim.topology)
+    top_of = tree.host_switches[:, -1]
+    tops = len(tree.level)
     # The freed GPUs per node once the first k running jobs (by expected end) have ended.
     freed = np.vstack([np.zeros((1, hosts), dtype=np.int64), freed_by.astype(np.int64)])
     groups = np.array(ends_grouped, dtype=np.float64)
-    # Reservations made in this pass: start, end, and the nodes they hold (whole nodes), grown
-    # as needed.
-    r_start = np.empty(64)
-    r_end = np.empty(64)
-    r_nodes = np.zeros((64, hosts), dtype=np.float32)
-    count = 0
+    plan = _Reservations(hosts)
     queue = sim.queue
     i, tested = first, 0
     while i < len(queue) and tested < depth:
@@ -109,42 +121,107 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
         per_node = -(-job.gpus // nodes)
         whole = job.exclusive or sim._solver_for(job) == "slurm-tree-exclusive"
         limit = sim._estimate(job)
-        ends_r = r_end[:count]
-        times = np.unique(np.concatenate(([now], groups, ends_r[ends_r > now])))
-        times = times[times <= now + BF_WINDOW_S]
+        times = plan.times(now, groups)
         at = free + freed[np.searchsorted(end_times, times, side="right")]
         usable = (at == cap) if whole else (at >= per_node)
-        if count:
-            overlap = (r_start[None, :count] < (times + limit)[:, None]) & (
-                ends_r[None, :] > times[:, None]
-            )
-            usable &= (overlap.astype(np.float32) @ r_nodes[:count]) == 0
+        plan.unblocked(usable, times, limit)
         started = False
         for at_index in np.flatnonzero(usable.sum(axis=1) >= nodes):
             t = float(times[at_index])
-            try:
-                chosen = slurm_tree_nodes(tree, usable[at_index], nodes)
-            except Infeasible:
-                continue
+            row = usable[at_index]
             if t == now:
-                if not _start_fenced(sim, name, now, usable[at_index]):
+                # Starting now needs only that some switch holds the nodes (the nodes are
+                # the solver's choice among the usable ones, below).
+                if nodes < 1 or np.bincount(top_of[row], minlength=tops).max() < nodes:
+                    continue
+                if not _start_fenced(sim, name, now, row):
                     continue
                 queue.pop(i)
                 free = np.bincount(host_of_gpu[state.free_mask()], minlength=hosts).astype(np.int64)
                 started = True
+                if not free.any():
+                    # Full: nothing later in the queue can start in this pass, and the
+                    # reservations it would still make end with it.
+                    i = len(queue)
             else:
-                if count == len(r_start):
-                    r_start = np.resize(r_start, 2 * count)
-                    r_end = np.resize(r_end, 2 * count)
-                    r_nodes = np.vstack([r_nodes, np.zeros_like(r_nodes)])
-                r_start[count], r_end[count] = t, t + limit
-                r_nodes[count] = 0
-                r_nodes[count, chosen] = 1
-                count += 1
+                try:
+                    chosen = slurm_tree_nodes(tree, row, nodes)
+                except Infeasible:
+                    continue
+                plan.add(t, t + limit, chosen)
             break
         if not started:
             i += 1
     sim.slurm_backfill_seen = (sim.release_epoch, sim.allocated, len(sim.queue))
+
+
+class _Reservations:
+    """The reservations of one backfill pass (Slurm's backfill map: whole nodes held from a
+    start to a start plus the job's time limit), and which nodes they leave free for a job.
+
+    A node is blocked for a job that would run over ``[t, t + limit)`` when a reservation on it
+    starts before ``t + limit`` and ends after ``t``. Counted per node as (reservations
+    starting before ``t + limit``) minus (those ending by ``t``): every reservation that ends
+    by ``t`` also started before ``t + limit`` when the limit and the reservations are longer
+    than zero, so the difference counts exactly the overlapping ones. Both counts come from
+    cumulative sums over the reservations sorted by start and by end, so a job costs
+    O((times + reservations) x nodes) instead of O(times x reservations x nodes). A job
+    or a reservation of zero length is checked against every reservation directly."""
+
+    def __init__(self, hosts: int) -> None:
+        self.hosts = hosts
+        self.start = np.empty(64)
+        self.end = np.empty(64)
+        self.nodes = np.zeros((64, hosts), dtype=np.int32)
+        self.count = 0
+        self.empty_one = False
+        self._sums: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def times(self, now: float, groups: np.ndarray) -> np.ndarray:
+        """When a job may start: now, the running jobs' end groups and the reservations' ends
+        (within ``bf_window``). Reservations start at such times, so their starts are in."""
+        ends = self.end[: self.count]
+        times = np.unique(np.concatenate(([now], groups, ends[ends > now])))
+        return times[times <= now + BF_WINDOW_S]
+
+    def add(self, start: float, end: float, chosen: np.ndarray) -> None:
+        if self.count == len(self.start):
+            self.start = np.resize(self.start, 2 * self.count)
+            self.end = np.resize(self.end, 2 * self.count)
+            self.nodes = np.vstack([self.nodes, np.zeros_like(self.nodes)])
+        self.start[self.count], self.end[self.count] = start, end
+        self.nodes[self.count] = 0
+        self.nodes[self.count, chosen] = 1
+        self.count += 1
+        self.empty_one |= not end > start
+        self._sums = None
+
+    def unblocked(self, usable: np.ndarray, times: np.ndarray, limit: float) -> None:
+        """Clear in ``usable`` (times x nodes) the nodes a reservation holds during
+        ``[t, t + limit)`` for each time ``t``."""
+        count = self.count
+        if not count:
+            return
+        starts, ends, held = self.start[:count], self.end[:count], self.nodes[:count]
+        if not limit > 0 or self.empty_one:
+            overlap = (starts[None, :] < (times + limit)[:, None]) & (
+                ends[None, :] > times[:, None]
+            )
+            usable &= (overlap.astype(np.int32) @ held) == 0
+            return
+        if self._sums is None:
+            by_start, by_end = np.argsort(starts, kind="stable"), np.argsort(ends, kind="stable")
+            zero = np.zeros((1, self.hosts), dtype=np.int32)
+            self._sums = (
+                starts[by_start],
+                np.vstack([zero, np.cumsum(held[by_start], axis=0, dtype=np.int32)]),
+                ends[by_end],
+                np.vstack([zero, np.cumsum(held[by_end], axis=0, dtype=np.int32)]),
+            )
+        sorted_starts, started, sorted_ends, ended = self._sums
+        begun = started[np.searchsorted(sorted_starts, times + limit, side="left")]
+        over = ended[np.searchsorted(sorted_ends, times, side="right")]
+        usable &= begun == over
 
 
 def _end_groups(end_times: np.ndarray, now: float) -> list[float]:

@@ -162,6 +162,13 @@ def slurm_tree_nodes(tree: SwitchTree, idle: np.ndarray, nodes: int) -> np.ndarr
     ``idle`` marks hosts that are entirely free (an exclusive job takes whole nodes).
     """
     idle = np.asarray(idle, dtype=bool)
+    if nodes == 1:
+        return _slurm_tree_one_node(tree, idle)
+    return _slurm_tree_general(tree, idle, nodes)
+
+
+def _slurm_tree_general(tree: SwitchTree, idle: np.ndarray, nodes: int) -> np.ndarray:
+    """:func:`slurm_tree_nodes` for any node count (the steps of its docstring)."""
     levels = tree.host_switches.shape[1]
     switch_count = len(tree.level)
     counts = np.zeros(switch_count, dtype=np.int64)
@@ -233,6 +240,25 @@ def slurm_tree_nodes(tree: SwitchTree, idle: np.ndarray, nodes: int) -> np.ndarr
         remaining -= len(members)
         leaf_counts[best] = 0
     return np.sort(np.concatenate(chosen))
+
+
+def _slurm_tree_one_node(tree: SwitchTree, idle: np.ndarray) -> np.ndarray:
+    """:func:`slurm_tree_nodes` for one node, without its general loop: the top switch is the
+    last top-level switch with an idle node; every leaf under it holds the one node needed, so
+    the best fit is the first leaf (in switch order) with the fewest idle nodes, and the node
+    is its first idle one. The same choice, in a few array operations (a one-node job is most
+    jobs of a trace, and the backfill scheduler asks for each of them on every pass)."""
+    top_of = tree.host_switches[:, -1]
+    idle_hosts = np.flatnonzero(idle)
+    if idle_hosts.size == 0:
+        raise Infeasible("slurm-tree: needs 1 idle nodes under one switch; the most any has is 0")
+    top = int(top_of[idle_hosts].max())
+    under_top = idle_hosts[top_of[idle_hosts] == top]
+    leaf_counts = np.bincount(tree.host_leaf[under_top], minlength=len(tree.level))
+    # Positive counts only; ties to the first leaf (argmin takes the first minimum).
+    masked = np.where(leaf_counts > 0, leaf_counts, np.iinfo(np.int64).max)
+    leaf = int(np.argmin(masked))
+    return under_top[tree.host_leaf[under_top] == leaf][:1]
 
 
 @register_solver(
