@@ -167,3 +167,29 @@ def test_a_job_that_only_the_spares_keep_out_is_told_why_at_once() -> None:
     )
     # Without spares it runs.
     assert all(r.finish is not None for r in simulate(topology, workload).records)
+
+
+def test_a_job_no_pod_can_hold_is_refused_at_once_and_does_not_block_the_queue() -> None:
+    """Under a pod solver (kube-scheduler binds one pod to one node) a 16-GPU job on 8-GPU
+    hosts can never start; kube-scheduler moves on to the next pod, so the job is refused at
+    arrival with its reason instead of blocking the FIFO queue for good."""
+    topology = Topology.preset("h100-superpod", nodes=4)
+    workload = Workload(
+        "w",
+        (
+            SimJob("small", 0.0, 4, 100.0),
+            SimJob("wide", 1.0, 16, 100.0),
+            SimJob("later", 2.0, 8, 100.0),
+        ),
+    )
+    for solver in ("first-fit-pod", "random-pod"):
+        records = {
+            r.job.name: r for r in simulate(topology, workload, SimConfig(solver=solver)).records
+        }
+        assert records["wide"].first_start is None
+        assert records["wide"].reason == (
+            "needs 16 GPUs in one pod, and a pod never spans hosts: the largest host has 8"
+        )
+        assert records["small"].finish is not None and records["later"].finish is not None
+    # A solver that may span hosts runs it.
+    assert all(r.finish is not None for r in simulate(topology, workload).records)

@@ -568,6 +568,17 @@ class _Simulator:
             for j in workload.jobs
             if j.gpus > usable
         }
+        # A Kubernetes pod never spans hosts: under a pod solver a job larger than the largest
+        # host stays pending for good (kube-scheduler moves on to the next pod; it is refused
+        # here rather than left at the head of the queue).
+        largest_host = int(self.node_capacity.max()) if len(self.node_capacity) else 0
+        for j in workload.jobs:
+            if j.name not in self.over_capacity and j.gpus > largest_host:
+                if self._solver_for(j).endswith("-pod"):
+                    self.over_capacity[j.name] = (
+                        f"needs {j.gpus} GPUs in one pod, and a pod never spans hosts: the "
+                        f"largest host has {largest_host}"
+                    )
 
     # ------------------------------------------------------------------ internals
     def _push(self, t: float, kind: int, payload: Any) -> None:
