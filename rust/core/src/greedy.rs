@@ -446,15 +446,8 @@ fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<(Vec<u32>, Optio
     if variants.is_empty() {
         return Ok((plain, None));
     }
-    // Cheapest first; among equally cheap ones, the fewest bytes above the first fabric tier
-    // (spine bytes: shared with every other job, and hashed on many fabrics).
     let topo = state.topology();
-    let cost = |gpus: &[u32]| {
-        crate::cost::evaluate_in(state, job, gpus)
-            .map(|r| ((r.comm_seconds, spine_bytes(topo, &r)), r))
-    };
-    let (mut best_cost, mut best_report) = cost(&plain)?;
-    let mut best = plain;
+    let mut best = Cheapest::of(state, job, plain)?;
     // Which unconfined dimension goes innermost: bytes per step decide by default, but a
     // byte of all-to-all costs more than a byte of a ring all-reduce once it leaves the
     // NVLink domain. The plain packing is priced with each other choice; the cheapest order
@@ -463,13 +456,7 @@ fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<(Vec<u32>, Optio
     let mut job = job;
     let reordered: Vec<JobSpec> = inner_dim_variants(job);
     for candidate in &reordered {
-        let Ok(gpus) = place_health_aware(state, candidate) else {
-            continue;
-        };
-        let (c, report) = cost(&gpus)?;
-        if cheaper(c, best_cost) {
-            (best_cost, best_report) = (c, report);
-            best = gpus;
+        if best.offer(place_health_aware(state, candidate))? {
             job = candidate;
         }
     }
@@ -484,14 +471,7 @@ fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<(Vec<u32>, Optio
             .collect(),
     };
     for variant in &variants {
-        let Ok(gpus) = place_health_aware(state, variant) else {
-            continue;
-        };
-        let (c, report) = cost(&gpus)?;
-        if cheaper(c, best_cost) {
-            (best_cost, best_report) = (c, report);
-            best = gpus;
-        }
+        best.offer(place_health_aware(state, variant))?;
     }
     // On a view the GPUs differ, and so may the cheapest order: the other orders are tried
     // there too.
@@ -499,6 +479,11 @@ fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<(Vec<u32>, Optio
         .chain(&reordered)
         .filter(|c| c.inner_dim != job.inner_dim)
         .collect();
+    let candidates = || {
+        std::iter::once(job)
+            .chain(&variants)
+            .chain(others.iter().copied())
+    };
     // Whole NVLink domains. Best fit packs onto partly used domains first, which keeps whole
     // ones free for later jobs but can split the job's groups over more domains than whole
     // ones would: an all-to-all group of 16 ranks on hosts of 8 spread over three hosts sends
@@ -508,40 +493,70 @@ fn place_layouts(state: &ClusterState, job: &JobSpec) -> Result<(Vec<u32>, Optio
     // domains, one of them shared: a ring's bytes over the fabric per domain do not grow with
     // its ranks inside, and on 90 fragmented cases of dense jobs (1:1 and 2:1 H100, A100) the
     // whole domains were never cheaper.
-    if unconfined_all_to_all(original) && touches_shared_domains(state, &best) {
-        for variant in std::iter::once(job)
-            .chain(&variants)
-            .chain(others.iter().copied())
-        {
-            let Ok(gpus) = pack(state, variant, Packing::WholeDomains) else {
-                continue;
-            };
-            let (c, report) = cost(&gpus)?;
-            if cheaper(c, best_cost) {
-                (best_cost, best_report) = (c, report);
-                best = gpus;
-            }
+    if unconfined_all_to_all(original) && touches_shared_domains(state, &best.gpus) {
+        for variant in candidates() {
+            best.offer(pack(state, variant, Packing::WholeDomains))?;
         }
     }
     for level in spread_levels(topo) {
         let Some(view) = spread_view(state, level) else {
             continue;
         };
-        for variant in std::iter::once(job)
-            .chain(&variants)
-            .chain(others.iter().copied())
-        {
-            let Ok(gpus) = place_health_aware(&view, variant) else {
-                continue;
-            };
-            let (c, report) = cost(&gpus)?;
-            if cheaper(c, best_cost) {
-                (best_cost, best_report) = (c, report);
-                best = gpus;
-            }
+        for variant in candidates() {
+            best.offer(place_health_aware(&view, variant))?;
         }
     }
-    Ok((best, Some(best_report)))
+    Ok((best.gpus, Some(best.report)))
+}
+
+/// The cheapest placement of a job offered so far on `state`: by comm seconds, then among
+/// equally cheap ones the fewest bytes above the first fabric tier (spine bytes: shared with
+/// every other job, and hashed on many fabrics); with its report.
+struct Cheapest<'a> {
+    state: &'a ClusterState,
+    job: &'a JobSpec,
+    key: (f64, f64),
+    report: CostReport,
+    gpus: Vec<u32>,
+}
+
+impl<'a> Cheapest<'a> {
+    fn of(state: &'a ClusterState, job: &'a JobSpec, gpus: Vec<u32>) -> Result<Cheapest<'a>> {
+        let (key, report) = Self::price(state, job, &gpus)?;
+        Ok(Cheapest {
+            state,
+            job,
+            key,
+            report,
+            gpus,
+        })
+    }
+
+    fn price(
+        state: &ClusterState,
+        job: &JobSpec,
+        gpus: &[u32],
+    ) -> Result<((f64, f64), CostReport)> {
+        let report = crate::cost::evaluate_in(state, job, gpus)?;
+        Ok((
+            (report.comm_seconds, spine_bytes(state.topology(), &report)),
+            report,
+        ))
+    }
+
+    /// Price a candidate (a packing that failed is no candidate) and keep it if cheaper;
+    /// whether it was kept.
+    fn offer(&mut self, candidate: Result<Vec<u32>>) -> Result<bool> {
+        let Ok(gpus) = candidate else {
+            return Ok(false);
+        };
+        let (key, report) = Self::price(self.state, self.job, &gpus)?;
+        if !cheaper(key, self.key) {
+            return Ok(false);
+        }
+        (self.key, self.report, self.gpus) = (key, report, gpus);
+        Ok(true)
+    }
 }
 
 /// Whether `gpus` span several NVLink domains and share one of them with free GPUs or other
