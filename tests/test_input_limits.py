@@ -977,12 +977,13 @@ def test_scontrol_records_with_long_blanks_are_linear():
 def test_scontrol_records_of_a_large_output_take_little_more_than_the_text():
     # Found by a 10-minute fuzz run: 60 MB of output (300 lines of 200 kB) ran out of the 256 MB
     # budget, copied once as lines and once more as stripped lines. Lines are now searched in
-    # place; here 60 MB of text (120 MB as a str of two-byte characters) in 448 MB in all.
+    # place, and output over MAX_SCONTROL_BYTES (32 MiB) is refused; here 30 MB of text (60 MB
+    # as a str of two-byte characters) in 448 MB of address space in all.
     out = bounded(
         """
         from gpuplace.integrations.slurmctld import read_records
         line = "PartitionName=\u20ac " + "- " * 100_000 + "Nodes=n[1-2]\\n"
-        text = line * 300
+        text = line * 150
         records = read_records(text)
         value = records[0]["PartitionName"]
         print(len(records), value[0], len(value), records[-1]["Nodes"])
@@ -990,7 +991,7 @@ def test_scontrol_records_of_a_large_output_take_little_more_than_the_text():
         seconds=60,
         memory_mb=448,
     )
-    assert out.split() == ["300", "\u20ac", "200001", "n[1-2]"]
+    assert out.split() == ["150", "\u20ac", "200001", "n[1-2]"]
 
 
 def test_cluster_files_name_the_line(tmp_path):
