@@ -52,6 +52,7 @@ import numpy as np
 from gpuplace import Communication, Job, Topology
 from gpuplace.io import read_nccl_tests, read_placement_table
 from gpuplace.model.parts import Level
+from gpuplace.sim.traces import MODELS
 from scipy.stats import spearmanr
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -638,11 +639,14 @@ def part_b() -> tuple[list[str], float, float]:
 
 #: Llama 3 405B, Table 4 of the Llama 3 report: (GPUs, DP, micro-batches, published MFU).
 LLAMA3_TABLE4 = ((8192, 64, 32, 0.43), (16384, 128, 16, 0.41))
+#: The workloads' Llama 3 405B (126 layers, model dimension 16,384, 8k-token sequences).
+LLAMA3_405B = MODELS["llama3-405b"]
+assert LLAMA3_405B is not None
 
 
 def part_c() -> tuple[list[str], dict[str, float]]:
     """MFU of the Table 4 layouts by pipeline schedule, and the 16K/8K ratios."""
-    from gpuplace import ClusterState, TransformerModel
+    from gpuplace import ClusterState
 
     schedules = (("1f1b", 1), ("llama3", 2), ("llama3", 4), ("llama3", 8))
     mfu: dict[tuple[int, str, int], float] = {}
@@ -656,14 +660,8 @@ def part_c() -> tuple[list[str], dict[str, float]]:
         state = ClusterState(Topology.preset("h100-superpod", nodes=gpus // 8))
         cells = []
         for sched, v in schedules:
-            model = TransformerModel(
-                parameters=405e9,
-                layers=126,
-                hidden_size=16384,
-                sequence_length=8192,
-                micro_batches=m,
-                pipeline_schedule=sched,
-                virtual_stages=v,
+            model = dataclasses.replace(
+                LLAMA3_405B, micro_batches=m, pipeline_schedule=sched, virtual_stages=v
             )
             job = Job(name="llama3-405b", tp=8, pp=16, dp=dp, model=model)
             value = gpuplace.place(state, job).cost.mfu

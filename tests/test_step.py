@@ -18,6 +18,7 @@ from gpuplace.model.job import Communication, TransformerModel
 from gpuplace.model.presets import PRESETS
 from gpuplace.model.step import StepOptions
 from gpuplace.placement.result import gpu_peak_tflops
+from gpuplace.sim.traces import MODELS
 
 MODEL = TransformerModel(
     parameters=70.6e9, layers=80, hidden_size=8192, sequence_length=8192, micro_batches=16
@@ -221,14 +222,10 @@ LLAMA3_TABLE4 = ((8192, 64, 32, 0.43), (16384, 128, 16, 0.41))
 
 
 def _llama3(dp: int, micro_batches: int, schedule: str = "llama3", v: int = 8) -> Job:
-    model = TransformerModel(
-        parameters=405e9,
-        layers=126,
-        hidden_size=16384,
-        sequence_length=8192,
-        micro_batches=micro_batches,
-        pipeline_schedule=schedule,
-        virtual_stages=v,
+    base = MODELS["llama3-405b"]  # the workloads' Llama 3 405B
+    assert base is not None
+    model = dataclasses.replace(
+        base, micro_batches=micro_batches, pipeline_schedule=schedule, virtual_stages=v
     )
     return Job(name="llama3-405b", tp=8, pp=16, dp=dp, model=model)
 
