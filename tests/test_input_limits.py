@@ -1010,3 +1010,101 @@ def test_cluster_files_name_the_line(tmp_path):
     path.write_bytes(b"ip,DSW,PSW,ASW\n10.0.0.1,d\xff1,p1,a1\n")  # was a raw UnicodeDecodeError
     with pytest.raises(InvalidTopology, match=r"topo\.csv: line 2: expected UTF-8 text"):
         lingjun(path)
+
+
+# The JSON of tools (kubectl, aws, mlxlink --json, dcgmi -j) and of the service's bodies: the
+# same limits as every document (a key given twice was kept silently, the last one winning).
+def test_a_key_given_twice_in_tool_json_is_refused_with_its_line():
+    from gpuplace.io import read_ec2_topology, read_k8s_nodes
+
+    nodes = '{"kind": "List",\n "items": [],\n "items": []}\n'
+    with pytest.raises(InvalidTopology, match=r"nodes\.json:3: invalid JSON: the key str 'items'"):
+        read_k8s_nodes(_named(nodes, "nodes.json"))
+    ec2 = '{"Instances": [],\n "Instances": []}\n'
+    with pytest.raises(
+        InvalidTopology, match=r"ec2\.json:2: invalid JSON: the key str 'Instances'"
+    ):
+        read_ec2_topology(_named(ec2, "ec2.json"))
+    mlx = '{"result": {"output": {"a": 1,\n "a": 2}}}\n'
+    with pytest.raises(InvalidState, match=r"mlx\.json:2: not valid JSON \(the key str 'a'"):
+        read_evidence(_named(mlx, "mlx.json"), format="mlxlink", host="h1", strict=True)
+    health = '{"body": {},\n\n "body": {}}\n'
+    with pytest.raises(InvalidState, match=r"h\.json:3: not valid JSON \(the key str 'body'"):
+        read_evidence(_named(health, "h.json"), format="dcgmi-health", strict=True)
+
+
+def test_a_key_given_twice_in_a_service_body_is_refused(tmp_path):
+    from service_harness import running_service
+
+    with running_service(tmp_path) as svc:
+        # /v1/place is answered off FastAPI's routing when its body parses: a key twice does
+        # not, and FastAPI's answer names it too
+        got, answer = svc.post(
+            "/v1/place", b'{"job": {"name": "a", "parallelism": {"tp": 8}},\n "job": {"name": "b"}}'
+        )
+        assert got == 400
+        assert answer["error"] == (
+            "body: line 2: invalid JSON: the key str 'job' is given twice in one object"
+        )
+        got, answer = svc.post("/v1/explain", b'{"job": {"name": "a", "name": "b"}}')
+        assert (got, answer["kind"]) == (400, "InvalidRequest")
+        assert "the key str 'name' is given twice" in answer["error"]
+        got, answer = svc.post(
+            "/v1/place", b'{"job": {"name": "a", "parallelism": {"tp": 1' + b"1" * 1200 + b"}}}"
+        )
+        assert got == 400 and "more than 1000 digits" in answer["error"]
+        assert svc.client.status()["clusters"][0]["jobs"] == {}  # nothing placed
+        placed = svc.client.place({"name": "a", "parallelism": {"tp": 8}})
+        assert len(placed["gpus"]) == 8
+
+
+def test_a_slurm_view_file_is_read_within_the_limits(tmp_path, capsys):
+    from gpuplace.cli.slurm import _load_view
+
+    view = tmp_path / "s.slurm.json"
+    view.write_text('{"nodes": {},\n "nodes": {}}\n')
+    with pytest.raises(InvalidState, match=r"s\.slurm\.json: line 2: invalid JSON: the key"):
+        _load_view(str(tmp_path / "s.json"))
+    with open(view, "wb") as handle:
+        handle.truncate(64 * 1024 * 1024 + 1)
+    with pytest.raises(InvalidState, match=r"s\.slurm\.json: larger than 67108864 bytes"):
+        _load_view(str(tmp_path / "s.json"))
+
+
+def test_health_streams_hold_bounded_memory_whatever_they_are_fed():
+    # A dcgmi table that never closes, and a line that never ends, were held whole; the
+    # streams now drop them (reported as malformed lines) and read on.
+    from gpuplace.health.readers import DcgmiHealthStream, KernelLogScanner
+    from gpuplace.health.readers.dcgm import MAX_LINE_CHARS, MAX_TABLE_LINES
+    from gpuplace.health.readers.kernel_log import MAX_LINE_BYTES
+
+    head = b"+---+\n| Health Monitor Report |\n+===+\n| GPU | |\n| -> 0 | Warning |\n"
+    row = b"|    -> Power system | Warning |\n"
+    stream = DcgmiHealthStream("dcgm.log")
+    stream.feed(head)
+    for _ in range(3 * MAX_TABLE_LINES // 1000):
+        stream.feed(row * 1000)
+        assert len(stream._lines) <= MAX_TABLE_LINES + 1000
+    (line, why), *_ = stream.result.malformed
+    assert line == 2 and f"still open after {MAX_TABLE_LINES} lines" in why
+    chunk = b"x" * 65536
+    for _ in range(2 * MAX_LINE_CHARS // len(chunk)):
+        stream.feed(chunk)
+        assert stream._partial.tell() <= MAX_LINE_CHARS
+    lines_before = stream.result.lines
+    found = stream.feed(b"\n" + head + row + b"+---+\n")
+    # the dropped line is one line; the row is the sixth of the table after it
+    assert [ev.line for ev in found] == [lines_before + 1 + 6]
+    assert "more than 1048576 characters" in stream.result.malformed[-1][1]
+
+    xid = b"NVRM: Xid (PCI:0000:1b:00): 79, pid=1, GPU has fallen off the bus.\n"
+    scan = KernelLogScanner("kern.log", host="h1")
+    scan.feed(b"boot\n")
+    for _ in range(2 * MAX_LINE_BYTES // len(chunk)):
+        scan.feed(chunk)
+        assert scan._held <= MAX_LINE_BYTES
+    scan.feed(b"tail of the long line\n" + xid)
+    result = scan.finish()
+    assert result.malformed == [(2, f"a line of more than {MAX_LINE_BYTES} bytes; dropped")]
+    assert [(ev.line, ev.gpu_pci) for ev in result.evidence] == [(3, "0000:1b:00")]
+    assert result.lines == 3

@@ -265,9 +265,9 @@ class _DuplicateKey(ValueError):
 _JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:]')
 
 
-def _duplicate_key_line(text: str) -> int | None:
-    """The line of the first key given twice in one object of ``text`` (JSON that parsed up to
-    there), found by a second, linear pass: only when a duplicate was seen."""
+def _duplicate_key_at(text: str) -> int | None:
+    """The offset of the first key given twice in one object of ``text`` (JSON that parsed up
+    to there), found by a second, linear pass: only when a duplicate was seen."""
     stack: list[set[str] | None] = []
     pending: re.Match[str] | None = None
     for token in _JSON_TOKEN.finditer(text):
@@ -275,7 +275,7 @@ def _duplicate_key_line(text: str) -> int | None:
         if kind == ":" and pending is not None and stack and stack[-1] is not None:
             key = json.loads(pending.group())
             if key in stack[-1]:
-                return _line_of(text, pending.start())
+                return pending.start()
             stack[-1].add(key)
         pending = None
         if kind == "{":
@@ -337,6 +337,52 @@ def depth_of(document: Any) -> int:
     return deepest
 
 
+class JsonLimitError(json.JSONDecodeError):
+    """JSON that parses but breaks a limit of this module (a key given twice in one object, a
+    number of more than :data:`MAX_INT_DIGITS` digits, nesting deeper than :data:`MAX_DEPTH`).
+    A :class:`json.JSONDecodeError`, so a caller that reports bad JSON by line reports these the
+    same way; ``line`` is None where no position is known (nesting)."""
+
+    def __init__(self, msg: str, doc: str, pos: int | None):
+        super().__init__(msg, doc, 0 if pos is None else pos)
+        self.line: int | None = None if pos is None else self.lineno
+
+
+def loads_json(text: str | bytes) -> Any:
+    """``json.loads`` with the limits of this module: integers of more than
+    :data:`MAX_INT_DIGITS` digits, nesting deeper than :data:`MAX_DEPTH` and a key given twice
+    in one object (``json`` keeps the last silently) are refused. Raises
+    :class:`json.JSONDecodeError` for what is not JSON and :class:`JsonLimitError` for a limit;
+    bytes that are not UTF-8 are a :class:`json.JSONDecodeError` too."""
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = bytes(text).decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise json.JSONDecodeError(f"not UTF-8 (byte 0x{text[exc.start]:02x})", "", 0) from None
+    try:
+        document = json.loads(text, parse_int=_bounded_int, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey as exc:
+        raise JsonLimitError(
+            f"the key {describe(exc.key)} is given twice in one object",
+            text,
+            _duplicate_key_at(text),
+        ) from None
+    except _TooManyDigits:
+        found = _LONG_DIGITS.search(text)
+        raise JsonLimitError(
+            f"a number of more than {MAX_INT_DIGITS} digits",
+            text,
+            None if found is None else found.start(),
+        ) from None
+    except RecursionError:
+        raise JsonLimitError("nested too deeply", text, None) from None
+    # a document nests deeper than MAX_DEPTH only if it has more brackets than that (counted
+    # in C; most documents, a service's request bodies among them, are not walked at all)
+    if text.count("[") + text.count("{") > MAX_DEPTH and depth_of(document) > MAX_DEPTH:
+        raise JsonLimitError(f"nested too deeply (more than {MAX_DEPTH} levels)", text, None)
+    return document
+
+
 def parse_json(
     text: str,
     source: str | os.PathLike[str],
@@ -344,30 +390,15 @@ def parse_json(
     *,
     what: str = "invalid JSON",
 ) -> Any:
-    """Parse JSON text, raising ``error`` as ``<source>: line L, column C: <what>: <why>``;
-    integers of more than :data:`MAX_INT_DIGITS` digits and nesting deeper than
-    :data:`MAX_DEPTH` are refused, and so is a key given twice in one object."""
+    """Parse JSON text with :func:`loads_json`, raising ``error`` as ``<source>: line L,
+    column C: <what>: <why>`` (``<source>: line L: <what>: <why>`` for a limit)."""
     try:
-        document = json.loads(text, parse_int=_bounded_int, object_pairs_hook=_unique_pairs)
+        return loads_json(text)
+    except JsonLimitError as exc:
+        where = "" if exc.line is None else f"line {exc.line}: "
+        raise error(f"{source}: {where}{what}: {exc.msg}") from None
     except json.JSONDecodeError as exc:
         raise error(f"{source}: line {exc.lineno}, column {exc.colno}: {what}: {exc.msg}") from None
-    except _DuplicateKey as exc:
-        key_line = _duplicate_key_line(text)
-        where = f"line {key_line}: " if key_line else ""
-        raise error(
-            f"{source}: {where}{what}: the key {describe(exc.key)} is given twice in one object"
-        ) from None
-    except _TooManyDigits:
-        found = _LONG_DIGITS.search(text)
-        line = f"line {_line_of(text, found.start())}: " if found else ""
-        raise error(
-            f"{source}: {line}{what}: a number of more than {MAX_INT_DIGITS} digits"
-        ) from None
-    except RecursionError:
-        raise error(f"{source}: {what}: nested too deeply") from None
-    if depth_of(document) > MAX_DEPTH:
-        raise error(f"{source}: {what}: nested too deeply (more than {MAX_DEPTH} levels)")
-    return document
 
 
 class _LimitError(yaml.composer.ComposerError):

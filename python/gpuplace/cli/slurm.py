@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from gpuplace._util.documents import exclusive_lock, write_atomically
+from gpuplace._util.documents import exclusive_lock, parse_json, read_text, write_atomically
 from gpuplace._util.hostlist import compress
 from gpuplace.cli.common import emit, format_option
 from gpuplace.cluster.state import ClusterState
@@ -209,10 +209,7 @@ def _load_view(state_path: str) -> ctld.SlurmView | None:
     path = _view_path(state_path)
     if not path.exists():
         return None
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InvalidState(f"{path}: cannot read: {exc}") from None
+    doc = parse_json(read_text(path, InvalidState), path, InvalidState)
     return ctld.SlurmView.from_dict(doc, str(path))
 
 

@@ -7,6 +7,7 @@ import json
 import re
 from typing import Any
 
+from gpuplace._util.documents import JsonLimitError, loads_json
 from gpuplace.io._common import MAX_NAMES, Source, fail, guarded, read_source
 from gpuplace.model.inventory import Fabric, Host
 
@@ -39,11 +40,11 @@ def _level_names(n: int) -> list[str]:
 def _load_json(source: Source) -> tuple[str, Any]:
     fname, text = read_source(source)
     try:
-        return fname, json.loads(text)
+        return fname, loads_json(text)
+    except JsonLimitError as exc:
+        raise fail(fname, exc.line, f"invalid JSON: {exc.msg}") from None
     except json.JSONDecodeError as exc:
         raise fail(fname, exc.lineno, f"invalid JSON: {exc.msg}") from None
-    except RecursionError:
-        raise fail(fname, None, "JSON nested too deeply") from None
 
 
 # -- Kubernetes ------------------------------------------------------------------------------

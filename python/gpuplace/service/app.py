@@ -31,7 +31,7 @@ import io
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -40,6 +40,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.routing import APIRoute
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -51,6 +52,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel, Field, ValidationError
 
+from gpuplace._util.documents import loads_json
 from gpuplace._util.hostlist import compress
 from gpuplace.errors import GpuplaceError, Infeasible
 from gpuplace.health.readers import read_evidence
@@ -630,11 +632,15 @@ def build_app(service: Service) -> FastAPI:
         summary="Topology-aware placement of distributed GPU jobs, as a live service.",
         version="1",
     )
+    app.router.route_class = _StrictRoute
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = []
         for err in exc.errors():
+            if err.get("type") == "json_invalid":
+                problems.append(_json_problem(err, exc.body))
+                continue
             where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
             problems.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
         return JSONResponse({"error": "; ".join(problems), "kind": "InvalidRequest"}, 400)
@@ -928,9 +934,45 @@ def _lean_body(
     if main != "application" or not (sub == "json" or sub.endswith("+json")):
         return None
     try:
-        return model.model_validate(orjson.loads(raw))
-    except (orjson.JSONDecodeError, ValidationError):
+        return model.model_validate(loads_json(raw))
+    except (json.JSONDecodeError, ValidationError):
         return None
+
+
+class _StrictRequest(Request):
+    """A request whose JSON body is read with the limits of every other document gpuplace
+    reads (:func:`loads_json`: a key given twice in one object, a number of more than 1,000
+    digits and deep nesting are refused), where Starlette's ``json.loads`` keeps the last of
+    two keys silently. Its errors are :class:`json.JSONDecodeError`, which FastAPI answers as
+    invalid JSON."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = loads_json(await self.body())
+        return self._json
+
+
+class _StrictRoute(APIRoute):
+    """The service's routes: FastAPI's, reading bodies as :class:`_StrictRequest`."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handler(_StrictRequest(request.scope, request.receive))
+
+        return strict
+
+
+def _json_problem(err: dict[str, Any], body: Any) -> str:
+    """``body: line L: invalid JSON: <why>`` of FastAPI's ``json_invalid`` error (its ``loc``
+    holds the offset into the body text)."""
+    why = (err.get("ctx") or {}).get("error", "not JSON")
+    loc = err.get("loc") or ()
+    pos = loc[-1] if loc and isinstance(loc[-1], int) else None
+    if isinstance(body, str) and pos is not None:
+        return f"body: line {body.count(chr(10), 0, pos) + 1}: invalid JSON: {why}"
+    return f"body: invalid JSON: {why}"
 
 
 def _replay(raw: bytes, receive: Any) -> Callable[[], Awaitable[dict[str, Any]]]:

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
+from gpuplace._util.documents import loads_json
 from gpuplace.health.readers._base import (
     Evidence,
     ReadResult,
@@ -201,6 +202,16 @@ def read_dcgmi_health(source: Any, *, strict: bool = False) -> ReadResult:
     return result
 
 
+#: Lines an open ``dcgmi health -c`` table may hold before the stream gives up on it (a real
+#: table is a few lines a GPU and an incident; one that never closes would grow the stream's
+#: buffer without bound).
+MAX_TABLE_LINES = 100_000
+
+#: Characters of one line the stream holds while waiting for its end; a longer line is dropped
+#: (and reported) instead of held.
+MAX_LINE_CHARS = 1 << 20
+
+
 class DcgmiHealthStream:
     """Successive ``dcgmi health -c`` tables appended to one file (``while :; do dcgmi health
     -c; sleep 60; done >> dcgm.log``): :meth:`feed` returns the evidence of each table as soon
@@ -210,13 +221,18 @@ class DcgmiHealthStream:
     split between two chunks is kept whole), a line that has not ended is held in a buffer
     that is joined once, when it ends, and each line is examined once for the table's head,
     header rule and closing border (the scan resumes where the last call stopped; it used to
-    restart from the first line held, so a table fed in small pieces cost its lines squared)."""
+    restart from the first line held, so a table fed in small pieces cost its lines squared).
+
+    Bounded in memory however long it runs: a table still open after
+    :data:`MAX_TABLE_LINES` lines, and a line longer than :data:`MAX_LINE_CHARS`, are dropped
+    and reported as malformed lines (an error in strict mode)."""
 
     def __init__(self, name: str, *, host: str | None = None, strict: bool = False):
         self.result = ReadResult(source=name, format="dcgmi-health", host=host)
         self.strict = strict
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._partial = io.StringIO()  # the line that has not ended yet
+        self._overlong = False  # the line that has not ended is past MAX_LINE_CHARS (dropped)
         self._lines: list[str] = []
         self._first = 1  # line number of self._lines[0]
         self._scan = 0  # the next line of self._lines to examine
@@ -226,12 +242,18 @@ class DcgmiHealthStream:
     def feed(self, data: bytes) -> list[Evidence]:
         text = self._decoder.decode(data)
         if "\n" not in text:
-            self._partial.write(text)
+            self._hold(text)
             return []
         complete = (self._partial.getvalue() + text).split("\n")
-        self._partial = io.StringIO(complete.pop())
-        self._partial.seek(0, io.SEEK_END)
+        self._partial = io.StringIO()
+        rest = complete.pop()
         lines = self._lines
+        for k, line in enumerate(complete):
+            if len(line) > MAX_LINE_CHARS or (k == 0 and self._overlong):
+                self._drop_line(self._first + len(lines) + k)
+                complete[k] = ""
+        self._overlong = False
+        self._hold(rest)
         lines.extend(complete)
         self.result.lines += len(complete)
         found: list[Evidence] = []
@@ -249,6 +271,13 @@ class DcgmiHealthStream:
                 found += self._table(lines, start, i)
                 done = i + 1
                 self._head = self._rule = None
+        if self._head is not None and len(lines) - self._head > MAX_TABLE_LINES:
+            self.result.bad_line(
+                self._first + self._head,
+                f"a table still open after {MAX_TABLE_LINES} lines (no closing border); dropped",
+                strict=self.strict,
+            )
+            self._head = self._rule = None
         if self._head is None:
             # nothing of a table is open: keep only the last line (it may be a table's top border)
             done = max(done, len(lines) - 1)
@@ -262,6 +291,21 @@ class DcgmiHealthStream:
         self._scan = len(lines)
         self.result.evidence.extend(found)
         return found
+
+    def _hold(self, text: str) -> None:
+        """Keep ``text``, the start of a line that has not ended, unless the line is too long."""
+        if self._overlong:
+            return
+        if self._partial.tell() + len(text) > MAX_LINE_CHARS:
+            self._partial = io.StringIO()
+            self._overlong = True
+            return
+        self._partial.write(text)
+
+    def _drop_line(self, line: int) -> None:
+        self.result.bad_line(
+            line, f"a line of more than {MAX_LINE_CHARS} characters; dropped", strict=self.strict
+        )
 
     def _table(self, lines: list[str], start: int, stop: int) -> list[Evidence]:
         """The evidence of the table in ``lines[start : stop + 1]``, numbered in the file."""
@@ -367,10 +411,8 @@ def _messages(item: Any) -> str:
 
 def _load_json(name: str, text: str, result: ReadResult, strict: bool) -> Any:
     try:
-        return json.loads(text)
-    except RecursionError:
-        result.bad_line(1, "JSON nested too deeply", strict=True)
-    except json.JSONDecodeError as exc:
+        return loads_json(text)
+    except json.JSONDecodeError as exc:  # a JsonLimitError too (a key twice, deep nesting)
         result.bad_line(exc.lineno, f"not valid JSON ({exc.msg})", strict=True)
     return None
 

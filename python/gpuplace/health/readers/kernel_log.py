@@ -56,23 +56,52 @@ _LOST_LOOKAHEAD_LINES = 2
 _MAX_TEXT = 240
 
 
+#: Bytes of one line the scanner holds while waiting for its end; a longer line is dropped
+#: (and reported) instead of held, so a log that never ends a line cannot grow the scanner.
+MAX_LINE_BYTES = 1 << 20
+
+
 class KernelLogScanner:
     """Incremental scanner: :meth:`feed` bytes as they arrive (a whole file chunk by chunk, or
-    a growing log); it returns the evidence found in the complete lines so far."""
+    a growing log); it returns the evidence found in the complete lines so far. Chunks without
+    a line end are kept aside and joined once (linear however the log is cut), and a line over
+    :data:`MAX_LINE_BYTES` is dropped and reported as a malformed line."""
 
     def __init__(self, name: str, *, host: str | None = None, strict: bool = False):
         self.result = ReadResult(source=name, format="kernel-log", host=host)
         self.strict = strict
         self._carry = b""
+        self._pending: list[bytes] = []  # chunks of a line that has not ended, after the carry
+        self._held = 0  # their bytes
+        self._skipping = False  # inside a line over MAX_LINE_BYTES, dropped to its end
         self._line = 1  # number of the first line in the carry
         self._known = 0  # lines that were evidence or known NVRM messages
 
     def feed(self, data: bytes, *, final: bool = False) -> list[Evidence]:
-        buffer = self._carry + data if self._carry else bytes(data)
-        end = len(buffer) if final else buffer.rfind(b"\n") + 1
-        if end == 0 and not final:
-            self._carry = buffer
+        if self._skipping:
+            cut = data.find(b"\n")
+            if cut < 0 and not final:
+                return []
+            self._skipping = False
+            data = data[cut:] if cut >= 0 else b""  # the dropped line stays, as an empty line
+        if not final and b"\n" not in data:
+            self._pending.append(bytes(data))
+            self._held += len(data)
+            if self._held > MAX_LINE_BYTES:
+                self.result.bad_line(
+                    self._line + self._carry.count(b"\n"),
+                    f"a line of more than {MAX_LINE_BYTES} bytes; dropped",
+                    strict=self.strict,
+                )
+                self._carry = self._carry[: self._carry.rfind(b"\n") + 1]
+                self._pending.clear()
+                self._held = 0
+                self._skipping = True
             return []
+        buffer = b"".join((self._carry, *self._pending, data))
+        self._pending.clear()
+        self._held = 0
+        end = len(buffer) if final else buffer.rfind(b"\n") + 1
         stop, found = self.consume(buffer, end, final=final)
         self._carry = buffer[stop:]
         return found

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gpuplace._util.documents import loads_json
 from gpuplace.health.readers._base import (
     Evidence,
     ReadResult,
@@ -38,9 +39,9 @@ def read_mlxlink(source: Any, *, strict: bool = False) -> ReadResult:
     known = 0
     if text.lstrip().startswith("{"):
         try:
-            doc = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            result.bad_line(getattr(exc, "lineno", 1), "not valid JSON", strict=True)
+            doc = loads_json(text)
+        except json.JSONDecodeError as exc:  # a JsonLimitError too
+            result.bad_line(exc.lineno, f"not valid JSON ({exc.msg})", strict=True)
             return result
         _flatten(doc, fields)
         known = result.lines
