@@ -127,9 +127,8 @@ def calibrate_cmd(
     if not samples:
         raise InvalidJob("give at least one --nccl-tests file or --placements table")
     before = sample_errors(topology, samples)
-    result = calibration(
-        topology, samples, routing={"auto": "auto", "yes": True, "no": False}[fit_routing]
-    )
+    routing: bool | str = {"yes": True, "no": False}.get(fit_routing, "auto")
+    result = calibration(topology, samples, routing=routing)
     fitted = result.topology
     after = sample_errors(fitted, samples)
     fitted.save(output)

@@ -1385,13 +1385,19 @@ mod tests {
             let leaf = open.uplink_id(1, 0).unwrap();
             assert_eq!(open.uplink_links(leaf), n);
             let dp = |topo: &Topology| {
-                crate::cost::evaluate(topo, &job, &gpus).unwrap().class_seconds[1] - latency
+                crate::cost::evaluate(topo, &job, &gpus)
+                    .unwrap()
+                    .class_seconds[1]
+                    - latency
             };
             let fair = dp(&open);
             // Adaptive routing: the fair share, exactly the price without routing.
             assert_eq!(dp(&with(Routing::Adaptive, 1)), fair);
             let ecmp = dp(&with(Routing::Ecmp, 1)) / fair;
-            assert!((ecmp - expected_fullest(n as f64, n)).abs() < 1e-9, "{n}: {ecmp}");
+            assert!(
+                (ecmp - expected_fullest(n as f64, n)).abs() < 1e-9,
+                "{n}: {ecmp}"
+            );
             assert!((ecmp - fullest).abs() < 0.002, "{n}: {ecmp}");
             // Queue pairs: each connection hashed as q quarter-flows, the fullest link nearer
             // the mean (never below the fair share).
