@@ -19,7 +19,9 @@ way). Every prediction is the core's ``evaluate``: pricing never leaves the core
   only when it lowers the root-mean-square log error by at least 10 % against the routing the
   topology declares. Hash collisions grow with the flows a job sends across a level, so runs
   at several node counts of one cluster tell a hashed fabric from a slower balanced one; a
-  single size sweep on one placement cannot (a lower bandwidth fits it as well);
+  single size sweep on one placement cannot (a lower bandwidth fits it as well). Whether a
+  level's routing changes a prediction is judged at the parameters as given (a fabric far
+  faster than the NVLink side may hide it);
 * with ``host_count_factors=True``, or ``"auto"`` when the samples span at least three distinct
   host counts and the fit without them leaves a root-mean-square log error above 10 %, one
   factor per host count seen (``host_count_factors`` in the topology format): the documented
@@ -232,13 +234,18 @@ def _fit(
         return _Topology.from_dict(params.apply(x, active))
 
     base = np.log(predict(build(x0, everything), checked))
-    # Only parameters some prediction depends on are fitted.
+    # Only parameters some prediction depends on are fitted: probed both ways, since a
+    # bandwidth at a kink (as fast as the level below it, whose smaller figure a path takes)
+    # moves the predictions only when lowered.
     active = np.zeros(len(x0), dtype=bool)
     for i in range(len(x0)):
-        probe = x0.copy()
-        probe[i] += 0.2
-        moved = np.log(predict(build(probe, everything), checked))
-        active[i] = bool(np.any(np.abs(moved - base) > 1e-9))
+        for step in (0.2, -0.2):
+            probe = x0.copy()
+            probe[i] += step
+            moved = np.log(predict(build(probe, everything), checked))
+            if np.any(np.abs(moved - base) > 1e-9):
+                active[i] = True
+                break
     if not active.any():
         return build(x0, active), float(np.sqrt(np.mean((base - measured) ** 2)))
     idx = np.flatnonzero(active)
@@ -254,6 +261,8 @@ def _fit(
         bounds=(x0[idx] - _SPAN, x0[idx] + _SPAN),
         method="trf",
         x_scale=1.0,
+        # Central differences: at a kink a one-sided step may see no slope at all.
+        jac="3-point",
         diff_step=1e-3,
         max_nfev=max_evaluations,
     )
