@@ -201,3 +201,145 @@ def test_recovers_a_per_algorithm_efficiency() -> None:
     fitted = gpuplace.calibrate(Topology.preset("h100-superpod", nodes=8), samples)
     assert fitted.algorithm_efficiency["tree"] == pytest.approx(0.8, rel=1e-2)
     assert Topology.from_dict(fitted.to_dict()).algorithm_efficiency == fitted.algorithm_efficiency
+
+
+def _two_leaves(routing: str = "adaptive", qps: int = 1, spine_gbps: float = 50.0) -> Topology:
+    """Two leaves of four 8-GPU hosts under one spine; the leaves' uplinks routed as given."""
+    return Topology.from_dict(
+        {
+            "format": "gpuplace.topology/1",
+            "name": "two-leaves",
+            "levels": [
+                {"name": "node", "bandwidth_gbps": 450, "latency_us": 1},
+                {
+                    "name": "leaf",
+                    "bandwidth_gbps": 50,
+                    "latency_us": 2,
+                    "routing": routing,
+                    "qps_per_connection": qps,
+                },
+                {"name": "spine", "bandwidth_gbps": spine_gbps, "latency_us": 3},
+            ],
+            "node_types": {"box": {"gpus": 8}},
+            "nodes": [
+                {"name": f"n{h}", "type": "box", "domains": {"leaf": f"l{h // 4}", "spine": "s"}}
+                for h in range(8)
+            ],
+        }
+    )
+
+
+def _leaf_crossing_series(truth: Topology) -> list[tuple[Job, list[int], float]]:
+    """tp 8 x dp 2k on 2k hosts alternating between the leaves (n0, n4, n1, n5, ...): every
+    dp ring hop crosses the spine, 8k flows up each leaf's 32 links, k = 1..4."""
+    samples = []
+    for k in (1, 2, 3, 4):
+        hosts = [h for i in range(k) for h in (i, 4 + i)]
+        gpus = [8 * h + g for h in hosts for g in range(8)]
+        for size in (1e7, 1e8, 1e9):
+            job = Job(
+                name=f"dp{2 * k}",
+                tp=8,
+                dp=2 * k,
+                communication={"dp": Communication("all-reduce", size)},
+            )
+            samples.append((job, gpus, gpuplace.evaluate(truth, job, gpus).comm_seconds))
+    return samples
+
+
+def test_recovers_a_hashed_routing_from_several_node_counts() -> None:
+    from gpuplace.calibrate import calibration, fitted_parameters
+
+    truth = _two_leaves("ecmp", 2, spine_gbps=40.0)
+    samples = _leaf_crossing_series(truth)
+    # The spine starts as fast as the leaf (50 GB/s): a path takes the smaller figure, so
+    # only lowering it moves a prediction (probed both ways, central differences).
+    start = _two_leaves(spine_gbps=50.0)
+    result = calibration(start, samples, host_count_factors=False)
+    leaf = result.topology.levels[1]
+    assert (leaf.routing, leaf.qps_per_connection) == ("ecmp", 2)
+    assert result.topology.levels[2].bandwidth_gbps == pytest.approx(40.0, rel=1e-3)
+    assert result.rms_after < 1e-3 < 0.05 < result.rms_before
+    # Every candidate tried on the leaf (the only level the samples cross with uplinks), each
+    # with its own refit: the balanced fabric cannot produce the falling share as the flows
+    # grow, however slow its spine.
+    tried = {(t.routing, t.qps_per_connection): t for t in result.routing}
+    assert set(tried) == {("adaptive", 1), ("ecmp", 1), ("ecmp", 2), ("ecmp", 4), ("ecmp", 8)}
+    assert {t.level for t in result.routing} == {"leaf"}
+    assert [k for k, t in tried.items() if t.chosen] == [("ecmp", 2)]
+    assert tried["adaptive", 1].rms_log_error > 10 * tried["ecmp", 2].rms_log_error
+    rows = {p["parameter"]: p for p in fitted_parameters(start, result.topology)}
+    assert rows["levels.leaf.routing"] == {
+        "parameter": "levels.leaf.routing",
+        "before": "adaptive",
+        "after": "ecmp",
+        "changed": True,
+    }
+    assert rows["levels.leaf.qps_per_connection"]["after"] == 2
+    # Host levels and the top level have no routing to fit.
+    assert "levels.node.routing" not in rows and "levels.spine.routing" not in rows
+    # routing=False: the declared routing stays, and the fit is worse.
+    fixed = calibration(start, samples, routing=False, host_count_factors=False)
+    assert fixed.topology.levels[1].routing == "adaptive" and fixed.routing == []
+    assert fixed.rms_after > 10 * result.rms_after
+    # Samples inside one leaf do not depend on its routing: nothing is tried.
+    inside = [s for s in samples if s[0].name == "dp2"]
+    inside = [(j, list(range(16)), s) for j, _, s in inside]
+    assert calibration(start, inside, host_count_factors=False).routing == []
+    with pytest.raises(InvalidJob, match="routing"):
+        calibration(start, samples, routing="maybe")  # type: ignore[arg-type]
+
+
+SCALING = DATA / "nccl-tests" / "scaling"
+
+
+OCI_GB200 = (
+    ("all_reduce_perf-gb200-2nodes-4gpn-ib-ociquickstart.txt", 1, 2),
+    ("all_reduce_perf-gb200-32nodes-4gpn-iborroce-ociquickstart.txt", 2, 16),
+    ("all_reduce_perf-gb200-48nodes-4gpn-iborroce-ociquickstart.txt", 3, 16),
+    ("alltoall_perf-gb200-2nodes-4gpn-ib-ociquickstart.txt", 1, 2),
+    ("alltoall_perf-gb200-16nodes-4gpn-iborroce-ociquickstart.txt", 1, 16),
+    ("alltoall_perf-gb200-32nodes-4gpn-iborroce-ociquickstart.txt", 2, 16),
+    ("alltoall_perf-gb200-48nodes-4gpn-iborroce-ociquickstart.txt", 3, 16),
+)
+
+
+def test_calibrating_the_shared_oci_gb200_series_rules_out_ecmp_with_few_queue_pairs() -> None:
+    """OCI GB200 all-reduce on 2, 32, 48 nodes and all-to-all on 2, 16, 32, 48 (one to three
+    NVL72 racks; the source leaves InfiniBand or RoCE open). Described as RoCE (8 x 400G per
+    tray) with ECMP and one queue pair, the fit finds the racks' uplinks balanced (adaptive,
+    or ECMP spread over 4+ queue pairs, which prices the same here) and the fabric near
+    InfiniBand's 4 x 400G per tray; all-reduce alone cannot tell them apart."""
+    from gpuplace.calibrate import calibration
+
+    def described(routing: str) -> Topology:
+        doc = Topology.preset("gb200-nvl72", racks=3).to_dict()
+        for lv in doc["levels"][2:]:
+            lv["bandwidth_gbps"] = 100.0
+        doc["levels"][1]["routing"] = routing
+        return Topology.from_dict(doc)
+
+    roce = described("ecmp")
+    samples = {}
+    for name, racks, per_rack in OCI_GB200:
+        gpus = [r * 72 + t * 4 + g for r in range(racks) for t in range(per_rack) for g in range(4)]
+        run = read_nccl_tests(SCALING / name, ranks=len(gpus))
+        samples[name] = run.samples(roce, gpus, min_bytes=1 << 20)
+    both = [s for rows in samples.values() for s in rows]
+    result = calibration(roce, both, host_count_factors=False)
+    tried = {(t.routing, t.qps_per_connection): t.rms_log_error for t in result.routing}
+    assert {t.level for t in result.routing} == {"nvlink-domain"}
+    assert result.topology.levels[1].routing == "adaptive"
+    assert tried["adaptive", 1] < 0.5 * tried["ecmp", 1]
+    assert tried["adaptive", 1] < 0.6 * tried["ecmp", 2]
+    assert tried["ecmp", 4] == pytest.approx(tried["adaptive", 1], rel=0.02)
+    assert result.rms_after < 0.06 < 0.2 < result.rms_before
+    assert 45.0 < result.topology.levels[2].bandwidth_gbps < 70.0
+    # All-reduce alone: the routings fit within 10 % of each other, so the declared one stays,
+    # whichever it is (kept only on evidence).
+    allreduce = [s for name, rows in samples.items() if "all_reduce" in name for s in rows]
+    for routing in ("ecmp", "adaptive"):
+        kept = calibration(described(routing), allreduce, host_count_factors=False)
+        assert kept.topology.levels[1].routing == routing
+        errors = [t.rms_log_error for t in kept.routing]
+        assert max(errors) < 1.1 / 0.9 * min(errors)

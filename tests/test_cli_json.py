@@ -403,6 +403,54 @@ def test_calibrate_prints_fitted_values_and_whole_sample_names(
         assert sample["sample"] in table
 
 
+def test_calibrate_fits_the_routing_of_a_shared_scaling_series(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OCI GB200 all-reduce and all-to-all on 2 to 48 nodes (tests/data/nccl-tests/scaling), on
+    three NVL72 racks described as RoCE with ECMP: the fit finds them balanced and says why."""
+    monkeypatch.chdir(tmp_path)
+    scaling = DATA / "nccl-tests" / "scaling"
+    runs = [
+        "all_reduce_perf-gb200-2nodes-4gpn-ib-ociquickstart.txt",
+        "all_reduce_perf-gb200-32nodes-4gpn-iborroce-ociquickstart.txt",
+        "all_reduce_perf-gb200-48nodes-4gpn-iborroce-ociquickstart.txt",
+        "alltoall_perf-gb200-2nodes-4gpn-ib-ociquickstart.txt",
+        "alltoall_perf-gb200-16nodes-4gpn-iborroce-ociquickstart.txt",
+        "alltoall_perf-gb200-32nodes-4gpn-iborroce-ociquickstart.txt",
+        "alltoall_perf-gb200-48nodes-4gpn-iborroce-ociquickstart.txt",
+    ]
+    args = ["calibrate", "-c", "gb200-nvl72", "--racks", "3"]
+    args += ["-p", "levels.nvlink-domain.routing=ecmp", "-p", "levels.leaf.bandwidth_gbps=100"]
+    for name in runs:
+        args += ["--nccl-tests", str(scaling / name)]
+    for ranks in (8, 128, 192, 8, 64, 128, 192):
+        args += ["--ranks", str(ranks)]
+    document = invoke(capsys, *args, "-o", "cal.json")
+    validate(document, "calibrate")
+    by_name = {p["parameter"]: p for p in document["parameters"]}
+    routing = by_name["levels.nvlink-domain.routing"]
+    assert (routing["before"], routing["after"], routing["changed"]) == ("ecmp", "adaptive", True)
+    assert gpuplace.Topology.load("cal.json").levels[1].routing == "adaptive"
+    tried = {(t["routing"], t["qps_per_connection"]): t for t in document["routing"]}
+    assert tried["adaptive", 1]["chosen"] and not tried["ecmp", 1]["chosen"]
+    assert tried["adaptive", 1]["rms_log_error"] < 0.5 * tried["ecmp", 1]["rms_log_error"]
+    assert [s["gpus"] for s in document["samples"]] == [
+        n for n in (8, 128, 192, 8, 64, 128, 192) for _ in range(2)
+    ]
+    assert document["rms_log_error"]["after"] < document["rms_log_error"]["before"]
+    # The table shows the routings tried; --fit-routing no keeps the declared one.
+    assert main([*args, "--fit-routing", "no", "-o", "fixed.yaml"]) == 0
+    table = capsys.readouterr().out
+    assert "routing fitted" not in table
+    assert gpuplace.Topology.load("fixed.yaml").levels[1].routing == "ecmp"
+    assert main([*args, "-o", "cal.yaml"]) == 0
+    table = capsys.readouterr().out
+    assert "routing fitted" in table and "levels.nvlink-domain.routing" in table
+    # One --ranks per file or none.
+    assert main([*args[:-2], "-o", "bad.yaml"]) == 2
+    assert "--ranks: expected one per --nccl-tests file (7), got 6" in capsys.readouterr().err
+
+
 def test_simulate_and_bench_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     summaries = invoke(
         capsys, "simulate", "-c", "h100-superpod", "-p", "nodes=16", "--trace", "llm-mix",

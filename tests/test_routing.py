@@ -89,6 +89,35 @@ def test_a_job_crossing_an_ecmp_spine_is_slower_than_on_adaptive() -> None:
     assert fixed == pytest.approx(hashed)
 
 
+def test_a_job_alone_is_priced_with_its_own_hashed_flows() -> None:
+    """Nobody else on the fabric: the job's own flows still collide on a hashed level, in the
+    price alone (evaluate, contention's alone seconds, place's report), and only there."""
+    from gpuplace.cluster.fabric import contention
+
+    prices = {}
+    for routing, qps in (("adaptive", 1), ("ecmp", 1), ("ecmp", 4), ("static", 4)):
+        topology = _topology(routing, qps)
+        state = gpuplace.ClusterState(topology)
+        gpus = _gpus(topology)
+        alone = gpuplace.evaluate(topology, JOB, gpus).comm_seconds
+        # The same figure through every door: in an empty state, as contention's alone price
+        # and as the contended one (no neighbour adds anything).
+        assert gpuplace.evaluate(topology, JOB, gpus, state=state).comm_seconds == alone
+        report = contention(state, JOB, gpus)
+        assert report.alone_seconds == report.contended_seconds == alone
+        prices[routing, qps] = alone
+    assert prices["ecmp", 1] > 1.8 * prices["adaptive", 1]
+    assert prices["adaptive", 1] < prices["ecmp", 4] < prices["ecmp", 1]
+    # Static routing follows the destination: its queue pairs take one path.
+    assert prices["static", 4] == pytest.approx(prices["ecmp", 1])
+    # Inside one leaf (hosts n0 and n1) no flow crosses the hashed uplinks.
+    topology = _topology("ecmp")
+    near = np.concatenate([topology.host_gpus("n0"), topology.host_gpus("n1")])
+    assert gpuplace.evaluate(topology, JOB, near).comm_seconds == pytest.approx(
+        gpuplace.evaluate(_topology(), JOB, near).comm_seconds
+    )
+
+
 def test_collisions_report_the_flows_per_level_and_count_the_running_jobs() -> None:
     topology = _topology("ecmp")
     state = gpuplace.ClusterState(topology)

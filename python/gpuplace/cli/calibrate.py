@@ -2,9 +2,10 @@
 
 ``gpuplace calibrate --cluster h100-superpod --nodes 8 --nccl-tests run.txt ... -o cal.yaml``
 reads nccl-tests outputs (and Pollux-format placement tables with ``--placements TABLE.csv
---job JOB.yaml``), fits the topology with :func:`gpuplace.calibrate`, prints every fitted value
-next to the old one and each sample's error before and after (``--format json``: the same as
-one object), and writes the calibrated topology.
+--job JOB.yaml``), fits the topology with :func:`gpuplace.calibrate.calibration`, prints every
+fitted value next to the old one, every routing tried on the levels the samples cross with the
+error of its fit, and each sample's error before and after (``--format json``: the same as one
+object), and writes the calibrated topology.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import click
 from rich.console import Console
 from rich.table import Column, Table
 
-from gpuplace.calibrate import calibrate, fitted_parameters, sample_errors
+from gpuplace.calibrate import calibration, fitted_parameters, sample_errors
 from gpuplace.cli.common import emit, format_option, load_cluster, with_cluster
 from gpuplace.errors import InvalidJob
 from gpuplace.io import read_nccl_tests, read_placement_table
@@ -34,6 +35,14 @@ _out = Console(highlight=False, soft_wrap=True)
     multiple=True,
     type=click.Path(dir_okay=False),
     help="nccl-tests output (all_reduce_perf, all_gather_perf, ...). Repeatable.",
+)
+@click.option(
+    "--ranks",
+    "ranks",
+    multiple=True,
+    type=click.IntRange(min=2),
+    help="Ranks of each --nccl-tests run, in the same order (for outputs whose header does "
+    "not list them all). Repeatable: give one per --nccl-tests file or none.",
 )
 @click.option(
     "--min-bytes",
@@ -64,6 +73,14 @@ _out = Console(highlight=False, soft_wrap=True)
     help="GPUs per host of the placement tables' cluster.",
 )
 @click.option(
+    "--fit-routing",
+    type=click.Choice(["auto", "yes", "no"]),
+    default="auto",
+    show_default=True,
+    help="Fit the routing and queue pairs of the levels the samples cross: auto keeps a "
+    "routing other than the cluster's only when it lowers the rms log error by 10 %.",
+)
+@click.option(
     "--output", "-o", required=True, type=click.Path(dir_okay=False), help="Topology to write."
 )
 @format_option
@@ -72,22 +89,29 @@ def calibrate_cmd(
     nodes: int | None,
     racks: int | None,
     nccl_files: tuple[str, ...],
+    ranks: tuple[int, ...],
     min_bytes: int,
     tables: tuple[str, ...],
     job_path: str | None,
     gpus_per_host: int,
+    fit_routing: str,
     output: str,
     fmt: str,
 ) -> None:
     """Fit the cluster's per-level bandwidth and latency (and NVLS bandwidth, algorithm
-    efficiencies, and host-count factors where the data demand them) to measurements; print
-    every fitted value next to the old one, and each sample's error before and after."""
+    efficiencies, the routing of the levels the samples cross, and host-count factors where
+    the data demand them) to measurements; print every fitted value next to the old one,
+    every routing tried, and each sample's error before and after."""
 
     topology = load_cluster(cluster, nodes, racks)
     samples = []
     names = []
-    for path in nccl_files:
-        run = read_nccl_tests(path)
+    if ranks and len(ranks) != len(nccl_files):
+        raise InvalidJob(
+            f"--ranks: expected one per --nccl-tests file ({len(nccl_files)}), got {len(ranks)}"
+        )
+    for i, path in enumerate(nccl_files):
+        run = read_nccl_tests(path, ranks=ranks[i] if ranks else None)
         for job, gpus, seconds in run.samples(topology, min_bytes=min_bytes):
             samples.append((job, gpus, seconds))
             dims = job.communication["dp" if "dp" in job.communication else "pp"]
@@ -103,7 +127,9 @@ def calibrate_cmd(
     if not samples:
         raise InvalidJob("give at least one --nccl-tests file or --placements table")
     before = sample_errors(topology, samples)
-    fitted = calibrate(topology, samples)
+    routing: bool | str = {"yes": True, "no": False}.get(fit_routing, "auto")
+    result = calibration(topology, samples, routing=routing)
+    fitted = result.topology
     after = sample_errors(fitted, samples)
     fitted.save(output)
     parameters = fitted_parameters(topology, fitted)
@@ -122,7 +148,15 @@ def calibrate_cmd(
         "after": _rms(after),
     }
     if fmt == "json":
-        emit({"output": output, "parameters": parameters, "samples": rows, "rms_log_error": rms})
+        emit(
+            {
+                "output": output,
+                "parameters": parameters,
+                "routing": [t.to_dict() for t in result.routing],
+                "samples": rows,
+                "rms_log_error": rms,
+            }
+        )
         return
     table = Table(
         "parameter", "before", "after", "change", title="fitted values", title_justify="left"
@@ -135,6 +169,26 @@ def calibrate_cmd(
             _change(p["before"], p["after"]) if p["changed"] else "unchanged",
         )
     _out.print(table)
+    if result.routing:
+        # Each routing's fit: the error left when every other parameter is refitted with it.
+        table = Table(
+            "level",
+            "routing",
+            "QPs",
+            "rms log error",
+            "kept",
+            title="routing fitted (every other parameter refitted for each)",
+            title_justify="left",
+        )
+        for t in result.routing:
+            table.add_row(
+                t.level,
+                t.routing,
+                str(t.qps_per_connection),
+                f"{t.rms_log_error:.3f}",
+                "yes" if t.chosen else "",
+            )
+        _out.print(table)
     # Sample names are file name, collective, size and GPUs: folded, never cut short.
     table = Table(
         Column("sample", overflow="fold"),
@@ -166,11 +220,13 @@ def _rms(errors: list[float]) -> float:
     return math.sqrt(sum(math.log1p(e) ** 2 for e in errors) / len(errors)) if errors else 0.0
 
 
-def _value(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4g}"
+def _value(v: float | str | None) -> str:
+    return "-" if v is None else v if isinstance(v, str) else f"{v:.4g}"
 
 
-def _change(a: float | None, b: float | None) -> str:
+def _change(a: float | str | None, b: float | str | None) -> str:
+    if isinstance(a, str) or isinstance(b, str):
+        return "changed"
     if a is None or b is None or a == 0:
         return "set" if a is None else "removed"
     return f"{100 * (b / a - 1):+.1f} %"

@@ -770,8 +770,9 @@ SCHEMAS: dict[str, Schema] = {
         obj({"schemas": array(STR), "commands": mapping(STR)}),
     ),
     "calibrate": top(
-        "gpuplace calibrate: every fitted parameter before and after, each sample's error "
-        "before and after, the rms log error, the file written.",
+        "gpuplace calibrate: every fitted parameter before and after (a routing by name), "
+        "every routing tried on each level the samples cross with the rms log error of its "
+        "fit, each sample's error before and after, the rms log error, the file written.",
         obj(
             {
                 "output": STR,
@@ -779,9 +780,20 @@ SCHEMAS: dict[str, Schema] = {
                     obj(
                         {
                             "parameter": STR,
-                            "before": nullable(NUM),
-                            "after": nullable(NUM),
+                            "before": {"anyOf": [NUM, STR, {"type": "null"}]},
+                            "after": {"anyOf": [NUM, STR, {"type": "null"}]},
                             "changed": BOOL,
+                        }
+                    )
+                ),
+                "routing": array(
+                    obj(
+                        {
+                            "level": STR,
+                            "routing": enum("adaptive", "ecmp", "static"),
+                            "qps_per_connection": INT,
+                            "rms_log_error": NUM,
+                            "chosen": BOOL,
                         }
                     )
                 ),

@@ -1365,6 +1365,61 @@ mod tests {
     }
 
     #[test]
+    fn a_job_alone_pays_for_its_own_flows_hashed_onto_as_many_links() {
+        // Two hosts of n GPUs, one per leaf: a leaf's uplink has n links (one per GPU at the
+        // spine's rate) and the n dp rings of 2 send one connection each up it. Alone on the
+        // fabric, their price is the balls-into-bins maximum of n flows on n links.
+        let latency = 2.0 * 4e-6;
+        for (n, fullest) in [(8usize, 2.597), (16, 3.078)] {
+            let with = |routing: Routing, qps: u32| {
+                tree(2, n, 1)
+                    .with_routing(
+                        vec![Routing::Adaptive, routing, Routing::Adaptive],
+                        vec![1, qps, 1],
+                    )
+                    .unwrap()
+            };
+            let open = tree(2, n, 1);
+            let job = tp_dp_job(&open, n, 2);
+            let gpus: Vec<u32> = (0..2 * n as u32).collect();
+            let leaf = open.uplink_id(1, 0).unwrap();
+            assert_eq!(open.uplink_links(leaf), n);
+            let dp = |topo: &Topology| {
+                crate::cost::evaluate(topo, &job, &gpus)
+                    .unwrap()
+                    .class_seconds[1]
+                    - latency
+            };
+            let fair = dp(&open);
+            // Adaptive routing: the fair share, exactly the price without routing.
+            assert_eq!(dp(&with(Routing::Adaptive, 1)), fair);
+            let ecmp = dp(&with(Routing::Ecmp, 1)) / fair;
+            assert!(
+                (ecmp - expected_fullest(n as f64, n)).abs() < 1e-9,
+                "{n}: {ecmp}"
+            );
+            assert!((ecmp - fullest).abs() < 0.002, "{n}: {ecmp}");
+            // Queue pairs: each connection hashed as q quarter-flows, the fullest link nearer
+            // the mean (never below the fair share).
+            let mut last = ecmp;
+            for q in [2u32, 4, 8] {
+                let spread = dp(&with(Routing::Ecmp, q)) / fair;
+                let expect = expected_fullest((n * q as usize) as f64, n) / q as f64;
+                assert!((spread - expect).abs() < 1e-9, "{n}, {q} QPs: {spread}");
+                assert!(spread < last && spread >= 1.0, "{n}, {q} QPs: {spread}");
+                last = spread;
+            }
+            // Static routing keeps one path per destination: queue pairs do not spread it.
+            assert_eq!(dp(&with(Routing::Static, 8)) / fair, ecmp);
+            // The contention report's alone price is the same figure (no second model).
+            let state = ClusterState::new(Arc::new(with(Routing::Ecmp, 1)));
+            let report = contention(&state, &job, &gpus).unwrap();
+            let alone = crate::cost::evaluate(&with(Routing::Ecmp, 1), &job, &gpus).unwrap();
+            assert_eq!(report.alone_seconds, alone.comm_seconds);
+        }
+    }
+
+    #[test]
     fn running_jobs_flows_collide_too() {
         let topo = Arc::new(routed(Routing::Ecmp, 1));
         let job = Arc::new(tp_dp_job(&topo, 8, 2));
