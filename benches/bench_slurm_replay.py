@@ -41,6 +41,7 @@ from slurm_replay import (  # noqa: E402
     compare_runs,
     latency,
     make_trace,
+    origin,
     replay_on_slurm,
     replay_topology,
     replay_workload,
@@ -123,16 +124,28 @@ def main() -> int:
         f"{gpu_s / 3600:.1f} GPU-h of sleep, {sum(j.exclusive for j in trace)} --exclusive; "
         f"Slurm wall {wall:.0f} s; launch {lat.launch_s:.2f} s, release {lat.release_s:.2f} s"
     )
+    clock = origin(observed)
+    if not clock:
+        print("(no clock origin recorded: the simulator's backfill windows use Unix time 0)")
     for policy in ("slurm", "easy", "fifo"):
-        result = simulate_replay(topology, workload, policy, BACKFILL_INTERVAL_S)
+        result = simulate_replay(topology, workload, policy, BACKFILL_INTERVAL_S, clock)
         print(f"{policy:>5}: {compare(observed, result, lat).line()}")
         zero = Latency(0.0, 0.0)
         plain = simulate_replay(
-            topology, replay_workload(trace, observed, zero), policy, BACKFILL_INTERVAL_S
+            topology, replay_workload(trace, observed, zero), policy, BACKFILL_INTERVAL_S, clock
         )
         print(f"{'':>5}  without Slurm's latency: {compare(observed, plain, zero).line()}")
     if repeat is not None:
         print(f"real Slurm against itself (second run): {compare_runs(observed, repeat).line()}")
+        lat2 = latency(repeat)
+        again = simulate_replay(
+            topology,
+            replay_workload(trace, repeat, lat2),
+            "slurm",
+            BACKFILL_INTERVAL_S,
+            origin(repeat),
+        )
+        print(f"slurm against the second run: {compare(repeat, again, lat2).line()}")
     print(f"load: {os.getloadavg()[0]:.2f} (1 min)")
     return 0
 

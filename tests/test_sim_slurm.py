@@ -15,7 +15,7 @@ from gpuplace.placement.solvers.baselines import (
     slurm_tree_nodes,
 )
 from gpuplace.sim.engine import SimConfig, simulate
-from gpuplace.sim.slurm import _end_groups, _Reservations, next_pass
+from gpuplace.sim.slurm import _end_groups, _Reservations, _runs_on, next_pass
 from gpuplace.sim.traces import SimJob, Workload
 
 
@@ -80,12 +80,77 @@ def test_backfill_runs_on_its_own_clock() -> None:
     assert _starts(jobs, "slurm", 0.0)["C"] == pytest.approx(3.3)
 
 
-def test_end_times_are_tried_in_doubling_groups() -> None:
+def test_end_times_are_tried_in_groups_aligned_to_the_clock() -> None:
+    # Slurm's will-run test (select/cons_common/job_test.c, _will_run_test): the first end
+    # rounded up to a 30 s mark of the Unix clock, then every end up to 30 s past the mark,
+    # then up to 60, 120, ... s past it (doubled until the next end is in).
     ends = np.array([10.0, 20.0, 45.0, 50.0, 100.0, 400.0])
-    # 10 with everything to 40 (20); then 45 with everything to 105 (100); then 400.
-    assert _end_groups(ends, 0.0) == [20.0, 100.0, 400.0]
+    # Clock at 0: the mark is 30; ends to 60 (50), to 150 (100), to 510 (400).
+    assert _end_groups(ends, 0.0) == [50.0, 100.0, 400.0]
+    # Clock at 15 (simulated 10 is Unix 25): the mark is simulated 15; ends to 45, to 75.
+    assert _end_groups(ends, 0.0, 15.0) == [45.0, 50.0, 100.0, 400.0]
+    # An end on a mark is rounded up to the next one (end + 30 - end % 30).
+    assert _end_groups(np.array([30.0, 85.0, 95.0]), 0.0) == [85.0, 95.0]
+    # Ends already past are not tried.
+    assert _end_groups(ends, 60.0) == [100.0, 400.0]
     assert next_pass(3.3, 2.0) == pytest.approx(4.0)
     assert next_pass(4.0, 2.0) == pytest.approx(4.0)
+
+
+def _clocked_starts(jobs: list[SimJob], origin: float) -> dict[str, float]:
+    result = simulate(
+        _one_node(),
+        Workload("t", tuple(jobs)),
+        SimConfig(
+            solver="slurm-tree",
+            policy="slurm",
+            backfill_interval_s=2.0,
+            clock_origin_s=origin,
+            check=True,
+        ),
+    )
+    assert all(r.finish is not None for r in result.records)
+    return {r.job.name: r.first_start for r in result.records}
+
+
+def test_a_short_job_backfills_before_a_reservation_at_the_end_of_its_group() -> None:
+    # One node of 8 GPUs. A (4 GPUs) is expected to end at 20 and B (2 GPUs) at 55. C (6
+    # GPUs) could start once A ends, but Slurm tries it after the whole group of ends up to
+    # 30 s past the 30 s mark after 20: with the clock at 0 that reaches 60, so C is reserved
+    # at 55 and D (2 GPUs for 30 s) fits before it, on the 2 free GPUs at the pass at 2. C
+    # then waits for D. With the clock at 9 (20 is Unix 29, the mark 21, the group to 51), C
+    # is reserved at 20 and D waits until C is done, as an exact backfill would have it.
+    jobs = [
+        _job("A", 0.0, 4, 20.0, 20.0),
+        _job("B", 0.0, 2, 55.0, 55.0),
+        _job("C", 1.0, 6, 10.0, 10.0),
+        _job("D", 1.5, 2, 30.0, 30.0),
+    ]
+    grouped = _clocked_starts(jobs, 0.0)
+    assert grouped["D"] == pytest.approx(2.0) and grouped["C"] == pytest.approx(32.0)
+    exact = _clocked_starts(jobs, 9.0)
+    assert exact["C"] == pytest.approx(20.0) and exact["D"] == pytest.approx(30.0)
+
+
+def test_only_running_jobs_on_usable_nodes_set_the_groups() -> None:
+    # The will-run test skips running jobs with no node in the pending job's node bitmap (the
+    # nodes no reservation holds): they neither set the 30 s mark nor end a group.
+    run_nodes = np.array([0, 1, 2, 2])  # job 0 on node 0, job 1 on nodes 1-2, job 2 on node 2
+    run_first = np.array([0, 1, 3])
+    assert _runs_on(np.array([False, True, False]), run_nodes, run_first).tolist() == [
+        False,
+        True,
+        False,
+    ]
+    assert _runs_on(np.array([True, False, True]), run_nodes, run_first).tolist() == [
+        True,
+        True,
+        True,
+    ]
+    ends = np.array([10.0, 70.0, 100.0])
+    # All three: the mark is 30, groups to 60 and 90 and 150. Without job 0: the mark is 90.
+    assert _end_groups(ends, 0.0) == [10.0, 70.0, 100.0]
+    assert _end_groups(ends[1:], 0.0) == [100.0]
 
 
 def test_unknown_policy_names_the_choices() -> None:

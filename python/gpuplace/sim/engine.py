@@ -143,6 +143,10 @@ class SimConfig:
     #: default, 30 s); the in-order start of the queue's head runs on every event. 0: on
     #: every event.
     backfill_interval_s: float = 30.0
+    #: ``slurm``: the Unix time at simulated time 0. Slurm's backfill tries a pending job after
+    #: groups of running jobs' ends aligned to 30 s of its wall clock (:mod:`gpuplace.sim.slurm`),
+    #: so a replay of a real run passes the real run's start time; any value is as likely.
+    clock_origin_s: float = 0.0
     #: Seconds per placement for solvers that search (refine, cpsat, auto): short, since a
     #: replay places tens of thousands of jobs (refine's own default is 0.5 s).
     time_limit: float | None = 0.01

@@ -12,8 +12,14 @@ Two schedulers share the queue, in priority order (FIFO here: ``priority/basic``
   pending job it tests, up to ``bf_max_job_test`` (500), either starts now or gets a
   reservation at its earliest start, and a later job may start only where it delays none of
   those reservations. Running jobs are expected to end at their start plus their time limit
-  (the estimate), and a pending job is tried after them in groups (``bf_window_linear``: the
-  soonest end and every end within 30 s of it, then the next with 60 s, doubling). A
+  (the estimate; whole seconds, as Slurm keeps job times), and a pending job is tried after
+  the running jobs on the nodes it may use, in groups: ``select/cons_tres``'s will-run test
+  (``_will_run_test``, ``src/plugins/select/cons_common/job_test.c`` in 22.05) rounds the
+  soonest end up to a 30 s mark of the wall clock and takes every end up to 30 s past that
+  mark, then every end up to 60 s, 120 s, ... past it, and tries the job after the last end
+  of each group (:func:`_end_groups`). On a replay's time scale these groups are coarse: a
+  job waiting for whole nodes is reserved at the end of the last job of its group, which
+  leaves room for short jobs to be backfilled before it. A
   reservation holds whole nodes for the job's time limit (an assumption, from the backfill map
   of node bitmaps; a variant holding only its GPUs measured the same on the replays), while
   running jobs free GPUs node by node (``select/cons_tres`` shares nodes). The nodes of a reservation and of a start are chosen as ``slurm-tree`` chooses
@@ -38,8 +44,9 @@ from gpuplace.placement.solvers.baselines import _switch_tree, slurm_tree_nodes
 if TYPE_CHECKING:
     from gpuplace.sim.engine import _Simulator
 
-#: The first window of running jobs' ends the backfill scheduler tries together (s; ``man
-#: slurm.conf``, ``bf_window_linear``: "the precision starts at 30 seconds").
+#: The first window of running jobs' ends the backfill scheduler tries together (s): the
+#: ``time_window`` of ``_will_run_test`` (``select/cons_common/job_test.c``), which doubles
+#: unless ``bf_window_linear`` is set.
 END_WINDOW_S = 30.0
 
 #: Slurm's ``bf_window`` default: reservations are looked for this far ahead (s).
@@ -76,12 +83,19 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
         return
     # Running jobs: expected end (start + time limit) and the GPUs they hold per node.
     runs = list(sim.running.values())
+    origin = sim.config.clock_origin_s
     ends = [
         max(
             now,
-            run.start
-            + run.restart
-            + sim._estimate(run.record.job) * run.work_left / run.record.job.work_s,
+            # Slurm's job times are whole seconds of the Unix clock: its start (time(NULL) at
+            # the decision) plus the time limit.
+            math.floor(
+                origin
+                + run.start
+                + run.restart
+                + sim._estimate(run.record.job) * run.work_left / run.record.job.work_s
+            )
+            - origin,
         )
         for run in runs
     ]
@@ -98,19 +112,22 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
     order = np.argsort(np.array(ends), kind="stable")
     end_times = np.array(ends)[order] if ends else np.zeros(0)
     freed_by = np.cumsum(held[order], axis=0)
-    ends_grouped = (
-        _end_groups(end_times, now)
-        if END_WINDOW_S > 0
-        else [float(t) for t in end_times if t > now]
-    )
+    # Each running job's nodes (by expected end), for the end windows of a pending job, which
+    # count only the running jobs on nodes it may use.
+    on_node = held[order] > 0
+    run_nodes = np.flatnonzero(on_node.ravel()) % hosts if len(runs) else np.zeros(0, np.int64)
+    node_counts = on_node.sum(axis=1)
+    run_first = np.concatenate(([0], np.cumsum(node_counts)[:-1])) if len(runs) else node_counts
+    everywhere = np.ones((1, hosts), dtype=bool)
     per_node_max = int(cap.max())
     tree = _switch_tree(sim.topology)
     top_of = tree.host_switches[:, -1]
     tops = len(tree.level)
     # The freed GPUs per node once the first k running jobs (by expected end) have ended.
     freed = np.vstack([np.zeros((1, hosts), dtype=np.int64), freed_by.astype(np.int64)])
-    groups = np.array(ends_grouped, dtype=np.float64)
     plan = _Reservations(hosts)
+    all_groups = np.array(_end_groups(end_times, now, origin), dtype=np.float64)
+    groups_seen: dict[tuple[int, float], np.ndarray] = {}
     queue = sim.queue
     i, tested = first, 0
     while i < len(queue) and tested < depth:
@@ -121,6 +138,19 @@ def backfill_pass(sim: _Simulator, now: float, first: int, depth: int) -> None:
         per_node = -(-job.gpus // nodes)
         whole = job.exclusive or sim._solver_for(job) == "slurm-tree-exclusive"
         limit = sim._estimate(job)
+        if plan.count and len(runs):
+            key = (plan.count, limit)
+            groups = groups_seen.get(key)
+            if groups is None:
+                # The nodes no reservation holds while the job would run from now: the
+                # running jobs on them are the ones whose ends it is tried after.
+                open_now = everywhere.copy()
+                plan.unblocked(open_now, np.array([now]), limit)
+                hits = _runs_on(open_now[0], run_nodes, run_first)
+                groups = np.array(_end_groups(end_times[hits], now, origin), dtype=np.float64)
+                groups_seen[key] = groups
+        else:
+            groups = all_groups
         times = plan.times(now, groups)
         at = free + freed[np.searchsorted(end_times, times, side="right")]
         usable = (at == cap) if whole else (at >= per_node)
@@ -224,19 +254,41 @@ class _Reservations:
         usable &= begun == over
 
 
-def _end_groups(end_times: np.ndarray, now: float) -> list[float]:
+def _end_groups(end_times: np.ndarray, now: float, origin: float = 0.0) -> list[float]:
     """The times at which the backfill scheduler tries a pending job against the running ones
-    (``man slurm.conf``, ``bf_window_linear``): the job ending soonest and every job ending
-    within 30 s of it, then the next one and those within 60 s, the window doubling each time;
-    the job can start once the last of a group has ended."""
+    (``end_times``, sorted: the running jobs on nodes it may use), as ``select/cons_tres``'s
+    will-run test does (``_will_run_test`` in ``select/cons_common/job_test.c``, Slurm
+    22.05): the jobs end in groups, and the job is tried once the last of a group has ended.
+    The first group ends at a barrier: the soonest end rounded up to the next multiple of 30 s
+    of the Unix clock (``origin`` is the Unix time at simulated time 0), plus 30 s; each
+    later group reaches the barrier plus a window that doubles (60, 120, ... s) until it takes
+    in the next end."""
     out: list[float] = []
-    j, window = 0, END_WINDOW_S
-    while j < len(end_times):
-        k = int(np.searchsorted(end_times, end_times[j] + window, side="right"))
+    n = len(end_times)
+    if not n or not END_WINDOW_S > 0:
+        return [float(t) for t in end_times if t > now]
+    first = float(end_times[0])
+    # end + (30 - end % 30): a multiple of 30 s after the first end, 30 s on when it is one.
+    barrier = first + (END_WINDOW_S - (first + origin) % END_WINDOW_S)
+    window, j = END_WINDOW_S, 0
+    while j < n:
+        k = max(j + 1, int(np.searchsorted(end_times, barrier + window, side="right")))
         if end_times[k - 1] > now:
             out.append(float(end_times[k - 1]))
-        j, window = k, window * 2
+        if k < n:
+            window *= 2
+            while end_times[k] > barrier + window:
+                window *= 2
+        j = k
     return out
+
+
+def _runs_on(open_nodes: np.ndarray, run_nodes: np.ndarray, run_first: np.ndarray) -> np.ndarray:
+    """Which running jobs hold a GPU on one of ``open_nodes`` (a bool per node): job ``k``'s
+    nodes are ``run_nodes[run_first[k]:run_first[k + 1]]`` (every job holds at least one)."""
+    if not len(run_first):
+        return np.zeros(0, dtype=bool)
+    return np.add.reduceat(open_nodes[run_nodes].astype(np.int64), run_first) > 0
 
 
 def _start_fenced(sim: _Simulator, name: str, now: float, nodes: np.ndarray) -> bool:
