@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import gpuplace
 import numpy as np
 import pytest
 import yaml
 from gpuplace import Communication, Job, TransformerModel
+from gpuplace.model.step import StepOptions
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import jobs, topologies
@@ -213,3 +216,44 @@ def test_unknown_levels_are_reported_when_the_job_meets_a_topology():
         gpuplace.place(gpuplace.ClusterState(topo), job)
     with pytest.raises(gpuplace.InvalidJob, match="max_span"):
         gpuplace.evaluate(topo, Job(name="j", max_span="galaxy"), [0])
+
+
+def test_jobs_of_one_shape_share_their_compiled_arrays():
+    """The compiled job holds no name: jobs declaring the same layout, communication, model
+    and constraints share one compiled job per topology, and any difference in what the core
+    reads compiles apart, with the same outcome as compiling alone."""
+    topo = gpuplace.Topology.preset("h100-superpod", nodes=4)
+    other = gpuplace.Topology.preset("h100-superpod", nodes=4)
+    model = gpuplace.TransformerModel(
+        parameters=7e9, layers=32, hidden_size=4096, sequence_length=4096
+    )
+    a = Job(name="a", tp=2, dp=2, model=model)
+    b = Job(name="b", tp=2, dp=2, model=model)
+    assert b.compile(topo) is a.compile(topo)
+    assert b.compile(other) is not a.compile(topo)
+    # What the core reads differs: compiled apart, each as it compiles alone.
+    for changed in (
+        Job(name="c", tp=2, dp=2),
+        Job(name="c", tp=2, dp=2, model=replace(model, micro_batches=2)),
+        Job(name="c", tp=2, dp=2, model=model, confine={}),
+        Job(name="c", dp=2, tp=2, model=model, rank_order=("dp", "tp", "cp", "ep", "pp")),
+        Job(name="c", tp=2, dp=2, model=model, step=StepOptions(overlap={"tp": 0.5})),
+    ):
+        spec = changed.compile(topo)
+        assert spec is not a.compile(topo)
+        alone = changed._compile(topo)
+        assert spec.class_names == alone.class_names
+        assert spec.coordinates().tolist() == alone.coordinates().tolist()
+        gpus = np.arange(4, dtype=np.int64)
+        shared, own = (
+            gpuplace._core.evaluate(topo._core, s, gpus, None, None) for s in (spec, alone)
+        )
+        assert (shared.comm_seconds, shared.step_seconds) == (own.comm_seconds, own.step_seconds)
+    # 2.0 passes the job's checks but not the core's: not taken for 2 from the cache.
+    with pytest.raises(TypeError):
+        Job(name="d", tp=2.0, dp=2, model=model).compile(topo)
+    # A failed compilation caches nothing and names its own job.
+    with pytest.raises(gpuplace.Infeasible, match="needs 64 GPUs"):
+        Job(name="big1", dp=64).compile(topo)
+    with pytest.raises(gpuplace.Infeasible, match="needs 64 GPUs"):
+        Job(name="big2", dp=64).compile(topo)

@@ -535,25 +535,79 @@ class Job:
 
     # ----------------------------------------------------------------- compilation
     def compile(self, topology: Topology) -> _core.JobSpec:
-        """The arrays the core solves over, for one topology (cached per topology)."""
+        """The arrays the core solves over, for one topology (cached per topology).
+
+        Jobs that declare the same layout, communication, model, step and constraints compile
+        to the same arrays whatever their names (the core's compiled job holds no name), so
+        a scheduler placing many jobs of a few shapes compiles each shape once per topology:
+        the spec is shared through a per-topology cache keyed by that content (see
+        :meth:`_content_key`). A job given by a traffic matrix is cached per job only."""
         # The last topology's spec first (a job placed and allocated on one cluster asks for
-        # it twice per placement), then the cache of every topology it was compiled for.
-        last: tuple[weakref.ref[Topology], _core.JobSpec] | None = self.__dict__.get(
-            "_last_compiled"
-        )
+        # it twice per placement), then the shared cache, then the job's own cache. The
+        # instance's dict is read and written directly (the class is frozen), once.
+        own = self.__dict__
+        last: tuple[weakref.ref[Topology], _core.JobSpec] | None = own.get("_last_compiled")
         if last is not None and last[0]() is topology:
             return last[1]
-        cache: weakref.WeakKeyDictionary[Topology, _core.JobSpec] | None = self.__dict__.get(
-            "_compiled"
-        )
-        if cache is None:
-            cache = weakref.WeakKeyDictionary()
-            object.__setattr__(self, "_compiled", cache)
-        spec = cache.get(topology)
+        key = self._content_key()
+        spec: _core.JobSpec | None = None
+        if key is not None:
+            shared = _SHARED_SPECS.get(topology)
+            if shared is None:
+                shared = _SHARED_SPECS[topology] = _SpecCache()
+            try:
+                spec = shared.specs.get(key)
+            except TypeError:  # an unhashable field: this job's own cache
+                pass
+            else:
+                if spec is None:
+                    spec = shared.put(key, self._compile(topology))
         if spec is None:
-            spec = cache[topology] = self._compile(topology)
-        object.__setattr__(self, "_last_compiled", (weakref.ref(topology), spec))
+            cache: weakref.WeakKeyDictionary[Topology, _core.JobSpec] | None = own.get("_compiled")
+            if cache is None:
+                cache = own["_compiled"] = weakref.WeakKeyDictionary()
+            spec = cache.get(topology)
+            if spec is None:
+                spec = cache[topology] = self._compile(topology)
+        own["_last_compiled"] = (weakref.ref(topology), spec)
         return spec
+
+    def _content_key(self) -> tuple[Any, ...] | None:
+        """Everything :meth:`_compile` reads but the name, as a hashable key, or None when the
+        job cannot share its compiled arrays: a traffic matrix, a degree that is not a plain
+        ``int`` (``8.0`` passes the checks but is refused by the core, where ``8`` is not,
+        and both are equal as keys). A key with an unhashable field is not shared either
+        (:meth:`compile` finds out when it looks the key up)."""
+        tp, cp, ep, dp, pp = self.tp, self.cp, self.ep, self.dp, self.pp
+        plain = type(tp) is int and type(cp) is int and type(ep) is int and type(dp) is int
+        if self.traffic is not None or not plain or type(pp) is not int:
+            return None
+        m, st, comm = self.model, self.step, self.communication
+        return (
+            type(self),
+            tp,
+            cp,
+            ep,
+            dp,
+            pp,
+            tuple(self.rank_order),
+            tuple(comm.items()) if comm else (),
+            # The model's counts the core takes as integers, with their types (as for the
+            # degrees), then every field by value.
+            None if m is None else (m, type(m), type(m.micro_batches), type(m.virtual_stages)),
+            None
+            if st is None
+            else (
+                type(st),
+                st.flops_per_step,
+                st.tokens_per_step,
+                st.efficiency,
+                st.backward_fraction,
+                tuple(st.overlap.items()),
+            ),
+            tuple(self.confine.items()),
+            self.max_span,
+        )
 
     def _level(self, topology: Topology, name: str, what: str) -> int:
         try:
@@ -740,3 +794,35 @@ def _traffic_rows(traffic: Any, ranks: int | None) -> np.ndarray:
         raise InvalidJob("traffic: bytes must be finite and >= 0")
     rows = rows[(rows[:, 0] != rows[:, 1]) & (rows[:, 2] > 0)]
     return rows.reshape(-1, 3)
+
+
+class _SpecCache:
+    """Compiled jobs of one topology by content (:meth:`Job._content_key`). Bounded: past
+    :data:`_SPEC_CACHE_RANKS` ranks of compiled arrays (a 16,384-rank job holds megabytes) or
+    :data:`_SPEC_CACHE_ENTRIES` shapes it starts again empty."""
+
+    __slots__ = ("ranks", "specs")
+
+    def __init__(self) -> None:
+        self.specs: dict[tuple[Any, ...], _core.JobSpec] = {}
+        self.ranks = 0
+
+    def get(self, key: tuple[Any, ...]) -> _core.JobSpec | None:
+        return self.specs.get(key)
+
+    def put(self, key: tuple[Any, ...], spec: _core.JobSpec) -> _core.JobSpec:
+        ranks = spec.num_ranks
+        if len(self.specs) >= _SPEC_CACHE_ENTRIES or self.ranks + ranks > _SPEC_CACHE_RANKS:
+            self.specs.clear()
+            self.ranks = 0
+        self.specs[key] = spec
+        self.ranks += ranks
+        return spec
+
+
+#: Bounds of the compiled jobs kept per topology (:class:`_SpecCache`).
+_SPEC_CACHE_ENTRIES = 4096
+_SPEC_CACHE_RANKS = 1 << 18
+
+#: Topology -> its compiled jobs by content; an entry goes with its topology.
+_SHARED_SPECS: weakref.WeakKeyDictionary[Topology, _SpecCache] = weakref.WeakKeyDictionary()

@@ -243,6 +243,24 @@ struct Scratch {
     members: Vec<u32>,
 }
 
+/// Where a collective's bytes per level go: added to a report's `bytes_by_level` and, when
+/// recording, also listed (level, bytes) in the order they were added, so that an evaluation
+/// reusing the collective adds them again in that order ([`PricedCollectives`]).
+pub(crate) struct LevelBytes<'x> {
+    sums: &'x mut [f64],
+    record: Option<&'x mut Vec<(u32, f64)>>,
+}
+
+impl LevelBytes<'_> {
+    #[inline]
+    fn add(&mut self, level: usize, bytes: f64) {
+        self.sums[level] += bytes;
+        if let Some(record) = self.record.as_deref_mut() {
+            record.push((level as u32, bytes));
+        }
+    }
+}
+
 /// Time (s) of one call of a collective over `members` (GPU ids in rank order, reordered in
 /// place into NCCL's ring order). When `bytes_by_level` is given, adds the bytes of `weight`
 /// calls to it.
@@ -255,7 +273,8 @@ pub(crate) fn collective_cost(
     weight: f64,
     health: Health<'_>,
 ) -> f64 {
-    collective_cost_algo(topo, kind, bytes, members, bytes_by_level, weight, health).0
+    let sink = bytes_by_level.map(|sums| LevelBytes { sums, record: None });
+    collective_cost_algo(topo, kind, bytes, members, sink, weight, health).0
 }
 
 /// [`collective_cost`] and the algorithm chosen (see [`crate::nccl`]).
@@ -264,7 +283,7 @@ pub(crate) fn collective_cost_algo(
     kind: CollectiveKind,
     bytes: f64,
     members: &mut [u32],
-    bytes_by_level: Option<&mut [f64]>,
+    bytes_by_level: Option<LevelBytes<'_>>,
     weight: f64,
     health: Health<'_>,
 ) -> (f64, Algorithm) {
@@ -283,7 +302,7 @@ fn priced(
     kind: CollectiveKind,
     bytes: f64,
     members: &mut [u32],
-    mut bytes_by_level: Option<&mut [f64]>,
+    mut bytes_by_level: Option<LevelBytes<'_>>,
     weight: f64,
     health: Health<'_>,
 ) -> (f64, Algorithm) {
@@ -296,8 +315,8 @@ fn priced(
     if kind == CollectiveKind::PointToPoint {
         let (a, b) = (members[0] as usize, members[1] as usize);
         let l = topo.lca(a, b);
-        if let Some(acc) = bytes_by_level {
-            acc[l] += bytes * weight;
+        if let Some(acc) = bytes_by_level.as_mut() {
+            acc.add(l, bytes * weight);
         }
         let share =
             crate::fabric::collective_share(topo, health.fabric, health.class_load, kind, members);
@@ -320,8 +339,8 @@ fn priced(
             for j in (i + 1)..n {
                 let (a, b) = (members[i] as usize, members[j] as usize);
                 let l = topo.lca(a, b);
-                if let Some(acc) = bytes_by_level.as_deref_mut() {
-                    acc[l] += 2.0 * pair_bytes;
+                if let Some(acc) = bytes_by_level.as_mut() {
+                    acc.add(l, 2.0 * pair_bytes);
                 }
                 span = span.max(l);
             }
@@ -343,8 +362,8 @@ fn priced(
     let runs = nccl::host_runs(topo, members);
     let nvlink = topo.nvlink_level();
     for (_, _, l, _) in nccl::ring_edges(topo, members, &runs) {
-        if let Some(acc) = bytes_by_level.as_deref_mut() {
-            acc[l] += per_rank * weight;
+        if let Some(acc) = bytes_by_level.as_mut() {
+            acc.add(l, per_rank * weight);
         }
         span = span.max(l);
     }
@@ -641,6 +660,89 @@ pub fn evaluate_moved(
     evaluate_health(state.topology(), health, job, gpus)
 }
 
+/// Prices a running job's placements for a repair: the old one as [`evaluate_in`] does, then
+/// trials as [`evaluate_moved`] does, bit for bit. Where a collective's price depends on its
+/// members and the hardware alone (no neighbours' load on the fabric, before or after the
+/// move, and a fabric on which a job's collectives do not contend), the old placement's
+/// collectives are kept, and a trial is priced again only for the collectives holding a rank
+/// it moved (a tp group moved in a 16,384-rank job changes some 20 of its 3,000).
+pub struct MovedPricer<'a> {
+    state: &'a ClusterState,
+    name: &'a str,
+    job: &'a JobSpec,
+    base: Option<PricedCollectives>,
+}
+
+impl<'a> MovedPricer<'a> {
+    pub fn new(state: &'a ClusterState, name: &'a str, job: &'a JobSpec) -> MovedPricer<'a> {
+        MovedPricer {
+            state,
+            name,
+            job,
+            base: None,
+        }
+    }
+
+    fn moved_health(&self) -> Health<'a> {
+        Health {
+            fabric: Background::moving(self.state, self.name).filter(|b| !b.alone(self.state)),
+            ..Health::of(self.state)
+        }
+    }
+
+    /// [`evaluate_in`] of the job's placement before it moves, kept for the trials when they
+    /// can reuse it.
+    pub fn before(&mut self, gpus: &[u32]) -> Result<CostReport> {
+        let (state, job) = (self.state, self.job);
+        let topo = state.topology();
+        check_placement(topo, job.num_ranks, gpus)?;
+        let health = Health::with_neighbours(state, gpus);
+        if health.fabric.is_some() || self.moved_health().fabric.is_some() || topo.self_contends() {
+            self.base = None;
+            return evaluate_health(topo, health, job, gpus);
+        }
+        let mut record = PricedCollectives {
+            gpus: gpus.to_vec(),
+            times: Vec::with_capacity(job.collectives.len()),
+            starts: Vec::with_capacity(job.collectives.len() + 1),
+            // About one addition per member of a collective (a ring hop, a pair).
+            adds: Vec::with_capacity(job.groups.items.len()),
+        };
+        record.starts.push(0);
+        let report = evaluate_reusing(topo, health, job, gpus, None, Some(&mut record))?;
+        self.base = Some(record);
+        Ok(report)
+    }
+
+    /// Whether the trials reuse the old placement's collectives.
+    pub fn reuses(&self) -> bool {
+        self.base.is_some()
+    }
+
+    /// [`evaluate_moved`] of a trial placement.
+    pub fn evaluate(&self, gpus: &[u32]) -> Result<CostReport> {
+        let (state, job) = (self.state, self.job);
+        let Some(base) = &self.base else {
+            return evaluate_moved(state, self.name, job, gpus);
+        };
+        let topo = state.topology();
+        check_placement(topo, job.num_ranks, gpus)?;
+        let moved: Vec<bool> = gpus.iter().zip(&base.gpus).map(|(a, b)| a != b).collect();
+        let changed: Vec<bool> = job
+            .collectives
+            .iter()
+            .map(|c| {
+                job.groups
+                    .row(c.group as usize)
+                    .iter()
+                    .any(|&r| moved[r as usize])
+            })
+            .collect();
+        let health = self.moved_health();
+        evaluate_reusing(topo, health, job, gpus, Some((base, &changed)), None)
+    }
+}
+
 /// Communication seconds per step of a placement on the hardware of `state` against a given
 /// neighbours' load (what [`crate::fabric::added_to_neighbours`] compares).
 pub(crate) fn evaluate_background(
@@ -696,6 +798,33 @@ fn evaluate_health(
     job: &JobSpec,
     gpus: &[u32],
 ) -> Result<CostReport> {
+    evaluate_reusing(topo, health, job, gpus, None, None)
+}
+
+/// The priced collectives of one placement, in the job's order: each one's time of one call
+/// and algorithm, and the bytes it added per level in the order it added them. A placement
+/// that differs in a few ranks is priced again only for the collectives holding one of them
+/// ([`MovedPricer`]); the others' results are taken as they are and their bytes added again
+/// in the same order, so the report is the full evaluation's, bit for bit.
+struct PricedCollectives {
+    gpus: Vec<u32>,
+    times: Vec<(f64, Algorithm)>,
+    /// `adds[starts[i]..starts[i + 1]]`: collective i's (level, bytes).
+    starts: Vec<usize>,
+    adds: Vec<(u32, f64)>,
+}
+
+/// [`evaluate_health`], recording every collective's result into `record`, or reusing those
+/// of `base` for the collectives `changed` does not mark (their members and hardware are the
+/// same, so their prices are too).
+fn evaluate_reusing(
+    topo: &Topology,
+    health: Health<'_>,
+    job: &JobSpec,
+    gpus: &[u32],
+    base: Option<(&PricedCollectives, &[bool])>,
+    mut record: Option<&mut PricedCollectives>,
+) -> Result<CostReport> {
     let nl = topo.num_levels();
     let mut bytes_by_level = vec![0.0; nl];
     let mut class_seconds = vec![0.0f64; job.num_classes];
@@ -710,7 +839,21 @@ fn evaluate_health(
     } else {
         Vec::new()
     };
-    for c in &job.collectives {
+    for (i, c) in job.collectives.iter().enumerate() {
+        if let Some((base, changed)) = base {
+            if !changed[i] {
+                for &(l, b) in &base.adds[base.starts[i]..base.starts[i + 1]] {
+                    bytes_by_level[l as usize] += b;
+                }
+                let (t, algorithm) = base.times[i];
+                let slot = &mut class_seconds[c.class as usize];
+                if c.count * t >= *slot {
+                    *slot = c.count * t;
+                    class_algorithms[c.class as usize] = algorithm;
+                }
+                continue;
+            }
+        }
         let health = Health {
             class_load: class_loads.get(c.class as usize).map(Vec::as_slice),
             ..health
@@ -722,15 +865,23 @@ fn evaluate_health(
                 .iter()
                 .map(|&r| gpus[r as usize]),
         );
+        let sink = LevelBytes {
+            sums: &mut bytes_by_level,
+            record: record.as_deref_mut().map(|r| &mut r.adds),
+        };
         let (t, algorithm) = collective_cost_algo(
             topo,
             c.kind,
             c.bytes,
             &mut scratch.members,
-            Some(&mut bytes_by_level),
+            Some(sink),
             c.count,
             health,
         );
+        if let Some(r) = record.as_deref_mut() {
+            r.times.push((t, algorithm));
+            r.starts.push(r.adds.len());
+        }
         let slot = &mut class_seconds[c.class as usize];
         if c.count * t >= *slot {
             *slot = c.count * t;

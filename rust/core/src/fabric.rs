@@ -587,9 +587,34 @@ pub(crate) fn ordered_members(
     }
 }
 
+/// The flows of a placed job's collectives: each collective's (slot, GB/s) in the order
+/// [`class_loads`] adds them (none for one inside an NVLink domain or not running). A
+/// placement that moves a few ranks sums again only the flows of the collectives holding one
+/// of them and adds the others' in the same order ([`job_load_moved`]): its load is the full
+/// recount's, bit for bit, as the state's check demands.
+#[derive(Debug, Clone)]
+pub struct JobFlows {
+    gpus: Vec<u32>,
+    /// `flows[ranges[i].0..ranges[i].1]`: collective i's.
+    ranges: Vec<(usize, usize)>,
+    flows: Vec<(u32, f64)>,
+}
+
 /// The load of each class of a placed job (merged, GB/s per direction slot): the flows of
 /// its collectives that run (bytes and count above zero).
 pub fn class_loads(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Vec<Load> {
+    class_loads_reusing(topo, job, gpus, None, None)
+}
+
+/// [`class_loads`], recording every collective's flows into `record`, or adding those of
+/// `base` again for the collectives `changed` does not mark (same members, same flows).
+fn class_loads_reusing(
+    topo: &Topology,
+    job: &JobSpec,
+    gpus: &[u32],
+    base: Option<(&JobFlows, &[bool])>,
+    mut record: Option<&mut JobFlows>,
+) -> Vec<Load> {
     let mut per_class: Vec<Load> = vec![Vec::new(); job.num_classes];
     if topo.uplink_count() == 0 {
         return per_class;
@@ -602,8 +627,23 @@ pub fn class_loads(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Vec<Load> {
             let running = job
                 .collectives
                 .iter()
-                .filter(|c| c.class as usize == class && c.count > 0.0 && c.bytes > 0.0);
-            for c in running {
+                .enumerate()
+                .filter(|(_, c)| c.class as usize == class && c.count > 0.0 && c.bytes > 0.0);
+            for (i, c) in running {
+                if let Some((base, changed)) = base {
+                    if !changed[i] {
+                        let (a, b) = base.ranges[i];
+                        for &(slot, v) in &base.flows[a..b] {
+                            sums.add(slot, v);
+                        }
+                        if let Some(r) = record.as_deref_mut() {
+                            let start = r.flows.len();
+                            r.flows.extend_from_slice(&base.flows[a..b]);
+                            r.ranges[i] = (start, r.flows.len());
+                        }
+                        continue;
+                    }
+                }
                 // A collective inside one NVLink domain crosses no uplink: nothing to order
                 // or rate (a 16,384-rank job has thousands of such tp groups).
                 let row = job.groups.row(c.group as usize);
@@ -616,7 +656,17 @@ pub fn class_loads(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Vec<Load> {
                     continue;
                 }
                 ordered_members(topo, job, c.group, c.kind, gpus, &mut members);
-                collective_load_into(topo, c.kind, &members, |s, v| sums.add(s, v));
+                match record.as_deref_mut() {
+                    Some(r) => {
+                        let start = r.flows.len();
+                        collective_load_into(topo, c.kind, &members, |s, v| {
+                            sums.add(s, v);
+                            r.flows.push((s, v));
+                        });
+                        r.ranges[i] = (start, r.flows.len());
+                    }
+                    None => collective_load_into(topo, c.kind, &members, |s, v| sums.add(s, v)),
+                }
             }
             *out = sums.take();
         }
@@ -626,7 +676,60 @@ pub fn class_loads(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Vec<Load> {
 
 /// The load of a placed job: per direction slot, its heaviest class's demand (GB/s).
 pub fn job_load(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> Load {
-    let classes = class_loads(topo, job, gpus);
+    peak_of_classes(class_loads(topo, job, gpus))
+}
+
+/// [`job_load`] and the flows behind it, for [`job_load_moved`].
+pub fn job_load_recorded(topo: &Topology, job: &JobSpec, gpus: &[u32]) -> (Load, JobFlows) {
+    let mut record = JobFlows {
+        gpus: gpus.to_vec(),
+        ranges: vec![(0, 0); job.collectives.len()],
+        flows: Vec::new(),
+    };
+    let load = peak_of_classes(class_loads_reusing(
+        topo,
+        job,
+        gpus,
+        None,
+        Some(&mut record),
+    ));
+    (load, record)
+}
+
+/// [`job_load_recorded`] of the job moved to `gpus` from the placement `flows` were recorded
+/// on: only the collectives holding a moved rank are summed again. The load is
+/// [`job_load`]'s, bit for bit.
+pub fn job_load_moved(
+    topo: &Topology,
+    job: &JobSpec,
+    flows: &JobFlows,
+    gpus: &[u32],
+) -> (Load, JobFlows) {
+    if flows.gpus.len() != gpus.len() || flows.ranges.len() != job.collectives.len() {
+        return job_load_recorded(topo, job, gpus);
+    }
+    let moved: Vec<bool> = gpus.iter().zip(&flows.gpus).map(|(a, b)| a != b).collect();
+    let changed: Vec<bool> = job
+        .collectives
+        .iter()
+        .map(|c| {
+            job.groups
+                .row(c.group as usize)
+                .iter()
+                .any(|&r| moved[r as usize])
+        })
+        .collect();
+    let mut record = JobFlows {
+        gpus: gpus.to_vec(),
+        ranges: vec![(0, 0); job.collectives.len()],
+        flows: Vec::with_capacity(flows.flows.len()),
+    };
+    let classes = class_loads_reusing(topo, job, gpus, Some((flows, &changed)), Some(&mut record));
+    (peak_of_classes(classes), record)
+}
+
+/// Per slot, the heaviest of the classes' loads.
+fn peak_of_classes(classes: Vec<Load>) -> Load {
     match classes.len() {
         0 => Vec::new(),
         1 => classes.into_iter().next().unwrap_or_default(),
@@ -1155,6 +1258,40 @@ mod tests {
             })
             .collect();
         Arc::new(topo.with_uplink_gbps(caps).unwrap())
+    }
+
+    #[test]
+    fn a_moved_jobs_load_summed_where_it_moved_is_the_full_recount_bit_for_bit() {
+        // 80 hosts of 8 GPUs, 4 per leaf; a tp8 dp64 job on the first 512 GPUs (as many as a
+        // state keeps flows for): its dp rings cross the leaves.
+        let topo = tree(80, 8, 4);
+        let job = tp_dp_job(&topo, 8, 64);
+        let gpus: Vec<u32> = (0..512).collect();
+        let (load, flows) = job_load_recorded(&topo, &job, &gpus);
+        assert!(!load.is_empty());
+        assert_eq!(load, job_load(&topo, &job, &gpus));
+        let mut trial = gpus.clone();
+        let mut recorded = flows;
+        for (i, host) in [(0usize, 70u32), (9, 71), (37, 72), (9, 73)] {
+            // Ranks of one tp group (8 consecutive ranks) onto a free host, one move after
+            // another, each summed from the previous one's flows.
+            for k in 0..8 {
+                trial[i * 8 + k] = host * 8 + k as u32;
+            }
+            let (moved, next) = job_load_moved(&topo, &job, &recorded, &trial);
+            assert_eq!(moved, job_load(&topo, &job, &trial));
+            assert_eq!(moved.len(), job_load(&topo, &job, &trial).len());
+            recorded = next;
+        }
+        // A state keeps the flows of a job this large and sums only the moved ones again;
+        // its check recounts every job's load in full.
+        let topo = Arc::new(topo);
+        let mut s = ClusterState::new(topo.clone());
+        s.allocate_job("a", &gpus, Some(Arc::new(job.clone())))
+            .unwrap();
+        s.replace_allocation("a", &trial).unwrap();
+        s.check().unwrap();
+        assert_eq!(s.job("a").unwrap().load, job_load(&topo, &job, &trial));
     }
 
     #[test]

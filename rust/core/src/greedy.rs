@@ -44,6 +44,8 @@
 //! driving its NIC shares, can then beat one that crosses a host's CPU link ([`crate::nccl`]);
 //! packing tight never tries it.
 
+use std::borrow::Cow;
+
 use crate::cost::CostReport;
 use crate::error::{CoreError, Result};
 use crate::job::JobSpec;
@@ -118,6 +120,9 @@ struct Packer<'a> {
     whole_level: Option<usize>,
     /// `capacity[l][d]`, computed for levels 0..capacity.len().
     capacity: Vec<Vec<u64>>,
+    /// `free_at[l][d]`, [`Packer::free`] of every domain of the levels computed so far: the
+    /// state's own counters when every free GPU counts, a copy otherwise.
+    free_at: Vec<Cow<'a, [u32]>>,
     slots: Vec<u32>,
 }
 
@@ -152,22 +157,32 @@ impl<'a> Packer<'a> {
         }
     }
 
+    /// [`Packer::free`] of every domain of level `l`, read from the state's counters when
+    /// every free GPU counts (no per-domain call on thousands of hosts).
+    fn free_level(&self, l: usize) -> Cow<'a, [u32]> {
+        if self.whole_level.is_none() && !self.healthy_only {
+            Cow::Borrowed(self.state.free_counts(l))
+        } else {
+            Cow::Owned(
+                (0..self.topo.domain_count(l))
+                    .map(|d| self.free(l, d))
+                    .collect(),
+            )
+        }
+    }
+
     fn compute_level(&mut self, l: usize) {
         let u = self.units[l] as u64;
+        debug_assert_eq!(self.free_at.len(), l);
+        let free = self.free_level(l);
         let caps: Vec<u64> = if l == 0 && u == 1 {
             // Units of one GPU (a job with no confinement at this level): every free GPU.
-            (0..self.topo.domain_count(0))
-                .map(|d| self.free(0, d) as u64)
-                .collect()
+            free.iter().map(|&f| f as u64).collect()
         } else if l == 0 && u.is_power_of_two() {
             // Whole units of a power of two (a tp group of 8): a mask, not a division.
-            (0..self.topo.domain_count(0))
-                .map(|d| self.free(0, d) as u64 & !(u - 1))
-                .collect()
+            free.iter().map(|&f| f as u64 & !(u - 1)).collect()
         } else if l == 0 {
-            (0..self.topo.domain_count(0))
-                .map(|d| u * (self.free(0, d) as u64 / u))
-                .collect()
+            free.iter().map(|&f| u * (f as u64 / u)).collect()
         } else {
             let below = &self.capacity[l - 1];
             (0..self.topo.domain_count(l))
@@ -183,12 +198,13 @@ impl<'a> Packer<'a> {
                 .collect()
         };
         self.capacity.push(caps);
+        self.free_at.push(free);
     }
 
     /// Raw capacity of a domain: what its children could hold before rounding to its unit.
     fn raw_capacity(&self, l: usize, d: usize) -> u64 {
         if l == 0 {
-            self.free(0, d) as u64
+            self.free_at[0][d] as u64
         } else {
             self.topo
                 .children(l, d)
@@ -199,7 +215,7 @@ impl<'a> Packer<'a> {
     }
 
     fn tighter(&self, l: usize, a: usize, b: usize) -> bool {
-        let key = |d: usize| (self.capacity[l][d], self.free(l, d), d);
+        let key = |d: usize| (self.capacity[l][d], self.free_at[l][d], d);
         key(a) < key(b)
     }
 
@@ -783,6 +799,7 @@ fn pack(state: &ClusterState, job: &JobSpec, packing: Packing) -> Result<Vec<u32
         healthy_only: packing == Packing::HealthyOnly,
         whole_level: (packing == Packing::WholeDomains).then(|| topo.nvlink_level()),
         capacity: Vec::with_capacity(topo.num_levels()),
+        free_at: Vec::with_capacity(topo.num_levels()),
         slots: Vec::with_capacity(job.num_ranks),
     };
     let mut found: Option<(usize, usize)> = None;
@@ -791,9 +808,10 @@ fn pack(state: &ClusterState, job: &JobSpec, packing: Packing) -> Result<Vec<u32
         // The tightest domain that holds the job ([`Packer::tighter`]'s order), the best key
         // kept rather than recomputed at every comparison.
         let mut best: Option<(u64, u32, usize)> = None;
+        let free = &packer.free_at[l];
         for (d, &capacity) in packer.capacity[l].iter().enumerate() {
             if capacity >= n {
-                let key = (capacity, packer.free(l, d), d);
+                let key = (capacity, free[d], d);
                 if best.is_none_or(|b| key < b) {
                     best = Some(key);
                 }

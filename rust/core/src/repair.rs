@@ -34,7 +34,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::cost::{evaluate_in, evaluate_moved, CostReport};
+use crate::cost::{evaluate_in, evaluate_moved, CostReport, MovedPricer};
 use crate::error::{CoreError, Result};
 use crate::job::JobSpec;
 use crate::state::{ClusterState, Component};
@@ -144,9 +144,6 @@ enum Failure {
 struct Ctx<'a> {
     topo: &'a Topology,
     state: &'a ClusterState,
-    job: &'a JobSpec,
-    /// The job being repaired (its own fabric load is not counted against its trials).
-    name: &'a str,
     spares: SparePolicy,
     /// Distinct confinement levels below the job's span, ascending.
     levels: Vec<usize>,
@@ -163,6 +160,9 @@ struct Ctx<'a> {
     /// The domain the whole job must stay inside.
     job_domain: (usize, usize),
     pieces: Vec<Piece>,
+    /// Prices the old placement and the trials (a trial only where it moved ranks; the job's
+    /// own fabric load is not counted against its trials).
+    pricer: MovedPricer<'a>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -453,7 +453,8 @@ impl<'a> Ctx<'a> {
     /// an invalid placement, ranked infinite).
     fn cost(&self, gpus: &[u32], evaluations: &mut usize) -> (f64, Option<CostReport>) {
         *evaluations += 1;
-        evaluate_moved(self.state, self.name, self.job, gpus)
+        self.pricer
+            .evaluate(gpus)
             .ok()
             .map_or((f64::INFINITY, None), |r| (ranked(&r), Some(r)))
     }
@@ -700,8 +701,6 @@ pub fn plan(
     let mut ctx = Ctx {
         topo,
         state,
-        job,
-        name,
         spares: opts.spares,
         levels,
         unit_of,
@@ -714,6 +713,7 @@ pub fn plan(
         taken_in: HashMap::new(),
         job_domain,
         pieces: Vec::new(),
+        pricer: MovedPricer::new(state, name, job),
     };
     let nothing_lost = ctx.moving.iter().all(Option::is_none);
     if nothing_lost && opts.max_moves == 0 {
@@ -777,7 +777,7 @@ pub fn plan(
         }
     }
     // The old placement, priced as if the lost hardware still worked.
-    let before = evaluate_in(state, job, &old)?;
+    let before = ctx.pricer.before(&old)?;
     let mut gpus = if nothing_lost {
         old.clone()
     } else {
@@ -1024,6 +1024,63 @@ mod tests {
     use crate::state::GpuStatus;
     use crate::topology::tests::tree;
     use std::sync::Arc;
+
+    #[test]
+    fn a_trial_priced_where_it_moved_is_the_full_evaluation_bit_for_bit() {
+        use crate::state::{ComponentHealth, Condition};
+        let topo = Arc::new(tree(8, 8, 2));
+        let job = tp_dp_job(&topo, 4, 8);
+        let gpus: Vec<u32> = (0..32).collect();
+        let mut s = ClusterState::with_nics(topo.clone(), (0..64).collect()).unwrap();
+        s.allocate_job("a", &gpus, Some(Arc::new(job.clone())))
+            .unwrap();
+        let slow = ComponentHealth {
+            condition: Condition::Degraded,
+            factor: 0.5,
+            reason: "loss".into(),
+        };
+        s.set_condition(&[Component::Nic(3)], Some(slow)).unwrap();
+        let trials: Vec<Vec<u32>> = vec![
+            gpus.clone(),
+            // One tp group moved to another host, then two, then ranks swapped inside a host.
+            (0..32).map(|r| if r < 4 { 40 + r } else { r }).collect(),
+            (0..32)
+                .map(|r| match r {
+                    0..4 => 40 + r,
+                    12..16 => 52 + r - 12,
+                    _ => r,
+                })
+                .collect(),
+            (0..32)
+                .map(|r| match r {
+                    0 => 1,
+                    1 => 0,
+                    _ => r,
+                })
+                .collect(),
+        ];
+        let check = |s: &ClusterState, reused: bool| {
+            let mut pricer = crate::cost::MovedPricer::new(s, "a", &job);
+            assert_eq!(
+                pricer.before(&gpus).unwrap(),
+                evaluate_in(s, &job, &gpus).unwrap()
+            );
+            assert_eq!(pricer.reuses(), reused);
+            for trial in &trials {
+                assert_eq!(
+                    pricer.evaluate(trial).unwrap(),
+                    evaluate_moved(s, "a", &job, trial).unwrap()
+                );
+            }
+            assert!(pricer.evaluate(&gpus[..31]).is_err());
+        };
+        check(&s, true);
+        // A neighbour on the fabric: the trials are priced in full.
+        let other = tp_dp_job(&topo, 1, 2);
+        s.allocate_job("b", &[32, 63], Some(Arc::new(other)))
+            .unwrap();
+        check(&s, false);
+    }
 
     #[test]
     fn max_moves_evacuates_a_whole_group_off_a_degraded_nic_host_or_switch() {

@@ -124,7 +124,26 @@ pub struct JobAllocation {
     /// The load its collectives and storage traffic put on the fabric's uplinks: per slot,
     /// the heaviest of its classes and its storage traffic ([`ClusterState::flows_of`]).
     pub load: Load,
+    /// The flows behind `load`, kept for large jobs so that a repair sums again only those
+    /// of the collectives it moves ([`crate::fabric::job_load_moved`]).
+    pub flows: FlowCache,
 }
+
+/// A job's recorded flows ([`crate::fabric::JobFlows`]), or none: a cache of what its load is
+/// summed from, not part of the allocation (two allocations alike are equal whatever they
+/// cache).
+#[derive(Debug, Clone, Default)]
+pub struct FlowCache(Option<Arc<crate::fabric::JobFlows>>);
+
+impl PartialEq for FlowCache {
+    fn eq(&self, _: &FlowCache) -> bool {
+        true
+    }
+}
+
+/// Jobs from this many ranks keep their flows ([`FlowCache`]): a repair of a small job sums
+/// its few flows again faster than it would copy them.
+const FLOW_CACHE_RANKS: usize = 512;
 
 /// Which counters a GPU contributes to.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -486,7 +505,7 @@ impl ClusterState {
             self.owner[g as usize] = slot as u32;
             self.settle(g as usize, before);
         }
-        let load = self.flows_of(spec.as_deref(), &io, gpus);
+        let (load, flows) = self.flows_cached(spec.as_deref(), &io, gpus, None);
         self.add_load(&load, 1.0);
         Arc::make_mut(&mut self.jobs)[slot] = Some(JobAllocation {
             name: name.to_string(),
@@ -494,6 +513,7 @@ impl ClusterState {
             spec,
             io,
             load,
+            flows,
         });
         Arc::make_mut(&mut self.job_index).insert(name.to_string(), slot as u32);
         Ok(())
@@ -558,19 +578,22 @@ impl ClusterState {
             self.spare[g] = false;
             self.settle(g, before);
         }
-        let (old_load, spec, io) = match Arc::make_mut(&mut self.jobs)[slot as usize].as_mut() {
-            Some(alloc) => {
-                alloc.gpus = gpus.to_vec();
-                let old = std::mem::take(&mut alloc.load);
-                (old, alloc.spec.clone(), alloc.io.clone())
-            }
-            None => (Vec::new(), None, Vec::new()),
-        };
+        let (old_load, spec, io, cached) =
+            match Arc::make_mut(&mut self.jobs)[slot as usize].as_mut() {
+                Some(alloc) => {
+                    alloc.gpus = gpus.to_vec();
+                    let old = std::mem::take(&mut alloc.load);
+                    let cached = std::mem::take(&mut alloc.flows);
+                    (old, alloc.spec.clone(), alloc.io.clone(), cached)
+                }
+                None => (Vec::new(), None, Vec::new(), FlowCache::default()),
+            };
         self.add_load(&old_load, -1.0);
-        let load = self.flows_of(spec.as_deref(), &io, gpus);
+        let (load, flows) = self.flows_cached(spec.as_deref(), &io, gpus, cached.0.as_deref());
         self.add_load(&load, 1.0);
         if let Some(alloc) = Arc::make_mut(&mut self.jobs)[slot as usize].as_mut() {
             alloc.load = load;
+            alloc.flows = flows;
         }
         Ok(())
     }
@@ -600,18 +623,45 @@ impl ClusterState {
         io: &[crate::storage::IoDemand],
         gpus: &[u32],
     ) -> Load {
-        let mut load = spec
+        let load = spec
             .map(|j| crate::fabric::job_load(&self.topo, j, gpus))
             .unwrap_or_default();
-        if !io.is_empty() {
-            let mut storage: Load = io
-                .iter()
-                .flat_map(|d| crate::storage::io_load(&self.topo, d, gpus))
-                .collect();
-            crate::fabric::merge(&mut storage);
-            load = crate::fabric::peak(&load, &storage);
+        self.with_io(load, io, gpus)
+    }
+
+    /// A job's collectives' `load` with its storage traffic: per slot, the heavier.
+    fn with_io(&self, load: Load, io: &[crate::storage::IoDemand], gpus: &[u32]) -> Load {
+        if io.is_empty() {
+            return load;
         }
-        load
+        let mut storage: Load = io
+            .iter()
+            .flat_map(|d| crate::storage::io_load(&self.topo, d, gpus))
+            .collect();
+        crate::fabric::merge(&mut storage);
+        crate::fabric::peak(&load, &storage)
+    }
+
+    /// [`ClusterState::flows_of`], and for a large job its flows: summed again only where
+    /// it moved from `before` (the flows of its previous placement) when given.
+    fn flows_cached(
+        &self,
+        spec: Option<&JobSpec>,
+        io: &[crate::storage::IoDemand],
+        gpus: &[u32],
+        before: Option<&crate::fabric::JobFlows>,
+    ) -> (Load, FlowCache) {
+        let Some(job) = spec.filter(|j| j.num_ranks >= FLOW_CACHE_RANKS) else {
+            return (self.flows_of(spec, io, gpus), FlowCache::default());
+        };
+        let (load, flows) = match before {
+            Some(before) => crate::fabric::job_load_moved(&self.topo, job, before, gpus),
+            None => crate::fabric::job_load_recorded(&self.topo, job, gpus),
+        };
+        (
+            self.with_io(load, io, gpus),
+            FlowCache(Some(Arc::new(flows))),
+        )
     }
 
     /// Add (`sign` 1) or remove (-1) a job's load. When the last loaded job leaves, the
