@@ -512,6 +512,43 @@ def io_seconds(
 ) -> float: ...
 def set_fence(state: ClusterState, gpus: npt.NDArray[np.int64], fenced: bool) -> None: ...
 
+# Power budgets (rust/py/src/power.rs): the compiled power domains and the ledger of a state's
+# draw per domain and phase slot.
+_Declared = tuple[float | None, float | None, bool] | None
+
+def job_draw(power: _Declared, board_w: float) -> tuple[float, float, bool]: ...
+
+class PowerModel:
+    def __init__(
+        self,
+        budgets_w: list[float],
+        max_synchronized: list[int | None],
+        phases: int,
+        board_w: npt.NDArray[np.float64],
+        domain_gpus: list[npt.NDArray[np.int64]],
+    ) -> None: ...
+    def boards_known(self) -> bool: ...
+    def ledger(
+        self,
+        state: ClusterState,
+        powers: dict[str, tuple[float | None, float | None, bool]],
+        slots: dict[str, int],
+    ) -> PowerLedger: ...
+
+class PowerLedger:
+    def draws(self) -> list[float]: ...
+    def margins(self, d: int) -> list[float]: ...
+    def synchronized_jobs(self, d: int) -> list[tuple[str, int]]: ...
+    def check(
+        self, gpus: npt.NDArray[np.int64], power: _Declared, slot: int
+    ) -> tuple[int, str, float, int] | None: ...
+    def limits(
+        self, free: npt.NDArray[np.bool_], power: _Declared, slot: int
+    ) -> list[tuple[int, int, str | None, float]]: ...
+    def held(
+        self, free: npt.NDArray[np.bool_], power: _Declared, slot: int, relax: list[int]
+    ) -> npt.NDArray[np.int64]: ...
+
 # Pricing view: what every solver prices on (rust/py/src/pricing.rs).
 def pricing_view(
     state: ClusterState,
