@@ -182,6 +182,8 @@ class PlaceResult:
     def gpus(self) -> npt.NDArray[np.int64]: ...
     @property
     def cost(self) -> CostReport: ...
+    @property
+    def phase_slot(self) -> int: ...
 
 @final
 class RefineResult:
@@ -398,6 +400,7 @@ def place(
     time_limit: float | None = None,
     neighbours: bool = True,
     io: list[tuple[int, int, float, float, float, float]] | None = None,
+    power: tuple[PowerLedger, _Declared] | None = None,
 ) -> PlaceResult: ...
 def solve(
     state: ClusterState,
@@ -537,7 +540,6 @@ class PowerModel:
 
 class PowerLedger:
     def draws(self) -> list[float]: ...
-    def margins(self, d: int) -> list[float]: ...
     def synchronized_jobs(self, d: int) -> list[tuple[str, int]]: ...
     def check(
         self, gpus: npt.NDArray[np.int64], power: _Declared, slot: int

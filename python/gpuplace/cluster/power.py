@@ -6,9 +6,11 @@ arithmetic (a domain's draw per phase slot, the budget check, the GPUs a job may
 domain and slot) is the core's (``rust/core/src/power.rs``), asked through a ledger of the
 state's running jobs (:func:`_ledger`).
 
-Placement: :func:`power_view` hides, in a copy of the state, the free GPUs a job may not take
-in each domain (its headroom divided by the job's per-GPU draw), trying the phase slots in
-order, so no solver can exceed a budget; :meth:`ClusterState.allocate` checks the budgets again
+Placement: a Rust solver's request carries the budgets (:func:`power_request`) and the core
+tries the phase slots, fencing off per slot the free GPUs the job may not take in each domain
+(its headroom divided by the job's per-GPU draw); for a Python solver :func:`power_view` hides
+them in a copy of the state per slot (:func:`place_within_power`). So no solver can exceed a
+budget; :meth:`ClusterState.allocate` checks the budgets again
 and refuses an allocation that would exceed one.
 """
 
@@ -36,7 +38,9 @@ __all__ = [
     "place_within_power",
     "power_limits",
     "power_report",
+    "power_request",
     "power_view",
+    "refusal",
 ]
 
 
@@ -49,6 +53,26 @@ def _ledger(state: ClusterState) -> _core.PowerLedger:
         if declared is not None:
             powers[name] = declared
     return state.topology.power_model.ledger(state._core, powers, state.phase_slots)
+
+
+def power_request(
+    state: ClusterState, job: Job
+) -> tuple[_core.PowerLedger, tuple[float | None, float | None, bool] | None] | None:
+    """What a placement request into the core carries for the power budgets: the ledger of
+    the state's running jobs and the job's declared draw (``_core.place(..., power=)``, which
+    tries the phase slots and holds back what each domain's headroom does not allow); None
+    without power domains."""
+    topology = state.topology
+    if not topology.power_domains:
+        return None
+    _boards_known(topology)
+    return _ledger(state), declared_power(job)
+
+
+def refusal(state: ClusterState, job: Job, exc: Infeasible) -> Infeasible:
+    """The refusal of a job no phase slot places, naming the limiting power domains."""
+    why = limiting_domains(state, job)
+    return Infeasible(f"{exc} (within the power budgets: {why or 'no domain is limiting'})")
 
 
 def check_budgets(state: ClusterState, name: str, job: Job | None, gpus: Any, slot: int) -> None:
@@ -225,8 +249,7 @@ def place_within_power(
         return best[1], best[2]
     if not state.topology.power_domains or last is None:
         raise last or Infeasible("no placement")
-    why = limiting_domains(state, job)
-    raise Infeasible(f"{last} (within the power budgets: {why or 'no domain is limiting'})")
+    raise refusal(state, job, last)
 
 
 def power_report(state: ClusterState) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use gpuplace_core::power::{Cause, Draw, JobPower, Ledger, PowerDomain, PowerModel, Running};
+use gpuplace_core::request::PowerRequest;
 use gpuplace_core::CoreError;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
@@ -16,7 +17,7 @@ use crate::state::PyClusterState;
 
 /// A job's declared draw from Python: `(peak_w, average_w, synchronized)`, None when it
 /// declares none.
-type Declared = Option<(Option<f64>, Option<f64>, bool)>;
+pub(crate) type Declared = Option<(Option<f64>, Option<f64>, bool)>;
 
 /// Per domain: (free GPUs, allowed, why fewer, headroom W).
 type Limits = Vec<(usize, usize, Option<&'static str>, f64)>;
@@ -127,6 +128,15 @@ pub struct PyPowerLedger {
 }
 
 impl PyPowerLedger {
+    /// The budgets a placement request for a job with declaration `power` stays within.
+    pub(crate) fn request(&self, power: Declared) -> PowerRequest {
+        PowerRequest {
+            model: Arc::clone(&self.model),
+            ledger: self.ledger.clone(),
+            job: declared(power),
+        }
+    }
+
     fn domain(&self, d: usize) -> PyResult<usize> {
         if d < self.model.domains().len() {
             Ok(d)
@@ -143,11 +153,6 @@ impl PyPowerLedger {
         (0..self.model.domains().len())
             .map(|d| self.ledger.draw(d))
             .collect()
-    }
-
-    /// Domain `d`'s synchronised peak margin (W) per phase slot.
-    fn margins(&self, d: usize) -> PyResult<Vec<f64>> {
-        Ok(self.ledger.margins(self.domain(d)?).to_vec())
     }
 
     /// The synchronised jobs with GPUs in domain `d`, and their phase slots.
