@@ -10,8 +10,8 @@ Placement: a Rust solver's request carries the budgets (:func:`power_request`) a
 tries the phase slots, fencing off per slot the free GPUs the job may not take in each domain
 (its headroom divided by the job's per-GPU draw); for a Python solver :func:`power_view` hides
 them in a copy of the state per slot (:func:`place_within_power`). So no solver can exceed a
-budget; :meth:`ClusterState.allocate` checks the budgets again
-and refuses an allocation that would exceed one.
+budget; :meth:`ClusterState.allocate` checks the budgets again and refuses an allocation that
+would exceed one.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _ledger(state: ClusterState) -> _core.PowerLedger:
     powers = {
         name: (p.peak_w, p.average_w, p.synchronized)
         for name, spec in state.specs.items()
-        if (p := spec.power) is not None
+        if (p := getattr(spec, "power", None)) is not None
     }
     return state.topology.power_model.ledger(state._core, powers, state.phase_slots)
 
