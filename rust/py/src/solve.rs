@@ -285,7 +285,7 @@ pub(crate) struct PyPlaceResult {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn place<'py>(
     py: Python<'py>,
-    mut state: PyRefMut<'py, PyClusterState>,
+    state: Bound<'py, PyClusterState>,
     job: &PyJobSpec,
     solver: &str,
     seed: u64,
@@ -294,15 +294,32 @@ pub(crate) fn place<'py>(
     io: Option<Vec<IoTuple>>,
     power: Option<(PyRef<'py, PyPowerLedger>, Declared)>,
 ) -> PyResult<PyPlaceResult> {
-    job.check_state(&state)?;
-    let mut request = request_of(&state, io)?;
-    request.power = power.map(|(ledger, declared)| ledger.request(declared));
-    let spec = job.inner.clone();
-    let inner = &mut state.inner;
     let (opts, stop) = solve_options(solver, seed, time_limit, neighbours);
-    let (gpus, report, phase_slot) = enter(py, stop, || {
-        request::place_within_power(inner, &spec, solver, &opts, &request)
-    })?;
+    let spec = job.inner.clone();
+    let (gpus, report, phase_slot) = match power {
+        // Without power the state is only read (other readers may hold it meanwhile).
+        None => {
+            let state = state.try_borrow()?;
+            job.check_state(&state)?;
+            let request = request_of(&state, io)?;
+            let inner = &state.inner;
+            enter(py, stop, || {
+                let (gpus, report) = request::place(inner, &spec, solver, &opts, &request)?;
+                Ok((gpus, report, 0))
+            })?
+        }
+        // With power the budgets' fence is set and lifted around each slot's solve.
+        Some((ledger, declared)) => {
+            let mut state = state.try_borrow_mut()?;
+            job.check_state(&state)?;
+            let mut request = request_of(&state, io)?;
+            request.power = Some(ledger.request(declared));
+            let inner = &mut state.inner;
+            enter(py, stop, || {
+                request::place_within_power(inner, &spec, solver, &opts, &request)
+            })?
+        }
+    };
     Ok(PyPlaceResult {
         gpus: id_array(py, &gpus).unbind(),
         cost: Py::new(py, PyCostReport::from_report(py, report)?)?,
