@@ -16,6 +16,13 @@ not timed), alternating this checkout and the peer run by run, and reported as t
   fabric stays unloaded), and jobs that declare a model (their data-parallel traffic loads the
   fabric's uplinks, so every placement is priced against its neighbours). Also per second of
   the calling thread's CPU time, which other work on a shared machine inflates less.
+- ``place + allocate with power``: the same parallelism-only jobs on the same cluster with a
+  power budget per scalable unit (``power.leaf.budget_w=120000``: 120 kW for 256 GPUs of 700 W,
+  two thirds of their board power) and two phase slots (``power_phases=2``); every other job
+  declares a synchronised draw (700 W peak, 450 W average per GPU), so ``place`` tries both
+  slots on a power-limited view of the state and ``allocate`` checks the budgets
+  (``gpuplace.cluster.power``). A job no slot fits (``Infeasible``) counts as placed and
+  allocates nothing.
 - ``repair``: the 405B case of ``bench_repair.py`` (tp8 pp16 dp128 on 16,896 GPUs, a NIC at
   1 % loss under rank 800, ``max_moves=8``): wall time of ``gpuplace.repair`` through the API,
   the CPU time of the calling thread in that call (which other work on a shared machine does
@@ -77,6 +84,41 @@ def place_allocate(model: bool, count: int) -> dict[str, float]:
     def run(batch: list[Any]) -> None:
         for job in batch:
             state.allocate(gpuplace.place(state, job))
+            running.append(job.name)
+            if len(running) > WINDOW:
+                state.release(running.pop(0))
+
+    run(jobs[:WINDOW])
+    start, start_cpu = time.perf_counter(), time.thread_time()
+    run(jobs[WINDOW:])
+    return {
+        "per_s": count / (time.perf_counter() - start),
+        "per_cpu_s": count / (time.thread_time() - start_cpu),
+    }
+
+
+def place_power(count: int) -> dict[str, float]:
+    """Jobs per second through place + allocate within power budgets (after a warm-up of
+    WINDOW jobs)."""
+    import gpuplace
+    from gpuplace.model.power import JobPower
+
+    options = {"nodes": 2048, "power.leaf.budget_w": 120_000.0, "power_phases": 2}
+    state = gpuplace.ClusterState(gpuplace.Topology.from_spec("h100-superpod", options))
+    synced = JobPower(peak_w=700.0, average_w=450.0, synchronized=True)
+    jobs = [
+        gpuplace.Job(name=j.name, tp=j.tp, dp=j.dp, power=synced if i % 2 else None)
+        for i, j in enumerate(_small_jobs(count + WINDOW, False))
+    ]
+    running: list[str] = []
+
+    def run(batch: list[Any]) -> None:
+        for job in batch:
+            try:
+                placement = gpuplace.place(state, job)
+            except gpuplace.Infeasible:
+                continue
+            state.allocate(placement)
             running.append(job.name)
             if len(running) > WINDOW:
                 state.release(running.pop(0))
@@ -174,6 +216,8 @@ def worker(name: str, args: argparse.Namespace) -> dict[str, float]:
         return place_allocate(False, args.jobs)
     if name == "place-model":
         return place_allocate(True, args.model_jobs)
+    if name == "place-power":
+        return place_power(args.power_jobs)
     if name == "repair":
         return repair(args.repeats)
     if name == "greedy-16k":
@@ -194,6 +238,7 @@ def _run(name: str, pythonpath: str | None, args: argparse.Namespace) -> dict[st
     cmd = [sys.executable, __file__, "--worker", name]
     cmd += ["--jobs", str(args.jobs), "--model-jobs", str(args.model_jobs)]
     cmd += ["--repeats", str(args.repeats), "--philly-jobs", str(args.philly_jobs)]
+    cmd += ["--power-jobs", str(args.power_jobs)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{name} ({pythonpath or 'installed'}) failed:\n{done.stderr}")
@@ -205,6 +250,8 @@ ROWS = [
     ("place-bare", "per_cpu_s", "  the same per CPU second", True),
     ("place-model", "per_s", "place + allocate /s, 1-32 GPUs, with a model", True),
     ("place-model", "per_cpu_s", "  the same per CPU second", True),
+    ("place-power", "per_s", "place + allocate /s, 1-32 GPUs, power budgets", True),
+    ("place-power", "per_cpu_s", "  the same per CPU second", True),
     ("repair", "api_ms", "repair 405B NIC loss, API ms", False),
     ("repair", "api_cpu_ms", "repair 405B NIC loss, API CPU ms", False),
     ("repair", "call_ms", "repair 405B NIC loss, binding call ms", False),
@@ -225,6 +272,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--jobs", type=int, default=6000, help="jobs timed, parallelism only")
     ap.add_argument("--model-jobs", type=int, default=1500, help="jobs timed, with a model")
+    ap.add_argument("--power-jobs", type=int, default=1500, help="jobs timed, within power budgets")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--philly-jobs", type=int, default=20_000)
     ap.add_argument(
@@ -240,6 +288,7 @@ def main() -> None:
         return
     if args.quick:
         args.jobs, args.model_jobs, args.philly_jobs, args.repeats = 2000, 300, 3000, 5
+        args.power_jobs = 300
     here = str(Path(__file__).resolve().parents[1] / "python")
     names = list(dict.fromkeys(name for name, *_ in ROWS))
     if args.only:

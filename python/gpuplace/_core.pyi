@@ -182,6 +182,8 @@ class PlaceResult:
     def gpus(self) -> npt.NDArray[np.int64]: ...
     @property
     def cost(self) -> CostReport: ...
+    @property
+    def phase_slot(self) -> int: ...
 
 @final
 class RefineResult:
@@ -398,6 +400,7 @@ def place(
     time_limit: float | None = None,
     neighbours: bool = True,
     io: list[tuple[int, int, float, float, float, float]] | None = None,
+    power: tuple[PowerLedger, _Declared] | None = None,
 ) -> PlaceResult: ...
 def solve(
     state: ClusterState,
@@ -511,6 +514,42 @@ def io_seconds(
     write_bytes: float,
 ) -> float: ...
 def set_fence(state: ClusterState, gpus: npt.NDArray[np.int64], fenced: bool) -> None: ...
+
+# Power budgets (rust/py/src/power.rs): the compiled power domains and the ledger of a state's
+# draw per domain and phase slot.
+_Declared = tuple[float | None, float | None, bool] | None
+
+def job_draw(power: _Declared, board_w: float) -> tuple[float, float, bool]: ...
+
+class PowerModel:
+    def __init__(
+        self,
+        budgets_w: list[float],
+        max_synchronized: list[int | None],
+        phases: int,
+        board_w: npt.NDArray[np.float64],
+        domain_gpus: list[npt.NDArray[np.int64]],
+    ) -> None: ...
+    def boards_known(self) -> bool: ...
+    def ledger(
+        self,
+        state: ClusterState,
+        powers: dict[str, tuple[float | None, float | None, bool]],
+        slots: dict[str, int],
+    ) -> PowerLedger: ...
+
+class PowerLedger:
+    def draws(self) -> list[float]: ...
+    def synchronized_jobs(self, d: int) -> list[tuple[str, int]]: ...
+    def check(
+        self, gpus: npt.NDArray[np.int64], power: _Declared, slot: int
+    ) -> tuple[int, str, float, int] | None: ...
+    def limits(
+        self, free: npt.NDArray[np.bool_], power: _Declared, slot: int
+    ) -> list[tuple[int, int, str | None, float]]: ...
+    def held(
+        self, free: npt.NDArray[np.bool_], power: _Declared, slot: int, relax: list[int]
+    ) -> npt.NDArray[np.int64]: ...
 
 # Pricing view: what every solver prices on (rust/py/src/pricing.rs).
 def pricing_view(

@@ -1,26 +1,30 @@
 """Power budgets in a live cluster: the draw of every power domain, recomputed from the
 allocations (no counter to drift), and the views that keep placement within the budgets.
 
-The declarations (domains, budgets, a job's draw) are in :mod:`gpuplace.model.power`.
+The declarations (domains, budgets, a job's draw) are in :mod:`gpuplace.model.power`; the
+arithmetic (a domain's draw per phase slot, the budget check, the GPUs a job may take per
+domain and slot) is the core's (``rust/core/src/power.rs``), asked through a ledger of the
+state's running jobs (:func:`_ledger`).
 
-Placement: :func:`power_view` hides, in a copy of the state, the free GPUs a job may not take
-in each domain (its headroom divided by the job's per-GPU draw), trying the phase slots in
-order, so no solver can exceed a budget; :meth:`ClusterState.allocate` checks the budgets again
-and refuses an allocation that would exceed one. The state's draw is recomputed from the
-allocations (no counter to drift).
+Placement: a Rust solver's request carries the budgets (:func:`power_request`) and the core
+tries the phase slots, fencing off per slot the free GPUs the job may not take in each domain
+(its headroom divided by the job's per-GPU draw); for a Python solver :func:`power_view` hides
+them in a copy of the state per slot (:func:`place_within_power`). So no solver can exceed a
+budget; :meth:`ClusterState.allocate` checks the budgets again and refuses an allocation that
+would exceed one.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpuplace import _core
 from gpuplace.errors import Infeasible, InvalidState, InvalidTopology
-from gpuplace.model.power import BOARD_POWER_W, gpu_power_w, job_power
+from gpuplace.model.power import BOARD_POWER_W, declared_power
 
 if TYPE_CHECKING:
     from gpuplace.cluster.state import ClusterState
@@ -30,71 +34,46 @@ if TYPE_CHECKING:
 __all__ = [
     "DomainLimit",
     "check_budgets",
-    "domain_draw",
     "limiting_domains",
     "place_within_power",
     "power_limits",
     "power_report",
+    "power_request",
     "power_view",
+    "refusal",
 ]
 
 
-@dataclass
-class _Running:
-    name: str
-    gpus_in: dict[int, int]  # domain index -> GPUs there
-    peak: float
-    average: float
-    synchronized: bool
-    slot: int
+def _ledger(state: ClusterState) -> _core.PowerLedger:
+    """The core's account of the state's running jobs: each one's declared draw and phase
+    slot, its GPUs per domain."""
+    # declared_power, inlined: this runs twice per placement over every running job.
+    powers = {
+        name: (p.peak_w, p.average_w, p.synchronized)
+        for name, spec in state.specs.items()
+        if (p := getattr(spec, "power", None)) is not None
+    }
+    return state.topology.power_model.ledger(state._core, powers, state.phase_slots)
 
 
-def _running(
-    state: ClusterState, extra: tuple[str, Job | None, Any, int] | None = None
-) -> list[_Running]:
+def power_request(
+    state: ClusterState, job: Job
+) -> tuple[_core.PowerLedger, tuple[float | None, float | None, bool] | None] | None:
+    """What a placement request into the core carries for the power budgets: the ledger of
+    the state's running jobs and the job's declared draw (``_core.place(..., power=)``, which
+    tries the phase slots and holds back what each domain's headroom does not allow); None
+    without power domains."""
     topology = state.topology
-    domains = topology.power_domains
-    host_domains: dict[int, list[int]] = {}
-    for d, dom in enumerate(domains):
-        for h in dom.hosts:
-            host_domains.setdefault(h, []).append(d)
-    board = gpu_power_w(topology)
-    host_of = topology.host_of_gpu
-    jobs = [(n, state.specs.get(n), g, state.phase_slots.get(n, 0)) for n, g in state.jobs.items()]
-    if extra is not None:
-        jobs.append(extra)
-    out: list[_Running] = []
-    for name, spec, gpus, slot in jobs:
-        gpus = np.asarray(gpus, dtype=np.int64)
-        counts: dict[int, int] = {}
-        for h in host_of[gpus]:
-            for d in host_domains.get(int(h), ()):
-                counts[d] = counts.get(d, 0) + 1
-        watts = float(np.nanmax(board[gpus])) if len(gpus) else 0.0
-        peak, average, synced = job_power(spec, watts)
-        out.append(_Running(name, counts, peak, average, synced, slot))
-    return out
+    if not topology.power_domains:
+        return None
+    _boards_known(topology)
+    return _ledger(state), declared_power(job)
 
 
-def domain_draw(topology: Topology, running: list[_Running], d: int) -> tuple[float, list[float]]:
-    """(draw W, per-slot synchronised peak margin W) of domain ``d``."""
-    phases = topology.power_phases
-    margin = [0.0] * phases
-    total = 0.0
-    for r in running:
-        n = r.gpus_in.get(d, 0)
-        if not n:
-            continue
-        total += n * r.average
-        if r.synchronized:
-            margin[r.slot % phases] += n * (r.peak - r.average)
-    return total + max(margin), margin
-
-
-def _sync_count(running: list[_Running], d: int, slot: int, phases: int) -> int:
-    return sum(
-        1 for r in running if r.synchronized and r.gpus_in.get(d) and r.slot % phases == slot
-    )
+def refusal(state: ClusterState, job: Job, exc: Infeasible) -> Infeasible:
+    """The refusal of a job no phase slot places, naming the limiting power domains."""
+    why = limiting_domains(state, job)
+    return Infeasible(f"{exc} (within the power budgets: {why or 'no domain is limiting'})")
 
 
 def check_budgets(state: ClusterState, name: str, job: Job | None, gpus: Any, slot: int) -> None:
@@ -103,25 +82,22 @@ def check_budgets(state: ClusterState, name: str, job: Job | None, gpus: Any, sl
     topology = state.topology
     if not topology.power_domains:
         return
-    running = _running(state, (name, job, gpus, slot))
-    new = running[-1]
-    for d, dom in enumerate(topology.power_domains):
-        if not new.gpus_in.get(d):
-            continue
-        draw, _ = domain_draw(topology, running, d)
-        if draw > dom.budget_w * (1 + 1e-12):
-            raise InvalidState(
-                f"power domain {dom.name!r}: job {name!r} would draw it to {draw:,.0f} W, "
-                f"over its budget of {dom.budget_w:,.0f} W"
-            )
-        limit = dom.max_synchronized
-        phases = topology.power_phases
-        if new.synchronized and limit is not None:
-            if _sync_count(running, d, slot % phases, phases) > limit:
-                raise InvalidState(
-                    f"power domain {dom.name!r}: at most {limit} synchronised job(s) may peak "
-                    f"together (phase slot {slot % phases} of {phases})"
-                )
+    phases = topology.power_phases
+    gpus = np.asarray(gpus, dtype=np.int64)
+    over = _ledger(state).check(gpus, declared_power(job), int(slot) % phases)
+    if over is None:
+        return
+    d, cause, draw, at = over
+    dom = topology.power_domains[d]
+    if cause == "budget":
+        raise InvalidState(
+            f"power domain {dom.name!r}: job {name!r} would draw it to {draw:,.0f} W, "
+            f"over its budget of {dom.budget_w:,.0f} W"
+        )
+    raise InvalidState(
+        f"power domain {dom.name!r}: at most {dom.max_synchronized} synchronised job(s) may "
+        f"peak together (phase slot {at} of {phases})"
+    )
 
 
 @dataclass(frozen=True)
@@ -162,74 +138,37 @@ def power_limits(state: ClusterState, job: Job) -> list[tuple[int, list[DomainLi
     topology = state.topology
     if not topology.power_domains:
         return []
-    board = gpu_power_w(topology)
-    if np.isnan(board).any():
-        raise InvalidTopology(
-            "power domains need every GPU's board power: give the host types power_w "
-            f"or a known gpu_model ({', '.join(BOARD_POWER_W)})"
-        )
-    running = _running(state)
-    phases = topology.power_phases
+    _boards_known(topology)
+    ledger = _ledger(state)
     free = state.free_mask()
-    domain_gpus = _domain_gpus(topology)
-    # Per domain, what does not depend on the slot: the job's draw there and the domain's.
-    fixed = [
-        (
-            job_power(job, float(np.max(board[gpus]))),
-            domain_draw(topology, running, d),
-            int(free[gpus].sum()),
-            len(gpus),
-        )
-        for d, gpus in enumerate(domain_gpus)
-    ]
+    declared = declared_power(job)
     out: list[tuple[int, list[DomainLimit]]] = []
-    for slot in range(phases if _synchronized(job) else 1):
-        limits = []
-        for d, dom in enumerate(topology.power_domains):
-            (peak, average, synced), (draw, margin), n_free, size = fixed[d]
-            limit = dom.max_synchronized
-            headroom = dom.budget_w - draw
-            cause = None
-            if synced and limit is not None and _sync_count(running, d, slot, phases) >= limit:
-                allowed = 0
-                cause = "max_synchronized"
-            else:
-                # The job adds its average per GPU, and its peak margin to its slot's.
-                extra = peak - average if synced else 0.0
-                worst_other = (
-                    max(m for s, m in enumerate(margin) if s != slot) if phases > 1 else 0.0
-                )
-                base = draw - max(margin)
-                # draw' = base + n*avg + max(margin[slot] + n*extra, worst_other) <= budget
-                allowed_a = (dom.budget_w - base - margin[slot]) / (average + extra)
-                allowed_b = (dom.budget_w - base - worst_other) / average
-                allowed = math.floor(min(allowed_a, allowed_b) + 1e-9)
-                allowed = max(0, min(allowed, size)) if headroom >= 0 else 0
-            if allowed < n_free and cause is None:
-                cause = "budget"
-            limits.append(
-                DomainLimit(
-                    domain=dom.name,
-                    index=d,
-                    free=n_free,
-                    allowed=min(allowed, n_free),
-                    cause=cause if allowed < n_free else None,
-                    budget_w=dom.budget_w,
-                    headroom_w=headroom,
-                    max_synchronized=limit,
-                )
+    for slot in range(topology.power_phases if _synchronized(job) else 1):
+        limits = [
+            DomainLimit(
+                domain=dom.name,
+                index=d,
+                free=n_free,
+                allowed=allowed,
+                cause=cause,
+                budget_w=dom.budget_w,
+                headroom_w=headroom,
+                max_synchronized=dom.max_synchronized,
             )
+            for d, (dom, (n_free, allowed, cause, headroom)) in enumerate(
+                zip(topology.power_domains, ledger.limits(free, declared, slot), strict=True)
+            )
+        ]
         out.append((slot, limits))
     return out
 
 
-def _domain_gpus(topology: Topology) -> list[np.ndarray]:
-    """The GPU ids of every power domain, in id order."""
-    host_of = topology.host_of_gpu
-    return [
-        np.flatnonzero(np.isin(host_of, np.asarray(dom.hosts, dtype=np.int64)))
-        for dom in topology.power_domains
-    ]
+def _boards_known(topology: Topology) -> None:
+    if not topology.power_model.boards_known():
+        raise InvalidTopology(
+            "power domains need every GPU's board power: give the host types power_w "
+            f"or a known gpu_model ({', '.join(BOARD_POWER_W)})"
+        )
 
 
 def power_view(
@@ -242,22 +181,16 @@ def power_view(
     topology = state.topology
     if not topology.power_domains:
         return [(0, state)]
+    _boards_known(topology)
+    ledger = _ledger(state)
+    free = state.free_mask()
+    declared = declared_power(job)
     out: list[tuple[int, ClusterState]] = []
-    domain_gpus = _domain_gpus(topology)
-    for slot, limits in power_limits(state, job):
+    for slot in range(topology.power_phases if _synchronized(job) else 1):
+        held = ledger.held(free, declared, slot, sorted(relax))
         view = state.copy()
-        free = view.free_mask()
-        held: list[int] = []
-        for lim in limits:
-            if lim.index in relax:
-                continue
-            gpus = domain_gpus[lim.index]
-            mine = gpus[free[gpus]]
-            if len(mine) > lim.allowed:
-                held.extend(int(g) for g in mine[lim.allowed :])
-                free[mine[lim.allowed :]] = False
-        if held:
-            view.drain_gpus(held)  # held back for the budget, in this copy only
+        if len(held):
+            view.drain_gpus(held.tolist())  # held back for the budget, in this copy only
         out.append((slot, view))
     return out
 
@@ -317,8 +250,7 @@ def place_within_power(
         return best[1], best[2]
     if not state.topology.power_domains or last is None:
         raise last or Infeasible("no placement")
-    why = limiting_domains(state, job)
-    raise Infeasible(f"{last} (within the power budgets: {why or 'no domain is limiting'})")
+    raise refusal(state, job, last)
 
 
 def power_report(state: ClusterState) -> list[dict[str, Any]]:
@@ -326,11 +258,10 @@ def power_report(state: ClusterState) -> list[dict[str, Any]]:
     topology = state.topology
     if not topology.power_domains:
         return []
-    running = _running(state)
+    ledger = _ledger(state)
     phases = topology.power_phases
     out = []
-    for d, dom in enumerate(topology.power_domains):
-        draw, _ = domain_draw(topology, running, d)
+    for d, (dom, draw) in enumerate(zip(topology.power_domains, ledger.draws(), strict=True)):
         out.append(
             {
                 "domain": dom.name,
@@ -339,9 +270,7 @@ def power_report(state: ClusterState) -> list[dict[str, Any]]:
                 "draw_w": draw,
                 "headroom_w": dom.budget_w - draw,
                 "synchronized_jobs": {
-                    r.name: (r.slot % phases) / phases
-                    for r in running
-                    if r.synchronized and r.gpus_in.get(d)
+                    name: slot / phases for name, slot in ledger.synchronized_jobs(d)
                 },
             }
         )

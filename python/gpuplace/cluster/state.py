@@ -230,7 +230,7 @@ class ClusterState:
                 f"job {name!r}: its spec has {job.gpus} ranks, given {len(gpus)} GPUs"
             )
         # A power budget is never exceeded, whoever chose the GPUs (gpuplace.cluster.power).
-        if self.topology.power_domains and name not in self.jobs:
+        if self.topology.power_domains and self.job_gpus(name) is None:
             power.check_budgets(self, name, job, np.asarray(gpus, dtype=np.int64), slot)
         # With its spec, the job's flows (collectives and storage traffic) load the fabric's
         # uplinks (gpuplace.cluster.fabric, gpuplace.model.storage).

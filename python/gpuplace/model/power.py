@@ -17,7 +17,10 @@ of one slot peak together; the domain's draw is then the sum of averages plus, f
 slot, its jobs' ``peak - average``, and ``max_synchronized`` bounds the jobs per domain and slot.
 With P = 1 every synchronised job peaks together: at most ``max_synchronized`` per domain.
 
-How the draw is accounted and kept within budgets: :mod:`gpuplace.cluster.power`.
+The arithmetic (a job's draw from its declaration, a domain's draw, the budget checks and the
+GPUs a job may take per domain and slot) is the core's (``rust/core/src/power.rs``):
+:func:`power_model` compiles the declarations for it, :func:`job_power` asks it. How the draw
+is accounted and kept within budgets in a live cluster: :mod:`gpuplace.cluster.power`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpuplace import _core
 from gpuplace._util.documents import Checker
 from gpuplace._util.hostlist import HostlistError, compress, expand
 
@@ -39,10 +43,12 @@ __all__ = [
     "BOARD_POWER_W",
     "JobPower",
     "PowerDomain",
+    "declared_power",
     "gpu_power_w",
     "job_power",
     "parse_job_power",
     "parse_power_domains",
+    "power_model",
 ]
 
 #: Board power (W) per GPU model, from the vendors' datasheets: NVIDIA H100 SXM5 700 W and
@@ -171,11 +177,30 @@ def gpu_power_w(topology: Topology) -> np.ndarray:
     )
 
 
-def job_power(job: Job | None, board_w: float) -> tuple[float, float, bool]:
-    """(peak W, average W, synchronised) per GPU of a job on a GPU of ``board_w``."""
+def declared_power(job: Job | None) -> tuple[float | None, float | None, bool] | None:
+    """A job's declared draw as the core reads it: ``(peak_w, average_w, synchronized)``, None
+    when it declares none."""
     power: JobPower | None = None if job is None else getattr(job, "power", None)
     if power is None:
-        return board_w, board_w, False
-    peak = board_w if power.peak_w is None else power.peak_w
-    average = peak if power.average_w is None else min(power.average_w, peak)
-    return peak, average, power.synchronized
+        return None
+    return power.peak_w, power.average_w, power.synchronized
+
+
+def job_power(job: Job | None, board_w: float) -> tuple[float, float, bool]:
+    """(peak W, average W, synchronised) per GPU of a job on a GPU of ``board_w``: its
+    declaration, the board power where it declares none (the core's rule)."""
+    return _core.job_draw(declared_power(job), float(board_w))
+
+
+def power_model(topology: Topology) -> _core.PowerModel:
+    """The topology's power domains compiled for the core: budgets, ``max_synchronized``,
+    phase slots, every GPU's board power and each domain's GPUs."""
+    host_of = topology.host_of_gpu
+    domains = topology.power_domains
+    return _core.PowerModel(
+        [float(d.budget_w) for d in domains],
+        [d.max_synchronized for d in domains],
+        int(topology.power_phases),
+        np.ascontiguousarray(gpu_power_w(topology), dtype=np.float64),
+        [np.flatnonzero(np.isin(host_of, np.asarray(d.hosts, dtype=np.int64))) for d in domains],
+    )

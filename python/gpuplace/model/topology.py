@@ -27,6 +27,7 @@ from gpuplace.model import presets, schema
 from gpuplace.model.inventory import to_topology_dict
 from gpuplace.model.parts import FORMAT, Level, NodeType
 from gpuplace.model.policy import ClusterPolicy
+from gpuplace.model.power import power_model
 
 __all__ = ["FORMAT", "Level", "Nics", "NodeType", "Topology", "nics_of"]
 
@@ -83,7 +84,7 @@ class Topology:
         }
         self.levels: tuple[Level, ...] = tuple(levels)
         self.node_level = node_level
-        self.nvlink_level = nvlink_level
+        self.nvlink_level: int = nvlink_level
         self.node_types: dict[str, NodeType] = dict(node_types)
         self.hosts: tuple[str, ...] = tuple(hosts)
         self.host_types: tuple[str, ...] = tuple(host_types)
@@ -288,6 +289,12 @@ class Topology:
         byte to use as a :func:`gpuplace.map_ranks` distance."""
         ids = np.arange(self.num_gpus) if gpus is None else np.asarray(gpus, dtype=np.int64)
         return self._core.bandwidth_matrix(ids.astype(np.int64))
+
+    @cached_property
+    def power_model(self) -> _core.PowerModel:
+        """The power domains compiled for the core's budget arithmetic
+        (:func:`gpuplace.model.power.power_model`)."""
+        return power_model(self)
 
     @cached_property
     def path(self) -> np.ndarray:

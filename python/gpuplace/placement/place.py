@@ -3,10 +3,10 @@
 Every solver shares one signature and returns the GPU of each rank; :func:`place` then gates
 the result and prices it with the one cost model in the Rust core, so costs are comparable
 across solvers. One request goes into the core (the compiled job, the state with the policy's
-fence and the running jobs, the job's storage traffic) and one report comes out (the gate's
-verdict, communication alone and among the running jobs, hot uplinks, storage seconds, step
-time): a Rust solver, its gate and its pricing are one call; a Python solver's placement
-passes the gate once.
+fence and the running jobs, the job's storage traffic, the power budgets) and one report comes
+out (the gate's verdict, communication alone and among the running jobs, hot uplinks, storage
+seconds, step time, the power phase slot): a Rust solver, its gate and its pricing are one
+call; a Python solver's placement passes the gate once.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuplace import _core
-from gpuplace.cluster.power import place_within_power
+from gpuplace.cluster.power import place_within_power, power_request, refusal
 from gpuplace.cluster.state import ClusterState
 from gpuplace.cluster.storage import near_data_views
 from gpuplace.errors import Infeasible, InvalidJob, InvalidState
@@ -219,10 +219,22 @@ def _solve(
     io = io_demands(state.topology, job) or None
     has_data = getattr(job, "data", None) is not None and bool(state.topology.stores)
 
-    if info.rust and not has_data and not state.topology.power_domains:
-        # The common case: solver, gate and pricing in one call into the core.
-        placed = _core.place(state._core, spec, solver, seed, time_limit, neighbours, io)
+    if info.rust and not has_data:
+        # The common case: solver, gate and pricing in one call into the core, which also
+        # tries the power phase slots within the budgets (rust/core/src/request.rs).
+        power = power_request(state, job)
+        try:
+            placed = _core.place(state._core, spec, solver, seed, time_limit, neighbours, io, power)
+        except Infeasible as exc:
+            if power is None:
+                raise
+            raise refusal(state, job, exc) from None
         gpus = placed.gpus
+        phases = state.topology.power_phases
+        details = {}
+        if power is not None and phases > 1:
+            slot = placed.phase_slot
+            details = {"phase_slot": slot, "phase_offset": slot / phases}
         return Placement(
             job=job,
             topology=state.topology,
@@ -230,6 +242,7 @@ def _solve(
             cost=cost_report(state.topology, job, gpus, spec, placed.cost),
             solver=solver,
             elapsed_s=time.perf_counter() - start,
+            details=details,
         )
 
     def solve_here(view: ClusterState) -> _Gated:

@@ -15,6 +15,7 @@ pub mod interrupt;
 pub mod job;
 pub mod nccl;
 pub mod pipeline;
+pub mod power;
 pub mod pricing;
 pub mod qap;
 pub mod refine;

@@ -579,6 +579,7 @@ mod tests {
                     read_bytes: read,
                     write_bytes: 0.0,
                 }],
+                power: None,
             };
             price(&state, &job, gpus, &request)
                 .unwrap()

@@ -13,6 +13,8 @@
 //!   storage traffic;
 //! - [`policy`]: the fence confining one job's placement or repair to the GPUs its pool and
 //!   hardware rules allow;
+//! - [`power`]: the compiled power domains and the ledger of a state's draw per domain
+//!   and phase slot (budget checks and the GPUs a job may take);
 //! - [`pricing`]: the pricing view every solver prices on (usable and degraded GPUs, side
 //!   factors, path bandwidths) and the collective terms exact models use;
 //! - [`nccl`]: the NCCL side of the topology (NVLS, NICs, SHARP, host-count factors,
@@ -30,6 +32,7 @@ mod fabric;
 mod job;
 mod nccl;
 mod policy;
+mod power;
 mod pricing;
 mod share;
 mod solve;
@@ -63,6 +66,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(job::class_names, m)?)?;
     fabric::register(m)?;
     policy::register(m)?;
+    power::register(m)?;
     pricing::register(m)?;
     nccl::register(m)?;
     step::register(m)?;

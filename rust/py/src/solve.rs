@@ -13,6 +13,7 @@ use crate::convert::{f64s, gpus_from, id_array, ids};
 use crate::errors::{enter, invalid_job, invalid_state, Stop};
 use crate::fabric::{hot_uplinks, io_demands, IoTuple, PyHotUplink};
 use crate::job::PyJobSpec;
+use crate::power::{Declared, PyPowerLedger};
 use crate::state::PyClusterState;
 use crate::topology::PyTopology;
 
@@ -56,6 +57,7 @@ impl PyCostReport {
 fn request_of(state: &PyClusterState, io: Option<Vec<IoTuple>>) -> PyResult<Request> {
     Ok(Request {
         io: io_demands(&state.inner, io.unwrap_or_default())?,
+        power: None,
     })
 }
 
@@ -267,36 +269,61 @@ pub(crate) struct PyPlaceResult {
     gpus: Py<PyArray1<i64>>,
     /// The placement's cost report (contention and storage included).
     cost: Py<PyCostReport>,
+    /// The power phase slot it was placed in (0 without power domains).
+    phase_slot: u32,
 }
 
 /// Run a Rust solver and pass its placement through the gate; returns the GPU of each rank
 /// and its full cost report (contention, storage seconds of `io`), in one call. The state is
 /// not changed. Ctrl-C stops a search. Where running jobs load the fabric, a candidate is
 /// priced with that load and, with `neighbours`, with the time it adds to the running jobs.
+/// With `power` (the budgets' ledger of the state's running jobs and the job's declared draw),
+/// the solver runs in each phase slot on what the budgets leave free and the cheapest
+/// placement wins (`request::place_within_power`); the result says its slot.
 #[pyfunction]
-#[pyo3(signature = (state, job, solver, seed=0, time_limit=None, neighbours=true, io=None))]
+#[pyo3(signature = (state, job, solver, seed=0, time_limit=None, neighbours=true, io=None, power=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn place<'py>(
     py: Python<'py>,
-    state: PyRef<'py, PyClusterState>,
+    state: Bound<'py, PyClusterState>,
     job: &PyJobSpec,
     solver: &str,
     seed: u64,
     time_limit: Option<f64>,
     neighbours: bool,
     io: Option<Vec<IoTuple>>,
+    power: Option<(PyRef<'py, PyPowerLedger>, Declared)>,
 ) -> PyResult<PyPlaceResult> {
-    job.check_state(&state)?;
-    let request = request_of(&state, io)?;
-    let spec = job.inner.clone();
-    let inner = &state.inner;
     let (opts, stop) = solve_options(solver, seed, time_limit, neighbours);
-    let (gpus, report) = enter(py, stop, || {
-        request::place(inner, &spec, solver, &opts, &request)
-    })?;
+    let spec = job.inner.clone();
+    let (gpus, report, phase_slot) = match power {
+        // Without power the state is only read (other readers may hold it meanwhile).
+        None => {
+            let state = state.try_borrow()?;
+            job.check_state(&state)?;
+            let request = request_of(&state, io)?;
+            let inner = &state.inner;
+            enter(py, stop, || {
+                let (gpus, report) = request::place(inner, &spec, solver, &opts, &request)?;
+                Ok((gpus, report, 0))
+            })?
+        }
+        // With power the budgets' fence is set and lifted around each slot's solve.
+        Some((ledger, declared)) => {
+            let mut state = state.try_borrow_mut()?;
+            job.check_state(&state)?;
+            let mut request = request_of(&state, io)?;
+            request.power = Some(ledger.request(declared));
+            let inner = &mut state.inner;
+            enter(py, stop, || {
+                request::place_within_power(inner, &spec, solver, &opts, &request)
+            })?
+        }
+    };
     Ok(PyPlaceResult {
         gpus: id_array(py, &gpus).unbind(),
         cost: Py::new(py, PyCostReport::from_report(py, report)?)?,
+        phase_slot,
     })
 }
 

@@ -241,6 +241,7 @@ impl PyClusterState {
         job.check_state(self)?;
         let request = Request {
             io: io_demands(&self.inner, io.unwrap_or_default())?,
+            power: None,
         };
         let time_limit = match time_limit {
             None => None,
