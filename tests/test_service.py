@@ -5,6 +5,7 @@ losing none that was acknowledged."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -194,6 +195,10 @@ def test_snapshots_taken_while_placing_replay_the_same_state(tmp_path: Path) -> 
         body = take()["clusters"][rt.name]
         assert {h["name"]: h for h in body["holds"]}["j4"].get("label") is None
         assert rt.holds["j4"].label == "x"
+        with pytest.raises(dataclasses.FrozenInstanceError):  # what the copies rely on
+            rt.holds["j4"].label = "y"  # type: ignore[misc]
+        assert rt.holds["j4"].to_dict() == rt.holds["j4"].doc
+        assert rt.holds["j4"].to_dict() is not rt.holds["j4"].doc
         assert rt.state.snapshot(spec_docs=rt.spec_docs) == rt.state.snapshot()
         assert set(rt.spec_docs) == set(rt.state.jobs)
         expected = rt.state.snapshot()
@@ -387,8 +392,11 @@ def test_kill_9_loses_no_acknowledged_placement(tmp_path: Path, durability: str)
     assert not sock.exists()  # a clean stop removes its socket
 
 
-def test_engine_never_gives_a_gpu_twice_under_concurrent_writers(tmp_path: Path) -> None:
-    with running_service(tmp_path, limits=Limits(workers=8)) as svc:
+@pytest.mark.parametrize("durability", ["process", "power"])
+def test_engine_never_gives_a_gpu_twice_under_concurrent_writers(
+    tmp_path: Path, durability: str
+) -> None:
+    with running_service(tmp_path, limits=Limits(workers=8), durability=durability) as svc:
         errors: list[str] = []
 
         def worker(w: int) -> None:
@@ -464,11 +472,14 @@ def _asgi(app, path: str, raw: bytes, content_type: str | None = "application/js
     return out["status"], body, out["headers"]
 
 
-def test_lean_place_and_release_answer_as_the_fastapi_routes_do(tmp_path: Path) -> None:
+@pytest.mark.parametrize("durability", ["process", "power"])
+def test_lean_place_and_release_answer_as_the_fastapi_routes_do(
+    tmp_path: Path, durability: str
+) -> None:
     """``/v1/place`` and ``/v1/release`` skip FastAPI's layers for a body that validates; every
     request gets the same status and answer as through the FastAPI route (the schema's), bad
     ones included: nothing is accepted that FastAPI refuses, no error says less."""
-    with running_service(tmp_path) as svc:
+    with running_service(tmp_path, durability=durability) as svc:
         svc.client.place(job("held", 8, 1))
         lean, full = svc.service.asgi, svc.service.app
         place_cases: list[tuple[bytes, str | None]] = [
@@ -549,11 +560,12 @@ def test_the_place_answer_is_the_placement_with_its_rank_table(tmp_path: Path) -
             assert json.loads(json.dumps(got)) == json.loads(json.dumps(expected))
 
 
-def test_a_held_engine_lock_never_stalls_the_event_loop(tmp_path: Path) -> None:
+@pytest.mark.parametrize("durability", ["process", "power"])
+def test_a_held_engine_lock_never_stalls_the_event_loop(tmp_path: Path, durability: str) -> None:
     """A placement answered on the event loop takes the engine's lock only when it is free:
     while another thread holds it (a Slurm poll, a snapshot), the placement waits on a worker
     and the service keeps answering everyone else."""
-    with running_service(tmp_path) as svc:
+    with running_service(tmp_path, durability=durability) as svc:
         answers: list[int] = []
         with svc.engine.lock:
             placer = threading.Thread(
@@ -623,11 +635,12 @@ def test_jobs_parsed_once_per_shape_are_the_jobs_the_parser_gives() -> None:
             assert str(got_error.value) == str(want_error.value)
 
 
-def test_a_full_service_refuses_the_event_loop_path_too(tmp_path: Path) -> None:
+@pytest.mark.parametrize("durability", ["process", "power"])
+def test_a_full_service_refuses_the_event_loop_path_too(tmp_path: Path, durability: str) -> None:
     """A greedy placement that would run on the event loop counts in the same bound as the
     pool's requests: with the queue full it is answered 503 at once, holding nothing."""
     limits = Limits(workers=1, queue=1, timeout=SLOW_SECONDS * 4)
-    with running_service(tmp_path, limits=limits) as svc:
+    with running_service(tmp_path, limits=limits, durability=durability) as svc:
         results: list[int] = []
         slow = threading.Thread(
             target=lambda: results.append(
@@ -644,3 +657,103 @@ def test_a_full_service_refuses_the_event_loop_path_too(tmp_path: Path) -> None:
         assert results == [200]
         assert list(svc.client.status()["clusters"][0]["jobs"]) == ["slow"]
         assert svc.client.place(job("quick"))["held"]
+
+
+def test_the_event_loop_commits_the_events_it_appends(tmp_path: Path) -> None:
+    """With ``process`` durability the thread the journal defers to commits its own events
+    (its flush), in order with everyone else's: the committer leaves them alone, writes the
+    events of other threads (and the deferred ones queued before them), and takes over a
+    flush that finds a commit under way. A restart reads every event, in order."""
+    path = tmp_path / "j.db"
+    journal = Journal(path, durability="process")
+    seqs: list[int] = []
+    try:
+        assert journal.inline and not Journal(tmp_path / "p.db", durability="power").inline
+        scheduled: list[int] = []
+        journal.defer_to(threading.get_ident(), lambda: scheduled.append(1) or True)
+        seqs += [journal.append({"n": 0}), journal.append({"n": 1})]
+        assert len(scheduled) == 2
+        time.sleep(0.3)  # the committer was not woken for them
+        assert journal.committed < seqs[0] and journal.pending() == 2
+        assert journal.flush() and journal.committed == seqs[1] and journal.pending() == 0
+        # Another thread's event: the committer writes it, and the deferred one before it.
+        seqs.append(journal.append({"n": 2}))
+        other = threading.Thread(target=lambda: seqs.append(journal.append({"n": 3})))
+        other.start()
+        other.join()
+        journal.wait(seqs[3], timeout=30)
+        assert journal.committed == seqs[3]
+        # A flush that finds a commit under way leaves its events to the committer.
+        seqs.append(journal.append({"n": 4}))
+        with journal._write_lock:
+            assert not journal.flush()
+        journal.wait(seqs[4], timeout=30)
+        # Deferring to a thread that cannot flush now (False) wakes the committer at once.
+        journal.defer_to(threading.get_ident(), lambda: False)
+        seqs.append(journal.append({"n": 5}))
+        journal.wait(seqs[5], timeout=30)
+        journal.defer_to(None)
+    finally:
+        journal.close()
+    again = Journal(path)
+    try:
+        events = again.recover().events
+        assert [seq for seq, _ in events] == seqs == sorted(seqs)
+        assert [event["n"] for _, event in events] == list(range(6))
+    finally:
+        again.close()
+
+
+def test_status_is_built_outside_the_engine_lock(tmp_path: Path) -> None:
+    """``Engine.status`` copies what it reports under the lock and builds the answer after
+    releasing it (another thread takes the lock meanwhile); the answer lists each job's GPU
+    count, nodes (as a hostlist) and hold, and follows a job moved to other GPUs."""
+    from gpuplace._util.hostlist import compress
+
+    topology = gpuplace.Topology.preset("h100-superpod", nodes=8)
+    journal = Journal(tmp_path / "j.db", durability="process")
+    try:
+        engine = Engine.open(journal, [(topology.name, lambda: gpuplace.ClusterState(topology))])
+        for i in range(5):
+            engine.place(gpuplace.Job(name=f"j{i}", tp=4, dp=i + 1))
+        rt = engine.cluster(None)
+        taken: list[bool] = []
+        build = engine._nodes
+
+        def nodes(*args):  # called while the answer is built: is the lock free?
+            other = threading.Thread(
+                target=lambda: taken.append(
+                    engine.lock.acquire(timeout=10) and not engine.lock.release()
+                )
+            )
+            other.start()
+            other.join()
+            return build(*args)
+
+        engine._nodes = nodes  # type: ignore[method-assign]
+        status = engine.status()
+        assert taken == [True] * 5
+        engine._nodes = build  # type: ignore[method-assign]
+
+        def expected() -> dict:
+            return {
+                name: {
+                    "gpus": len(gpus),
+                    "nodes": compress(sorted({topology.host_of(int(g)) for g in gpus})),
+                    "hold": rt.holds[name].to_dict(),
+                }
+                for name, gpus in rt.state.jobs.items()
+            }
+
+        (cluster,) = status["clusters"]
+        assert cluster["jobs"] == expected() and cluster["free_gpus"] == rt.state.free_gpus
+        # j0 moved to the last host's GPUs: the next status says so.
+        free = np.flatnonzero(rt.state.free_mask())[-4:]
+        with engine.lock:
+            engine._record(
+                {"op": "replace", "cluster": rt.name, "name": "j0", "gpus": free.tolist()}
+            )
+        again = engine.status()["clusters"][0]["jobs"]
+        assert again == expected() and again["j0"]["nodes"] == topology.host_of(int(free[0]))
+    finally:
+        journal.close()
