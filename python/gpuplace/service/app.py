@@ -294,6 +294,18 @@ class Metrics:
             "gpuplace_slurm_up", "1 when the last Slurm poll succeeded", ["cluster"], registry=r
         )
         r.register(_StateCollector(engine))
+        #: (route, status) -> the request counter's and the latency histogram's children.
+        self._answered: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    def answered(self, route: str, status: int, seconds: float) -> None:
+        """Count one request and its latency (the labelled children looked up once)."""
+        key = (route, status)
+        children = self._answered.get(key)
+        if children is None:
+            children = (self.requests.labels(route, str(status)), self.latency.labels(route))
+            self._answered[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def on_commit(self, events: int, seconds: float) -> None:
         self.commit.observe(seconds)
@@ -903,8 +915,7 @@ class _Guard:
                     )
         finally:
             route = path if path in _ROUTES or path in service.extender_routes else "other"
-            service.metrics.requests.labels(route, str(status_box[0])).inc()
-            service.metrics.latency.labels(route).observe(time.perf_counter() - start)
+            service.metrics.answered(route, status_box[0], time.perf_counter() - start)
 
     async def lean(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """``/v1/place`` and ``/v1/release`` without FastAPI's routing and dependency layers
