@@ -757,3 +757,37 @@ def test_status_is_built_outside_the_engine_lock(tmp_path: Path) -> None:
         assert again == expected() and again["j0"]["nodes"] == topology.host_of(int(free[0]))
     finally:
         journal.close()
+
+
+def test_a_flush_leaves_snapshots_to_the_committer(tmp_path: Path) -> None:
+    """The event loop's flush writes the events queued and leaves a snapshot queued among them
+    to the committer (a large transaction the loop would wait for); written after those events,
+    the snapshot still replaces exactly the events up to its number."""
+    path = tmp_path / "j.db"
+    journal = Journal(path, durability="process")
+    try:
+        journal.defer_to(threading.get_ident(), lambda: True)
+        first = journal.append({"n": 0})
+        with journal._write_lock:  # no commit can start: the snapshot stays queued
+            covered = journal.snapshot(lambda: {"clusters": {}, "n": "snap"})
+            assert covered == first
+            deadline = time.monotonic() + 30
+            while journal.pending() < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            later = [journal.append({"n": 1}), journal.append({"n": 2})]
+            assert journal._commit_batch(events_only=True) == 3
+            assert journal.committed == later[-1] and journal.pending() == 1
+        deadline = time.monotonic() + 30
+        while journal.pending() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert journal.pending() == 0
+    finally:
+        journal.close()
+    again = Journal(path)
+    try:
+        recovered = again.recover()
+        assert recovered.snapshot == {"clusters": {}, "n": "snap"}
+        assert recovered.snapshot_seq == first
+        assert [event["n"] for _, event in recovered.events] == [1, 2]
+    finally:
+        again.close()

@@ -237,14 +237,18 @@ class Journal:
         return seq
 
     def flush(self) -> bool:
-        """Commit what is queued, on this thread, unless a commit is under way on another
-        (then the committer is woken to write it after that one, and this returns False)."""
+        """Commit the events queued, on this thread, unless a commit is under way on another
+        (then the committer is woken to write them after that one, and this returns False).
+        Snapshots queued are left to the committer."""
         if not self._write_lock.acquire(blocking=False):
             with self._cond:
                 self._work.notify()
             return False
         try:
-            while self._commit_batch() and self.pending():
+            # Events only: a snapshot queued meanwhile is the committer's to write (a large
+            # transaction: the loop would wait for it), after or before these events alike (it
+            # covers events up to its number and deletes only those).
+            while self._commit_batch(events_only=True) == self.max_batch:
                 pass
         finally:
             self._write_lock.release()
@@ -340,19 +344,30 @@ class Journal:
                 if not self._queue and self._closing:
                     return
             with self._write_lock:
-                if not self._commit_batch():
+                if self._commit_batch() < 0:
                     return
 
-    def _commit_batch(self) -> bool:
-        """Write what is queued (up to ``max_batch`` events) in one transaction; the caller
-        holds the write lock. False once the journal has failed."""
+    def _commit_batch(self, events_only: bool = False) -> int:
+        """Write what is queued (up to ``max_batch`` items; ``events_only``: leave the
+        snapshots queued) in one transaction; the caller holds the write lock. Returns the
+        number of items written, -1 once the journal has failed."""
         with self._cond:
             if self._failed is not None:
-                return False
-            batch = self._queue[: self.max_batch]
-            del self._queue[: len(batch)]
+                return -1
+            if events_only:
+                batch: list[tuple[int, str | _Snapshot]] = []
+                rest = []
+                for item in self._queue:
+                    if isinstance(item[1], str) and len(batch) < self.max_batch:
+                        batch.append(item)
+                    else:
+                        rest.append(item)
+                self._queue[:] = rest
+            else:
+                batch = self._queue[: self.max_batch]
+                del self._queue[: len(batch)]
         if not batch:
-            return True
+            return 0
         start = time.perf_counter()
         try:
             self._write(batch)
@@ -363,14 +378,14 @@ class Journal:
                 self._work.notify_all()
             if self.on_failure is not None:
                 self.on_failure(exc)
-            return False
+            return -1
         elapsed = time.perf_counter() - start
         with self._cond:
             self._committed = max(self._committed, max(seq for seq, _ in batch))
             self._cond.notify_all()
         if self.on_commit is not None:
             self.on_commit(len(batch), elapsed)
-        return True
+        return len(batch)
 
     def _write(self, batch: list[Any]) -> None:
         now = time.time()
