@@ -22,12 +22,11 @@ is inspectable with the ``sqlite3`` shell, and snapshot + truncate is one atomic
 One committer thread writes: callers :meth:`Journal.append` events (numbered in the order the
 engine applied them) and :meth:`Journal.wait` for their number; the committer takes everything
 queued at once into one transaction (group commit), so one write (and one sync) covers every
-request that arrived meanwhile; a batch of events alone is one ``INSERT``. The committer is
-woken only when there is something to write. Every ``snapshot_every`` events the engine hands a snapshot of
-the whole state (taken at an event number); a snapshot thread builds and serialises it, off the
-committer's path (commits go on meanwhile), then the committer writes it in one transaction
-that deletes the events it covers, so a restart reads one snapshot and replays the events after
-it.
+request that arrived meanwhile; a batch of events alone is one ``INSERT``. Every
+``snapshot_every`` events the engine hands a snapshot of the whole state (taken at an event
+number); a snapshot thread builds and serialises it, off the committer's path (commits go on
+meanwhile), then the committer writes it in one transaction that deletes the events it covers,
+so a restart reads one snapshot and replays the events after it.
 """
 
 from __future__ import annotations
@@ -132,9 +131,9 @@ class Journal:
         mutex = threading.RLock()
         #: Callers of :meth:`wait` wait on this one: an event committed, or a failure.
         self._cond = threading.Condition(mutex)
-        #: The committer waits on this one (same lock): work queued, or closing. Waking it
-        #: only when it has work keeps it off the interpreter's lock the rest of the time
-        #: (every commit woke it again through ``_cond``, to find nothing to do).
+        #: The committer waits on this one (same lock): work queued, or closing. Appends
+        #: wake the committer only, commits the callers of :meth:`wait` only (each needless
+        #: wake-up contends for the interpreter's lock).
         self._work = threading.Condition(mutex)
         self._failed: BaseException | None = None
         self._closing = False
