@@ -5,6 +5,7 @@ losing none that was acknowledged."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -194,6 +195,10 @@ def test_snapshots_taken_while_placing_replay_the_same_state(tmp_path: Path) -> 
         body = take()["clusters"][rt.name]
         assert {h["name"]: h for h in body["holds"]}["j4"].get("label") is None
         assert rt.holds["j4"].label == "x"
+        with pytest.raises(dataclasses.FrozenInstanceError):  # what the copies rely on
+            rt.holds["j4"].label = "y"  # type: ignore[misc]
+        assert rt.holds["j4"].to_dict() == rt.holds["j4"].doc
+        assert rt.holds["j4"].to_dict() is not rt.holds["j4"].doc
         assert rt.state.snapshot(spec_docs=rt.spec_docs) == rt.state.snapshot()
         assert set(rt.spec_docs) == set(rt.state.jobs)
         expected = rt.state.snapshot()
@@ -644,3 +649,58 @@ def test_a_full_service_refuses_the_event_loop_path_too(tmp_path: Path) -> None:
         assert results == [200]
         assert list(svc.client.status()["clusters"][0]["jobs"]) == ["slow"]
         assert svc.client.place(job("quick"))["held"]
+
+
+def test_status_is_built_outside_the_engine_lock(tmp_path: Path) -> None:
+    """``Engine.status`` copies what it reports under the lock and builds the answer after
+    releasing it (another thread takes the lock meanwhile); the answer lists each job's GPU
+    count, nodes (as a hostlist) and hold, and follows a job moved to other GPUs."""
+    from gpuplace._util.hostlist import compress
+
+    topology = gpuplace.Topology.preset("h100-superpod", nodes=8)
+    journal = Journal(tmp_path / "j.db", durability="process")
+    try:
+        engine = Engine.open(journal, [(topology.name, lambda: gpuplace.ClusterState(topology))])
+        for i in range(5):
+            engine.place(gpuplace.Job(name=f"j{i}", tp=4, dp=i + 1))
+        rt = engine.cluster(None)
+        taken: list[bool] = []
+        build = engine._nodes
+
+        def nodes(*args):  # called while the answer is built: is the lock free?
+            other = threading.Thread(
+                target=lambda: taken.append(
+                    engine.lock.acquire(timeout=10) and not engine.lock.release()
+                )
+            )
+            other.start()
+            other.join()
+            return build(*args)
+
+        engine._nodes = nodes  # type: ignore[method-assign]
+        status = engine.status()
+        assert taken == [True] * 5
+        engine._nodes = build  # type: ignore[method-assign]
+
+        def expected() -> dict:
+            return {
+                name: {
+                    "gpus": len(gpus),
+                    "nodes": compress(sorted({topology.host_of(int(g)) for g in gpus})),
+                    "hold": rt.holds[name].to_dict(),
+                }
+                for name, gpus in rt.state.jobs.items()
+            }
+
+        (cluster,) = status["clusters"]
+        assert cluster["jobs"] == expected() and cluster["free_gpus"] == rt.state.free_gpus
+        # j0 moved to the last host's GPUs: the next status says so.
+        free = np.flatnonzero(rt.state.free_mask())[-4:]
+        with engine.lock:
+            engine._record(
+                {"op": "replace", "cluster": rt.name, "name": "j0", "gpus": free.tolist()}
+            )
+        again = engine.status()["clusters"][0]["jobs"]
+        assert again == expected() and again["j0"]["nodes"] == topology.host_of(int(free[0]))
+    finally:
+        journal.close()

@@ -17,6 +17,7 @@ or never reached the queue.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import secrets
 import subprocess
@@ -75,6 +76,8 @@ _RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STAGE_OUT", "S
 _TOKEN = re.compile(r"gpuplace:hold=([0-9a-f]{16})")
 #: Size of a job document taken from a Slurm submission (#GPUPLACE lines or the comment).
 MAX_SPEC_BYTES = 64 << 10
+#: Jobs whose node lists status remembers (then it starts again).
+NODES_CACHE = 1 << 16
 
 
 class Conflict(GpuplaceError):
@@ -118,9 +121,11 @@ class Ticket:
             return True
 
 
-@dataclass
+@dataclass(frozen=True)
 class Hold:
-    """A placement the service holds for someone until it is released."""
+    """A placement the service holds for someone until it is released. Immutable: a change
+    is a new Hold (``dataclasses.replace``), so a snapshot or a status that took the mapping
+    of holds keeps what it took, and each hold's document is made once (:attr:`doc`)."""
 
     name: str
     origin: str  # api | slurm | k8s
@@ -135,10 +140,17 @@ class Hold:
     #: Seconds since ``created`` after which a hold whose job never showed up is released.
     grace: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    @functools.cached_property
+    def doc(self) -> dict[str, Any]:
+        """The hold's document (read only: shared by the snapshots and status answers that
+        include it; made once, where a thousand holds made afresh were most of a snapshot's
+        time)."""
         # Every field is a plain value: no deep copy (``asdict``) needed.
         values = ((k, getattr(self, k)) for k in self.__dataclass_fields__)
         return {k: v for k, v in values if v not in (None, "", False)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.doc)
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> Hold:
@@ -213,6 +225,8 @@ class Engine:
         #: The health rules (defaults, with the site's overrides: ``load_rules``).
         self.rules = load_rules(rules)
         self.started = time.time()
+        #: (cluster, job) -> (its GPUs as bytes, the hostlist of its nodes), for status.
+        self._nodes_cache: dict[tuple[str, str], tuple[bytes, str]] = {}
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -286,7 +300,7 @@ class Engine:
                     name: {
                         "topology": ref,
                         "state": state.snapshot(spec_docs=docs),
-                        "holds": [h.to_dict() for h in holds.values()],
+                        "holds": [h.doc for h in holds.values()],
                     }
                     for name, (ref, state, holds, docs) in copies.items()
                 }
@@ -381,43 +395,76 @@ class Engine:
         return self.clusters[key]
 
     def status(self, cluster: str | None = None) -> dict[str, Any]:
+        """Each cluster's GPUs, jobs (with their holds), unhealthy hardware, proposed repairs
+        and Slurm follower, and the journal. What it reports is taken under the lock as
+        copies that later changes do not touch (the core state copied on write, the holds
+        immutable, the mappings copied): tens of microseconds with a thousand jobs. The
+        answer is built from them after the lock is released, so a status poller never holds
+        placements up while it is written."""
         with self.lock:
             names = [cluster] if cluster else list(self.clusters)
-            out = []
+            views = []
             for name in names:
                 rt = self.cluster(name)
-                state = rt.state
-                jobs = state.jobs
-                out.append(
-                    {
-                        "cluster": rt.name,
-                        "topology": state.topology.name,
-                        "gpus": state.topology.num_gpus,
-                        "free_gpus": state.free_gpus,
-                        "jobs": {
-                            job: {
-                                "gpus": len(gpus),
-                                "nodes": compress(
-                                    sorted({state.topology.host_of(int(g)) for g in gpus})
-                                ),
-                                **({"hold": rt.holds[job].to_dict()} if job in rt.holds else {}),
-                            }
-                            for job, gpus in jobs.items()
-                        },
-                        "unhealthy": state.unhealthy(),
-                        "repairs_proposed": dict(rt.proposals),
-                        **({"slurm": self._slurm_status(rt)} if rt.slurm else {}),
-                    }
+                views.append(
+                    (
+                        rt.name,
+                        rt.state.copy(),
+                        dict(rt.holds),
+                        dict(rt.proposals),
+                        self._slurm_status(rt) if rt.slurm else None,
+                    )
                 )
-            return {
-                "clusters": out,
-                "journal": {
-                    "path": str(self.journal.path),
-                    "committed": self.journal.committed,
-                    "queued": self.journal.pending(),
-                },
-                "uptime_s": time.time() - self.started,
-            }
+            committed = self.journal.committed
+        out = []
+        for name, state, holds, proposals, slurm in views:
+            topo = state.topology
+            jobs: dict[str, Any] = {}
+            for job, gpus in state.jobs.items():
+                entry: dict[str, Any] = {
+                    "gpus": len(gpus),
+                    "nodes": self._nodes(name, job, gpus, topo),
+                }
+                hold = holds.get(job)
+                if hold is not None:
+                    entry["hold"] = hold.doc
+                jobs[job] = entry
+            out.append(
+                {
+                    "cluster": name,
+                    "topology": topo.name,
+                    "gpus": topo.num_gpus,
+                    "free_gpus": state.free_gpus,
+                    "jobs": jobs,
+                    "unhealthy": state.unhealthy(),
+                    "repairs_proposed": proposals,
+                    **({"slurm": slurm} if slurm is not None else {}),
+                }
+            )
+        return {
+            "clusters": out,
+            "journal": {
+                "path": str(self.journal.path),
+                "committed": committed,
+                "queued": self.journal.pending(),
+            },
+            "uptime_s": time.time() - self.started,
+        }
+
+    def _nodes(self, cluster: str, job: str, gpus: np.ndarray, topology: Topology) -> str:
+        """The hostlist of a job's nodes, remembered while its GPUs stay the same (status
+        answers list every job; most did not change since the last one)."""
+        key = (cluster, job)
+        tag = gpus.tobytes()
+        known = self._nodes_cache.get(key)
+        if known is not None and known[0] == tag:
+            return known[1]
+        hosts = topology.hosts
+        nodes = compress(sorted({hosts[h] for h in topology.host_of_gpu[gpus].tolist()}))
+        if len(self._nodes_cache) >= NODES_CACHE:
+            self._nodes_cache.clear()
+        self._nodes_cache[key] = (tag, nodes)
+        return nodes
 
     @staticmethod
     def _slurm_status(rt: ClusterRuntime) -> dict[str, Any]:
@@ -505,7 +552,7 @@ class Engine:
             "op": "allocate",
             "cluster": rt.name,
             "name": placement.job.name,
-            "gpus": [int(g) for g in placement.gpus],
+            "gpus": placement.gpus.tolist(),
             "spec": placement.job.to_dict(),
             "hold": hold.to_dict(),
         }
