@@ -329,3 +329,59 @@ def test_auto_takes_the_shortcut_and_says_so() -> None:
     assert placed.details["formulation"] == "lower bound"
     assert "lower bound" in placed.details["auto"]
     assert placed.bound == pytest.approx(placed.cost.comm_seconds, rel=1e-9)
+
+
+PRESETS = {
+    "h100-superpod": Topology.preset("h100-superpod", nodes=8, oversubscription=4),
+    "a100-pod": Topology.preset("a100-pod", nodes=6),
+    "pcie-cluster": Topology.preset("pcie-cluster", nodes=4),
+    "gb200-nvl72": Topology.preset("gb200-nvl72", racks=2),
+}
+
+
+@settings(
+    max_examples=16, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    cluster=st.sampled_from(sorted(PRESETS)),
+    shape=st.sampled_from([{"tp": 4}, {"tp": 8, "dp": 2}, {"tp": 4, "dp": 4}, {"dp": 2, "pp": 2}]),
+    data=st.data(),
+)
+def test_shortcut_is_never_above_the_full_cpsat_on_presets(
+    cluster: str, shape: dict[str, int], data: st.DataObject
+) -> None:
+    """On the presets (NVL72's rack-wide NVLink domain, PCIe hosts whose switches lie below the
+    NVLink domain, an oversubscribed fabric) a fragmented state with a running neighbour: where
+    the shortcut proves a placement, the full CP-SAT path finds nothing cheaper."""
+    topo = PRESETS[cluster]
+    state = gpuplace.ClusterState(topo)
+    busy = data.draw(st.sets(st.integers(0, topo.num_gpus - 1), max_size=topo.num_gpus // 2))
+    if len(busy) >= 2:
+        neighbour = Job(
+            "other",
+            dp=len(busy),
+            confine={},
+            communication={"dp": Communication("all-reduce", 4e9)},
+        )
+        state.allocate(name="other", gpus=sorted(busy), job=neighbour)
+    job = Job(
+        "j",
+        **shape,
+        communication={
+            d: Communication(
+                "p2p" if d == "pp" else "all-reduce", data.draw(st.sampled_from([1e5, 2e9]))
+            )
+            for d in shape
+        },
+    )
+    shortcut = cpsat.proven_by_bound(state, job)
+    if shortcut is None:
+        event("no shortcut")
+        return
+    event("shortcut taken")
+    cost = gpuplace.evaluate(topo, job, shortcut.gpus, state=state).comm_seconds
+    full = cpsat.solve(state, job, time_limit=10, num_workers=1, shortcut=False)
+    full_cost = gpuplace.evaluate(topo, job, full.gpus, state=state).comm_seconds
+    assert cost <= full_cost * (1 + REL_TOL) + 1e-15
+    if full.optimal:
+        assert cost == pytest.approx(full_cost, rel=REL_TOL, abs=1e-15)
