@@ -248,15 +248,21 @@ def test_gpu_model_proves_pipelines_on_degraded_hardware() -> None:
     assert math.perm(16, 6) > cpsat.ENUMERATE_MAX
     fits, why = auto.cpsat_fits(state, job)
     assert fits and "GPU-level" in why
-    placement = gpuplace.place(state, job, "cpsat", time_limit=30)
-    assert placement.details["formulation"] == "gpus"
-    assert placement.optimal is True
-    assert not set(placement.gpus.tolist()) & {0, 1, 2, 9}
+    model = cpsat.solve(state, job, time_limit=30, shortcut=False)
+    assert model.details["formulation"] == "gpus"
+    assert model.optimal is True
+    assert not set(model.gpus.tolist()) & {0, 1, 2, 9}
+    cost = gpuplace.evaluate(topology, job, model.gpus, state=state)
     # All six ranks on the healthy GPUs of one host.
-    assert placement.cost.span_level == "node"
+    assert cost.span_level == "node"
     for other in ("greedy", "refine", "first-fit"):
         found = gpuplace.place(state, job, other)
-        assert placement.cost.comm_seconds <= found.cost.comm_seconds * (1 + REL_TOL), other
+        assert cost.comm_seconds <= found.cost.comm_seconds * (1 + REL_TOL), other
+    # Greedy's placement meets the core's lower bound here: cpsat returns it as proven
+    # without building the model, at the model's cost.
+    placement = gpuplace.place(state, job, "cpsat", time_limit=30)
+    assert placement.details["formulation"] == "lower bound" and placement.optimal is True
+    assert placement.cost.comm_seconds == pytest.approx(cost.comm_seconds, rel=REL_TOL)
 
 
 def test_large_degraded_instances_claim_optimal_only_when_the_bound_meets_the_cost() -> None:
@@ -267,19 +273,25 @@ def test_large_degraded_instances_claim_optimal_only_when_the_bound_meets_the_co
     state.degrade(nic=f"{topology.hosts[0]}:mlx5_0", loss="1%")
     state.degrade(gpu=list(range(8, 16)), factor=0.2)
     job = tp_dp_job(8, 4, 1e9, 4e9)
-    placement = gpuplace.place(state, job, "cpsat", time_limit=5)
-    assert "relaxed" in placement.details["formulation"]
+    model = cpsat.solve(state, job, time_limit=5, shortcut=False)
+    assert "relaxed" in model.details["formulation"]
+    cost = gpuplace.evaluate(topology, job, model.gpus, state=state).comm_seconds
     refined = gpuplace.place(state, job, "refine")
-    assert placement.cost.comm_seconds <= refined.cost.comm_seconds * (1 + REL_TOL)
+    assert cost <= refined.cost.comm_seconds * (1 + REL_TOL)
     # Hosts 0 and 1 are slowed; the four healthy hosts cost the healthy price.
-    used_hosts = {int(g) // 8 for g in placement.gpus}
+    used_hosts = {int(g) // 8 for g in model.gpus}
     assert not used_hosts & {0, 1}
-    assert placement.bound is not None
-    assert placement.bound <= placement.cost.comm_seconds * (1 + REL_TOL)
-    healthy = gpuplace.evaluate(topology, job, placement.gpus)
-    assert placement.cost.comm_seconds == pytest.approx(healthy.comm_seconds)
-    if placement.optimal:
-        assert placement.cost.comm_seconds <= placement.bound * (1 + REL_TOL) + 1e-12
+    assert model.bound is not None
+    assert model.bound <= cost * (1 + REL_TOL)
+    healthy = gpuplace.evaluate(topology, job, model.gpus)
+    assert cost == pytest.approx(healthy.comm_seconds)
+    if model.optimal:
+        assert cost <= model.bound * (1 + REL_TOL) + 1e-12
+    # Greedy's four healthy hosts meet the core's lower bound: cpsat proves them optimal
+    # without a model, at no more than the model's cost.
+    placement = gpuplace.place(state, job, "cpsat", time_limit=5)
+    assert placement.details["formulation"] == "lower bound" and placement.optimal is True
+    assert placement.cost.comm_seconds <= cost * (1 + REL_TOL)
 
 
 def test_pricing_view_matches_the_evaluator() -> None:

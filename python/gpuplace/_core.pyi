@@ -368,6 +368,7 @@ def admit(
     confining: bool,
     io: list[tuple[int, int, float, float, float, float]] | None = None,
 ) -> CostReport: ...
+def lower_bound(state: ClusterState, job: JobSpec) -> float | None: ...
 def evaluate(
     topology: Topology,
     job: JobSpec,

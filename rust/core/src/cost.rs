@@ -488,10 +488,27 @@ pub fn collective_seconds_by_level(
     n: usize,
     bytes: f64,
 ) -> Vec<f64> {
+    collective_seconds_by_level_capped(topo, kind, n, bytes, n)
+}
+
+/// [`collective_seconds_by_level`] for a group of which at most `per_domain` GPUs can share
+/// one NVLink domain (as when every member's confined group fills most of a domain, see
+/// [`lower_bound`]): a hop out of a domain then drives at most `min(n/2, per_domain)` NIC
+/// shares, a tree spans at least `ceil(n / per_domain)` domains with at most `per_domain`
+/// GPUs in the fullest, and NVLS-tree (two GPUs in every domain) needs `per_domain >= 2`.
+/// Every value is still a lower bound of what [`evaluate`] charges such a group.
+pub fn collective_seconds_by_level_capped(
+    topo: &Topology,
+    kind: CollectiveKind,
+    n: usize,
+    bytes: f64,
+    per_domain: usize,
+) -> Vec<f64> {
+    let per_domain = per_domain.clamp(1, n.max(1));
     let nvlink = topo.nvlink_level();
     let levels = topo.levels();
     let host_gpus = topo.node_types().iter().map(|t| t.gpus).max().unwrap_or(1);
-    let lanes = topo.max_nic_shares((n / 2).max(1) as u32);
+    let lanes = topo.max_nic_shares((n / 2).min(per_domain).max(1) as u32);
     let nvls = topo.max_nvls_gbps();
     let factor = topo.min_host_count_factor();
     let [ring_eff, tree_eff, nvls_eff, collnet_eff] = topo.algorithm_efficiency();
@@ -542,7 +559,7 @@ pub fn collective_seconds_by_level(
                     // its chain bytes at the lowest level's bandwidth), the fabric carries
                     // 2 (H - 1) / H of the data, and the tree is ceil(log2 H) deep.
                     let intra_latency = levels[nvlink].latency_us;
-                    let tree = (2..=n.max(2))
+                    let tree = (n.div_ceil(per_domain).max(2)..=n.max(2))
                         .map(|h| {
                             let k = n.div_ceil(h);
                             2.0 * ((k - 1) as f64 * intra_latency
@@ -558,7 +575,7 @@ pub fn collective_seconds_by_level(
                         })
                         .fold(f64::INFINITY, f64::min);
                     t = t.min(tree);
-                    if nvls > 0.0 {
+                    if nvls > 0.0 && per_domain >= 2 {
                         // NVLS-tree: at least two domains (one tree level), at least two GPUs
                         // in the fullest, `S` per domain over at most `lanes` shares.
                         let nvls_tree = (NVLS_LATENCY_US + 2.0 * level.latency_us) * 1e-6
@@ -586,6 +603,120 @@ pub fn collective_seconds_by_level(
             factor * t
         })
         .collect()
+}
+
+/// A lower bound on the communication seconds per step ([`CostReport::comm_seconds`] of
+/// [`evaluate_in`]) of every placement of `job` on the free GPUs of `state` that keeps its
+/// confined groups inside their levels (what every solver must return), or None where the
+/// per-level prices are not bounds (hosts with a GPU bandwidth matrix).
+///
+/// A group spans some level, so it sits inside one domain of that level together with every
+/// confined group of its members whose level is at or below it (those stay inside the same
+/// domain): it cannot span a level whose domains all have fewer free GPUs than that closure.
+/// Its price is then at least the cheapest [`collective_seconds_by_level_capped`] price of a
+/// level it can span, with at most as many members in one NVLink domain as whole groups
+/// confined inside the NVLink domain fit there. A class costs its slowest member, so at least
+/// the largest of its members' bounds, and classes add up. Explicit traffic costs at least
+/// its bytes over the fastest level's bandwidth. Degraded hardware and the running jobs' load
+/// only slow a path down (factors and fair shares are at most 1), so the bound holds in any
+/// state. A placement whose evaluated cost meets it is optimal.
+pub fn lower_bound(state: &ClusterState, job: &JobSpec) -> Option<f64> {
+    let topo = state.topology();
+    if topo.has_node_matrices() {
+        return None;
+    }
+    let nl = topo.num_levels();
+    let nvlink = topo.nvlink_level();
+    let layout = job.layout();
+    let most_free: Vec<usize> = (0..nl)
+        .map(|l| state.free_counts(l).iter().copied().max().unwrap_or(0) as usize)
+        .collect();
+    let nvlink_size = topo.domain_sizes(nvlink).iter().copied().max().unwrap_or(1) as usize;
+    // Per level: the dimensions whose groups stay inside a domain of that level or below.
+    let confined: Vec<Vec<usize>> = (0..nl)
+        .map(|l| {
+            (0..job.dims.len())
+                .filter(|&d| job.dims[d].confine.is_some_and(|c| c <= l))
+                .collect()
+        })
+        .collect();
+    // The members of `group` with their coordinates along `dims` zeroed (one key per confined
+    // closure component), sorted, and the number of ranks in one component.
+    let components = |group: &[u32], dims: &[usize]| -> (Vec<usize>, usize) {
+        let mut keys: Vec<usize> = group
+            .iter()
+            .map(|&r| {
+                let r = r as usize;
+                r - dims
+                    .iter()
+                    .map(|&d| layout.coordinate(r, d) * layout.strides[d])
+                    .sum::<usize>()
+            })
+            .collect();
+        keys.sort_unstable();
+        (keys, dims.iter().map(|&d| job.dims[d].size).product())
+    };
+    let mut prices: Vec<(CollectiveKind, usize, u64, usize, Vec<f64>)> = Vec::new();
+    let mut class_bound = vec![0.0f64; job.num_classes];
+    for c in &job.collectives {
+        let row = job.groups.row(c.group as usize);
+        // A point-to-point collective is priced between its first two members.
+        let group = if c.kind == CollectiveKind::PointToPoint {
+            &row[..row.len().min(2)]
+        } else {
+            row
+        };
+        let n = group.len();
+        if n < 2 {
+            continue;
+        }
+        // Most members in one NVLink domain: whole confined components, each holding at most
+        // `most` members.
+        let (keys, beta) = components(group, &confined[nvlink]);
+        let mut most = 1usize;
+        let mut run = 1usize;
+        for w in keys.windows(2) {
+            run = if w[0] == w[1] { run + 1 } else { 1 };
+            most = most.max(run);
+        }
+        let per_domain = ((nvlink_size / beta.max(1)) * most).clamp(1, n);
+        // The lowest level whose largest free domain holds the group's closure.
+        let lowest = (0..nl)
+            .find(|&l| {
+                let (mut keys, beta) = components(group, &confined[l]);
+                keys.dedup();
+                keys.len() * beta <= most_free[l]
+            })
+            .unwrap_or(nl - 1);
+        let bits = c.bytes.to_bits();
+        let price = match prices
+            .iter()
+            .find(|p| p.0 == c.kind && p.1 == n && p.2 == bits && p.3 == per_domain)
+        {
+            Some(p) => &p.4,
+            None => {
+                let v = collective_seconds_by_level_capped(topo, c.kind, n, c.bytes, per_domain);
+                prices.push((c.kind, n, bits, per_domain, v));
+                &prices[prices.len() - 1].4
+            }
+        };
+        let least = price[lowest..]
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        let slot = &mut class_bound[c.class as usize];
+        *slot = slot.max(c.count * least);
+    }
+    let fastest = (0..nl)
+        .map(|l| topo.effective_bandwidth(l))
+        .fold(0.0, f64::max);
+    let traffic: f64 = job
+        .traffic
+        .iter()
+        .filter(|t| t.0 != t.1)
+        .map(|t| t.2 / (fastest * 1e9))
+        .sum();
+    Some(class_bound.iter().fold(traffic, |a, b| a + b))
 }
 
 /// Time (s) of explicit traffic of `bytes` from GPU `a` to GPU `b`.
@@ -966,6 +1097,73 @@ mod tests {
     use crate::job::{Collective, Dim};
     use crate::nccl::TREE_BW_FACTOR;
     use crate::topology::tests::tree;
+    use std::sync::Arc;
+
+    /// Every injective map of `n` ranks onto the free GPUs of `state`, in lexicographic order.
+    fn placements(state: &ClusterState, n: usize) -> Vec<Vec<u32>> {
+        let free: Vec<u32> = (0..state.topology().num_gpus())
+            .filter(|&g| state.is_free(g))
+            .map(|g| g as u32)
+            .collect();
+        let mut out = Vec::new();
+        let mut current = Vec::new();
+        fn walk(free: &[u32], n: usize, current: &mut Vec<u32>, out: &mut Vec<Vec<u32>>) {
+            if current.len() == n {
+                out.push(current.clone());
+                return;
+            }
+            for &g in free {
+                if !current.contains(&g) {
+                    current.push(g);
+                    walk(free, n, current, out);
+                    current.pop();
+                }
+            }
+        }
+        walk(&free, n, &mut current, &mut out);
+        out
+    }
+
+    #[test]
+    fn lower_bound_is_below_every_placement_and_met_by_the_best() {
+        // 4 hosts of 2 GPUs, 2 hosts per leaf; tp2 confined to the host, dp2 across hosts.
+        let topo = Arc::new(tree(4, 2, 2));
+        let job = crate::job::testing::tp_dp_job(&topo, 2, 2);
+        for busy in [vec![], vec![0u32], vec![0, 2], vec![1, 2, 5]] {
+            let mut state = ClusterState::new(topo.clone());
+            if !busy.is_empty() {
+                state.allocate("other", &busy).unwrap();
+            }
+            let bound = lower_bound(&state, &job).unwrap();
+            let mut best = f64::INFINITY;
+            for gpus in placements(&state, 4) {
+                // The bound holds for placements that meet the job's rules (a tp group split
+                // over hosts could be cheaper: no solver may return it).
+                let report = evaluate_in(&state, &job, &gpus).unwrap();
+                if report.confinement_ok {
+                    assert!(
+                        bound <= report.comm_seconds * (1.0 + 1e-12),
+                        "{busy:?} {gpus:?}"
+                    );
+                    best = best.min(report.comm_seconds);
+                }
+            }
+            if best.is_finite() {
+                // tp inside a host, dp ring over two hosts of one leaf where one leaf holds
+                // two free hosts; otherwise across the leaves, which the bound also prices.
+                assert!(
+                    (best - bound).abs() <= 1e-12 * best,
+                    "{busy:?}: {best} vs {bound}"
+                );
+            }
+        }
+        // One GPU, no communication: zero.
+        let one = crate::job::testing::tp_dp_job(&topo, 1, 1);
+        assert_eq!(
+            lower_bound(&ClusterState::new(topo.clone()), &one),
+            Some(0.0)
+        );
+    }
 
     #[test]
     fn loss_factor_by_transport() {

@@ -58,6 +58,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(solve::place, m)?)?;
     m.add_function(wrap_pyfunction!(solve::solve, m)?)?;
     m.add_function(wrap_pyfunction!(solve::admit, m)?)?;
+    m.add_function(wrap_pyfunction!(solve::lower_bound, m)?)?;
     m.add_function(wrap_pyfunction!(solve::refine, m)?)?;
     m.add_function(wrap_pyfunction!(solve::map_ranks, m)?)?;
     m.add_function(wrap_pyfunction!(solve::rust_solvers, m)?)?;

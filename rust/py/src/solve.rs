@@ -557,3 +557,21 @@ pub(crate) fn rust_solvers() -> Vec<(&'static str, &'static str, bool)> {
         .map(|&(name, description)| (name, description, solvers::confining(name)))
         .collect()
 }
+
+/// A lower bound on the communication seconds per step of every placement of `job` on the
+/// free GPUs of `state`, in any state of its hardware and running jobs
+/// (`cost::lower_bound` in the core), or None on hosts with a GPU bandwidth matrix. A
+/// placement whose evaluated `comm_seconds` meets it is optimal.
+#[pyfunction]
+pub(crate) fn lower_bound(
+    py: Python<'_>,
+    state: PyRef<'_, PyClusterState>,
+    job: &PyJobSpec,
+) -> PyResult<Option<f64>> {
+    job.check_state(&state)?;
+    let spec = job.inner.clone();
+    let inner = &state.inner;
+    enter(py, Stop::Never, || {
+        Ok(gpuplace_core::cost::lower_bound(inner, &spec))
+    })
+}

@@ -1,5 +1,8 @@
 """``solver="auto"``: CP-SAT where it proves optimality within the time limit, else the fallback.
 
+First, greedy's placement is returned as proven optimal where its cost meets the core's lower
+bound (:func:`gpuplace.placement.solvers.cpsat.proven_by_bound`), without a model.
+
 The size rule (:func:`cpsat_fits`) is derived from ``benches/bench_cpsat.py`` (2 workers on a
 2-core machine, 10 s limit; see :data:`RULE`). The fallback lives in one place,
 :func:`fallback`.
@@ -84,6 +87,16 @@ def fallback(state: ClusterState, job: Job, seed: int, time_limit: float | None)
     confining=True,
 )
 def _auto(state: ClusterState, job: Job, seed: int, time_limit: float | None) -> SolveResult:
+    proven = cpsat.proven_by_bound(state, job, seed)
+    if proven is not None:
+        details = {**proven.details, "auto": "greedy meets the cost model's lower bound"}
+        return SolveResult(
+            gpus=proven.gpus,
+            optimal=True,
+            bound=proven.bound,
+            solver=proven.solver,
+            details=details,
+        )
     fits, why = cpsat_fits(state, job)
     if fits:
         result = cpsat.solve(state, job, time_limit=time_limit, seed=seed)

@@ -96,6 +96,22 @@ cost of any placement), and ``optimal=True`` means CP-SAT proved optimality for 
 objective: the cost is then within ``K * q`` of the true optimum (a relative ``K * 1e-8``).
 The placement's reported cost is always recomputed by the Rust evaluator.
 
+Proof without a model
+---------------------
+Before any model is built, greedy's placement is priced on the state (degraded hardware and
+running jobs included) and compared with the core's lower bound on the cost of every placement
+that meets the job's rules (``cost::lower_bound``): each class at the cheapest level its groups
+can span on the free GPUs (a group takes its members' confined groups along into its domain),
+with NCCL's algorithms at their most favourable and at most as many members per NVLink domain as
+whole confined groups fit there; traffic at the fastest level's bandwidth. When the cost meets
+the bound (relative ``1e-9``) the placement is optimal and is returned as such (``details``:
+``formulation="lower bound"``, ``status="OPTIMAL"``, ``rounding_bound_s=0``): a job without
+communication, a job inside one NVLink domain where the fastest domain type is free, tp8 x dpN
+on whole hosts of one leaf. Heterogeneous host types, degraded GPUs, contention with running
+jobs or a loose bound leave greedy's cost above it, and the model decides as below. Fences,
+power domains and data placement reach the solver as the state it is given (a view), so the
+bound is taken on that view. ``solve(..., shortcut=False)`` skips it.
+
 Degraded hardware
 -----------------
 Everything above assumes GPUs of one site are interchangeable, which degraded hardware breaks
@@ -166,6 +182,7 @@ __all__ = [
     "candidate_gpus",
     "default_num_workers",
     "model_variables",
+    "proven_by_bound",
     "solve",
 ]
 
@@ -996,17 +1013,17 @@ def solve(
     time_limit: float | None = None,
     num_workers: int | None = None,
     seed: int = 0,
+    shortcut: bool = True,
 ) -> SolveResult:
     """Place ``job`` on the free GPUs of ``state`` with CP-SAT (see the module docstring).
 
     ``time_limit`` (s) defaults to :data:`DEFAULT_TIME_LIMIT_S`; ``num_workers`` to
-    :func:`default_num_workers`. Raises :class:`gpuplace.Infeasible` when no placement
+    :func:`default_num_workers`. With ``shortcut`` (the default), greedy's placement is
+    returned as the proven optimum without building a model when its cost meets the core's
+    lower bound (:func:`proven_by_bound`). Raises :class:`gpuplace.Infeasible` when no placement
     exists, and :class:`gpuplace.GpuplaceError` for a model bug or an unsupported topology.
     """
     start = time.perf_counter()
-    limit = DEFAULT_TIME_LIMIT_S if time_limit is None else float(time_limit)
-    workers = default_num_workers() if num_workers is None else int(num_workers)
-
     greedy_gpus: np.ndarray | None = None
     greedy_error: str | None = None
     try:
@@ -1014,6 +1031,12 @@ def solve(
         greedy_gpus = _core.solve(state._core, job.compile(state.topology), "greedy", seed)
     except Infeasible as exc:
         greedy_error = str(exc)
+    if shortcut and greedy_gpus is not None:
+        proven = _meets_bound(state, job, greedy_gpus, start)
+        if proven is not None:
+            return proven
+    limit = DEFAULT_TIME_LIMIT_S if time_limit is None else float(time_limit)
+    workers = default_num_workers() if num_workers is None else int(num_workers)
 
     inst = analyse(state, job)
     if inst.infeasible is not None:
@@ -1043,6 +1066,57 @@ def solve(
         "gap": 0.0,
     }
     return SolveResult(gpus=gpus, optimal=True, bound=cost, solver="cpsat", details=details)
+
+
+def proven_by_bound(state: ClusterState, job: Job, seed: int = 0) -> SolveResult | None:
+    """Greedy's placement with ``optimal=True`` when its cost meets the core's lower bound
+    (see :func:`_meets_bound`), else None: the proof without a CP-SAT model."""
+    start = time.perf_counter()
+    try:
+        gpus = _core.solve(state._core, job.compile(state.topology), "greedy", seed)
+    except Infeasible:
+        return None
+    return _meets_bound(state, job, gpus, start)
+
+
+def _meets_bound(
+    state: ClusterState, job: Job, gpus: np.ndarray, start: float
+) -> SolveResult | None:
+    """``gpus`` as a proven optimum when their cost on ``state`` (its degraded hardware and
+    running jobs included, as every placement is priced here) meets the core's lower bound
+    on the cost of any placement (``cost::lower_bound``: each class at the cheapest level its
+    groups can span on the free GPUs, with NCCL's algorithms at their most favourable), else
+    None. This settles the common trivial cases without a model: a job without communication,
+    a job inside one NVLink domain where every NVLink domain prices it alike, whole hosts of
+    one leaf for a data-parallel ring of one GPU per host. Where heterogeneous host types,
+    degraded GPUs or running neighbours make greedy's placement dearer than the bound, or the
+    bound is loose, the model decides; the bound is None (no shortcut) on hosts with a GPU
+    bandwidth matrix."""
+    spec = job.compile(state.topology)
+    bound = _core.lower_bound(state._core, spec)
+    if bound is None:
+        return None
+    report = _core.evaluate(state.topology._core, spec, gpus, state._core)
+    cost = float(report.comm_seconds)
+    if not report.confinement_ok or cost > bound + 1e-9 * cost:
+        return None
+    details: dict[str, Any] = {
+        "status": "OPTIMAL",
+        "formulation": "lower bound",
+        "placement_from": "greedy",
+        # The bound is the core's own, unrounded: the objective is the evaluated cost.
+        "objective_s": cost,
+        "rounding_bound_s": 0.0,
+        "wall_s": time.perf_counter() - start,
+        "gap": 0.0,
+    }
+    return SolveResult(
+        gpus=np.asarray(gpus, dtype=np.int64),
+        optimal=True,
+        bound=float(bound),
+        solver="cpsat",
+        details=details,
+    )
 
 
 def candidate_gpus(inst: Instance) -> np.ndarray:
