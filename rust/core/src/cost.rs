@@ -858,17 +858,7 @@ impl<'a> MovedPricer<'a> {
         };
         let topo = state.topology();
         check_placement(topo, job.num_ranks, gpus)?;
-        let moved: Vec<bool> = gpus.iter().zip(&base.gpus).map(|(a, b)| a != b).collect();
-        let changed: Vec<bool> = job
-            .collectives
-            .iter()
-            .map(|c| {
-                job.groups
-                    .row(c.group as usize)
-                    .iter()
-                    .any(|&r| moved[r as usize])
-            })
-            .collect();
+        let changed = job.collectives_moved(gpus, &base.gpus);
         let health = self.moved_health();
         evaluate_reusing(topo, health, job, gpus, Some((base, &changed)), None)
     }

@@ -708,17 +708,7 @@ pub fn job_load_moved(
     if flows.gpus.len() != gpus.len() || flows.ranges.len() != job.collectives.len() {
         return job_load_recorded(topo, job, gpus);
     }
-    let moved: Vec<bool> = gpus.iter().zip(&flows.gpus).map(|(a, b)| a != b).collect();
-    let changed: Vec<bool> = job
-        .collectives
-        .iter()
-        .map(|c| {
-            job.groups
-                .row(c.group as usize)
-                .iter()
-                .any(|&r| moved[r as usize])
-        })
-        .collect();
+    let changed = job.collectives_moved(gpus, &flows.gpus);
     let mut record = JobFlows {
         gpus: gpus.to_vec(),
         ranges: vec![(0, 0); job.collectives.len()],

@@ -109,6 +109,21 @@ fn invalid(msg: impl Into<String>) -> CoreError {
 }
 
 impl JobSpec {
+    /// Which collectives hold a rank whose GPU differs between `gpus` and `before` (the
+    /// collectives a move re-prices and re-routes; the others keep their time and flows).
+    pub fn collectives_moved(&self, gpus: &[u32], before: &[u32]) -> Vec<bool> {
+        let moved: Vec<bool> = gpus.iter().zip(before).map(|(a, b)| a != b).collect();
+        self.collectives
+            .iter()
+            .map(|c| {
+                self.groups
+                    .row(c.group as usize)
+                    .iter()
+                    .any(|&r| moved[r as usize])
+            })
+            .collect()
+    }
+
     /// Build and validate a job against a topology.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
