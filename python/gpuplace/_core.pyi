@@ -26,6 +26,8 @@ __all__ = [
     "LevelCrossing",
     "MoveReason",
     "PlaceResult",
+    "PowerLedger",
+    "PowerModel",
     "RankMapping",
     "RankMove",
     "RefineResult",
@@ -49,9 +51,11 @@ __all__ = [
     "gpu_peak_tflops",
     "hottest_uplinks",
     "io_seconds",
+    "job_draw",
     "job_load",
     "jobs_hurt",
     "loss_factor",
+    "lower_bound",
     "map_ranks",
     "pair_bandwidth_matrix",
     "place",
@@ -522,15 +526,16 @@ _Declared = tuple[float | None, float | None, bool] | None
 
 def job_draw(power: _Declared, board_w: float) -> tuple[float, float, bool]: ...
 
+@final
 class PowerModel:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         budgets_w: list[float],
         max_synchronized: list[int | None],
         phases: int,
         board_w: npt.NDArray[np.float64],
         domain_gpus: list[npt.NDArray[np.int64]],
-    ) -> None: ...
+    ) -> PowerModel: ...
     def boards_known(self) -> bool: ...
     def ledger(
         self,
@@ -539,6 +544,7 @@ class PowerModel:
         slots: dict[str, int],
     ) -> PowerLedger: ...
 
+@final
 class PowerLedger:
     def draws(self) -> list[float]: ...
     def synchronized_jobs(self, d: int) -> list[tuple[str, int]]: ...
