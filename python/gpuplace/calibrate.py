@@ -35,6 +35,7 @@ calibrate`` prints); :func:`calibrate` the topology alone.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -296,13 +297,7 @@ class RoutingTrial:
     chosen: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "level": self.level,
-            "routing": self.routing,
-            "qps_per_connection": self.qps_per_connection,
-            "rms_log_error": self.rms_log_error,
-            "chosen": self.chosen,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
