@@ -468,7 +468,25 @@ def slurm_overhead(samples: int) -> dict[str, object] | None:
     plain, tagged = [], []
     try:
         with slurm, service:
+
+            def polls() -> int:
+                return int(service.status()["clusters"][0]["slurm"]["polls"])
+
+            def settle() -> None:
+                """Every node idle in Slurm and a whole poll of the service's follower since:
+                a tagged job then finds its nodes free (else it falls back to Slurm's choice,
+                untimed work of another kind). A poll under way may have read the nodes
+                before they came free, hence two."""
+                slurm._wait(
+                    lambda: set(slurm.run("sinfo", "-h", "-o", "%t").stdout.split()) == {"idle"},
+                    60,
+                    "nodes idle",
+                )
+                seen = polls()
+                slurm._wait(lambda: polls() >= seen + 2, 60, "a poll after the nodes came free")
+
             for _ in range(samples):
+                settle()
                 for kind, times in (("plain", plain), ("tagged", tagged)):
                     args = ["sbatch", "--parsable", "-N", "1", "--exclusive", "-o", "/dev/null"]
                     if kind == "tagged":
@@ -651,7 +669,7 @@ def main() -> None:
             say(
                 f"median of {slurm['samples']}: plain sbatch {slurm['plain_ms']:.1f} ms, tagged "
                 f"{slurm['tagged_ms']:.1f} ms: {slurm['added_ms']:.1f} ms added "
-                f"({slurm['pinned']} jobs pinned)"
+                f"({slurm['pinned']} of {slurm['samples']} tagged jobs pinned)"
             )
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
