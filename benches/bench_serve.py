@@ -8,7 +8,8 @@
    the traffic), on a fresh service per run, median of ``--runs``. The load generator is this
    process (asyncio on uvloop, one protocol object per connection, 64 keep-alive
    connections); it shares the machine's cores with the service, so the CPU each spends per
-   request is reported. This checkout is measured in both durabilities (``--durability
+   request is reported, and so is the share of the host's CPU time the hypervisor stole during
+   each run (``steal`` in /proc/stat: on a shared virtual machine the tail follows it). This checkout is measured in both durabilities (``--durability
    process``, the default, and ``power``, an fsync per group commit), so the fsync's cost shows.
    Peers, measured in the same run: with ``--peer DIR`` the service of
    another checkout (``DIR`` is its python/ directory; the runs alternate between the two),
@@ -224,6 +225,22 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process, all its threads."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def host_steal() -> tuple[int, int]:
+    """(stolen, total) clock ticks of every CPU so far, from /proc/stat: "steal" is time the
+    hypervisor ran something else while this virtual machine's CPU wanted to run (zero on
+    bare metal). Where it is high, no code here can keep its tail short."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def steal_percent(before: tuple[int, int], after: tuple[int, int]) -> float:
+    total = after[1] - before[1]
+    return 100.0 * (after[0] - before[0]) / total if total > 0 else float("nan")
 
 
 def own_cpu_seconds() -> float:
@@ -534,7 +551,9 @@ def measure_rate(
             sock = directory / "gpuplace.sock"
             run_async(_open_loop(sock, 100.0, 1.0, connections=8, prefix="warm"))
             service_cpu, own_cpu = cpu_seconds(proc.pid), own_cpu_seconds()
+            steal = host_steal()
             result = run_async(_open_loop(sock, rate, seconds, connections=64))
+            result["steal_percent"] = steal_percent(steal, host_steal())
             n = result["requests"]
             result["service_cpu_us"] = (cpu_seconds(proc.pid) - service_cpu) / n * 1e6
             result["generator_cpu_us"] = (own_cpu_seconds() - own_cpu) / n * 1e6
@@ -586,9 +605,10 @@ def main() -> None:
         say(f"peer: the service of {describe_checkout(args.peer)}, in the same runs")
     say(
         "| server | rate (req/s) | requests | achieved | place p50 | place p99 (runs) | "
-        "all p99 | errors | service CPU/request | generator CPU/request |"
+        "all p99 | errors | service CPU/request | generator CPU/request | "
+        "CPU stolen by the host (runs, in the p99s' order) |"
     )
-    say("|---|---|---|---|---|---|---|---|---|---|")
+    say("|---|---|---|---|---|---|---|---|---|---|---|")
     for rate in (100.0, 1000.0):
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in versions}
         for _ in range(args.runs):
@@ -596,7 +616,9 @@ def main() -> None:
                 runs[label].append(measure_rate(rate, seconds, python, extra))
         for label, _, _ in versions:
             rs = runs[label]
-            p99s = sorted(r["place_p99_ms"] for r in rs)
+            by_p99 = sorted(rs, key=lambda r: r["place_p99_ms"])
+            p99s = [r["place_p99_ms"] for r in by_p99]
+            steals = ", ".join(f"{r['steal_percent']:.1f} %" for r in by_p99)
             errors: dict[int, int] = {}
             for r in rs:
                 for k, v in r["failures"].items():
@@ -608,7 +630,7 @@ def main() -> None:
                 f"{statistics.median(p99s):.2f} ms ({', '.join(f'{v:.1f}' for v in p99s)}) | "
                 f"{statistics.median(r['all_p99_ms'] for r in rs):.2f} ms | {errors or 'none'} | "
                 f"{statistics.median(r['service_cpu_us'] for r in rs):,.0f} us | "
-                f"{statistics.median(r['generator_cpu_us'] for r in rs):,.0f} us |"
+                f"{statistics.median(r['generator_cpu_us'] for r in rs):,.0f} us | {steals} |"
             )
     for label, python, extra in versions:
         with tempfile.TemporaryDirectory() as tmp:
