@@ -9,8 +9,9 @@
    process (asyncio on uvloop, one protocol object per connection, 64 keep-alive
    connections); it shares the machine's cores with the service, so the CPU each spends per
    request is reported, and so is the share of the host's CPU time the hypervisor stole during
-   each run (``steal`` in /proc/stat: on a shared virtual machine the tail follows it). This checkout is measured in both durabilities (``--durability
-   process``, the default, and ``power``, an fsync per group commit), so the fsync's cost shows.
+   each run (``steal`` in /proc/stat: on a shared virtual machine the tail follows it). This
+   checkout is measured in both durabilities (``--durability process``, the default, and
+   ``power``, an fsync per group commit), so the fsync's cost shows.
    Peers, measured in the same run: with ``--peer DIR`` the service of
    another checkout (``DIR`` is its python/ directory; the runs alternate between the two),
    and the library call the service makes for each request (``gpuplace.place`` +
