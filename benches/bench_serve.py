@@ -15,7 +15,9 @@
    Peers, measured in the same run: with ``--peer DIR`` the service of
    another checkout (``DIR`` is its python/ directory; the runs alternate between the two),
    and the library call the service makes for each request (``gpuplace.place`` +
-   ``allocate`` on a state in memory), without HTTP or the journal.
+   ``allocate`` on a state in memory), without HTTP or the journal; and the floor: a uvicorn
+   application that answers every request with a fixed body, driven by the same generator
+   (what the machine, the generator and the HTTP server cost before gpuplace does anything).
 2. 50 clients placing and releasing at once while 1,000 idle connections stay open: every
    request answered, latency with and without the idle crowd.
 3. ``kill -9`` of the service during 1,000 placements from 8 clients, in each durability;
@@ -102,6 +104,46 @@ def start_service(
                 pass
         time.sleep(0.1)
     raise SystemExit("gpuplace serve did not start")
+
+
+#: The floor: an ASGI application that answers every request with a fixed body, on the same
+#: server (uvicorn, httptools, uvloop) and socket as the service. Measured with the same load
+#: generator, it is what this machine, the generator and the HTTP server cost before gpuplace
+#: does anything.
+_FLOOR_APP = """
+import sys, uvicorn
+BODY = b'{"held": true}'
+HEAD = [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200, "headers": HEAD})
+    await send({"type": "http.response.body", "body": BODY})
+uvicorn.run(app, uds=sys.argv[1], log_level="warning", access_log=False, loop="uvloop",
+            http="httptools", lifespan="off", proxy_headers=False, server_header=False)
+"""
+
+
+FLOOR = "<floor>"
+
+
+def start_floor(directory: Path) -> subprocess.Popen[bytes]:
+    sock = directory / "gpuplace.sock"
+    proc = subprocess.Popen([sys.executable, "-c", _FLOOR_APP, str(sock)])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("the floor server exited")
+        if sock.exists():
+            try:
+                request_sync(sock, "GET", "/")
+                return proc
+            except OSError:
+                pass
+        time.sleep(0.05)
+    raise SystemExit("the floor server did not start")
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -544,10 +586,14 @@ def measure_rate(
     rate: float, seconds: float, python: str | None, extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """One open-loop run on a fresh service (after 100 warm-up placements), with the CPU the
-    service and this load generator spent per request."""
+    service and this load generator spent per request. ``python`` None: this checkout;
+    ``FLOOR``: the floor server instead of a service."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        proc = start_service(directory, *extra, python=python)
+        if python == FLOOR:
+            proc = start_floor(directory)
+        else:
+            proc = start_service(directory, *extra, python=python)
         try:
             sock = directory / "gpuplace.sock"
             run_async(_open_loop(sock, 100.0, 1.0, connections=8, prefix="warm"))
@@ -597,6 +643,7 @@ def main() -> None:
     ]
     if args.peer:
         versions.append(("peer", args.peer, ()))
+    versions.append(("floor (fixed answer)", FLOOR, ()))
     say("")
     say(
         "1. placement latency at a fixed arrival rate (8-GPU jobs, released 1,024 later; a "
@@ -604,6 +651,10 @@ def main() -> None:
     )
     if args.peer:
         say(f"peer: the service of {describe_checkout(args.peer)}, in the same runs")
+    say(
+        "floor: a uvicorn application answering every request with a fixed body (no gpuplace), "
+        "the same generator, in the same runs: the machine's own tail"
+    )
     say(
         "| server | rate (req/s) | requests | achieved | place p50 | place p99 (runs) | "
         "all p99 | errors | service CPU/request | generator CPU/request | "
@@ -634,6 +685,8 @@ def main() -> None:
                 f"{statistics.median(r['generator_cpu_us'] for r in rs):,.0f} us | {steals} |"
             )
     for label, python, extra in versions:
+        if python == FLOOR:
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             directory = Path(tmp)
             proc = start_service(directory, *extra, python=python)
