@@ -8,12 +8,16 @@
    the traffic), on a fresh service per run, median of ``--runs``. The load generator is this
    process (asyncio on uvloop, one protocol object per connection, 64 keep-alive
    connections); it shares the machine's cores with the service, so the CPU each spends per
-   request is reported. This checkout is measured in both durabilities (``--durability
-   process``, the default, and ``power``, an fsync per group commit), so the fsync's cost shows.
+   request is reported, and so is the share of the host's CPU time the hypervisor stole during
+   each run (``steal`` in /proc/stat: on a shared virtual machine the tail follows it). This
+   checkout is measured in both durabilities (``--durability process``, the default, and
+   ``power``, an fsync per group commit), so the fsync's cost shows.
    Peers, measured in the same run: with ``--peer DIR`` the service of
    another checkout (``DIR`` is its python/ directory; the runs alternate between the two),
    and the library call the service makes for each request (``gpuplace.place`` +
-   ``allocate`` on a state in memory), without HTTP or the journal.
+   ``allocate`` on a state in memory), without HTTP or the journal; and the floor: a uvicorn
+   application that answers every request with a fixed body, driven by the same generator
+   (what the machine, the generator and the HTTP server cost before gpuplace does anything).
 2. 50 clients placing and releasing at once while 1,000 idle connections stay open: every
    request answered, latency with and without the idle crowd.
 3. ``kill -9`` of the service during 1,000 placements from 8 clients, in each durability;
@@ -100,6 +104,46 @@ def start_service(
                 pass
         time.sleep(0.1)
     raise SystemExit("gpuplace serve did not start")
+
+
+#: The floor: an ASGI application that answers every request with a fixed body, on the same
+#: server (uvicorn, httptools, uvloop) and socket as the service. Measured with the same load
+#: generator, it is what this machine, the generator and the HTTP server cost before gpuplace
+#: does anything.
+_FLOOR_APP = """
+import sys, uvicorn
+BODY = b'{"held": true}'
+HEAD = [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200, "headers": HEAD})
+    await send({"type": "http.response.body", "body": BODY})
+uvicorn.run(app, uds=sys.argv[1], log_level="warning", access_log=False, loop="uvloop",
+            http="httptools", lifespan="off", proxy_headers=False, server_header=False)
+"""
+
+
+FLOOR = "<floor>"
+
+
+def start_floor(directory: Path) -> subprocess.Popen[bytes]:
+    sock = directory / "gpuplace.sock"
+    proc = subprocess.Popen([sys.executable, "-c", _FLOOR_APP, str(sock)])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("the floor server exited")
+        if sock.exists():
+            try:
+                request_sync(sock, "GET", "/")
+                return proc
+            except OSError:
+                pass
+        time.sleep(0.05)
+    raise SystemExit("the floor server did not start")
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -224,6 +268,22 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process, all its threads."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def host_steal() -> tuple[int, int]:
+    """(stolen, total) clock ticks of every CPU so far, from /proc/stat: "steal" is time the
+    hypervisor ran something else while this virtual machine's CPU wanted to run (zero on
+    bare metal). Where it is high, no code here can keep its tail short."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def steal_percent(before: tuple[int, int], after: tuple[int, int]) -> float:
+    total = after[1] - before[1]
+    return 100.0 * (after[0] - before[0]) / total if total > 0 else float("nan")
 
 
 def own_cpu_seconds() -> float:
@@ -468,7 +528,25 @@ def slurm_overhead(samples: int) -> dict[str, object] | None:
     plain, tagged = [], []
     try:
         with slurm, service:
+
+            def polls() -> int:
+                return int(service.status()["clusters"][0]["slurm"]["polls"])
+
+            def settle() -> None:
+                """Every node idle in Slurm and a whole poll of the service's follower since:
+                a tagged job then finds its nodes free (else it falls back to Slurm's choice,
+                untimed work of another kind). A poll under way may have read the nodes
+                before they came free, hence two."""
+                slurm._wait(
+                    lambda: set(slurm.run("sinfo", "-h", "-o", "%t").stdout.split()) == {"idle"},
+                    60,
+                    "nodes idle",
+                )
+                seen = polls()
+                slurm._wait(lambda: polls() >= seen + 2, 60, "a poll after the nodes came free")
+
             for _ in range(samples):
+                settle()
                 for kind, times in (("plain", plain), ("tagged", tagged)):
                     args = ["sbatch", "--parsable", "-N", "1", "--exclusive", "-o", "/dev/null"]
                     if kind == "tagged":
@@ -508,15 +586,21 @@ def measure_rate(
     rate: float, seconds: float, python: str | None, extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """One open-loop run on a fresh service (after 100 warm-up placements), with the CPU the
-    service and this load generator spent per request."""
+    service and this load generator spent per request. ``python`` None: this checkout;
+    ``FLOOR``: the floor server instead of a service."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        proc = start_service(directory, *extra, python=python)
+        if python == FLOOR:
+            proc = start_floor(directory)
+        else:
+            proc = start_service(directory, *extra, python=python)
         try:
             sock = directory / "gpuplace.sock"
             run_async(_open_loop(sock, 100.0, 1.0, connections=8, prefix="warm"))
             service_cpu, own_cpu = cpu_seconds(proc.pid), own_cpu_seconds()
+            steal = host_steal()
             result = run_async(_open_loop(sock, rate, seconds, connections=64))
+            result["steal_percent"] = steal_percent(steal, host_steal())
             n = result["requests"]
             result["service_cpu_us"] = (cpu_seconds(proc.pid) - service_cpu) / n * 1e6
             result["generator_cpu_us"] = (own_cpu_seconds() - own_cpu) / n * 1e6
@@ -559,6 +643,7 @@ def main() -> None:
     ]
     if args.peer:
         versions.append(("peer", args.peer, ()))
+    versions.append(("floor (fixed answer)", FLOOR, ()))
     say("")
     say(
         "1. placement latency at a fixed arrival rate (8-GPU jobs, released 1,024 later; a "
@@ -567,10 +652,15 @@ def main() -> None:
     if args.peer:
         say(f"peer: the service of {describe_checkout(args.peer)}, in the same runs")
     say(
-        "| server | rate (req/s) | requests | achieved | place p50 | place p99 (runs) | "
-        "all p99 | errors | service CPU/request | generator CPU/request |"
+        "floor: a uvicorn application answering every request with a fixed body (no gpuplace), "
+        "the same generator, in the same runs: the machine's own tail"
     )
-    say("|---|---|---|---|---|---|---|---|---|---|")
+    say(
+        "| server | rate (req/s) | requests | achieved | place p50 | place p99 (runs) | "
+        "all p99 | errors | service CPU/request | generator CPU/request | "
+        "CPU stolen by the host (runs, in the p99s' order) |"
+    )
+    say("|---|---|---|---|---|---|---|---|---|---|---|")
     for rate in (100.0, 1000.0):
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in versions}
         for _ in range(args.runs):
@@ -578,7 +668,9 @@ def main() -> None:
                 runs[label].append(measure_rate(rate, seconds, python, extra))
         for label, _, _ in versions:
             rs = runs[label]
-            p99s = sorted(r["place_p99_ms"] for r in rs)
+            by_p99 = sorted(rs, key=lambda r: r["place_p99_ms"])
+            p99s = [r["place_p99_ms"] for r in by_p99]
+            steals = ", ".join(f"{r['steal_percent']:.1f} %" for r in by_p99)
             errors: dict[int, int] = {}
             for r in rs:
                 for k, v in r["failures"].items():
@@ -590,9 +682,11 @@ def main() -> None:
                 f"{statistics.median(p99s):.2f} ms ({', '.join(f'{v:.1f}' for v in p99s)}) | "
                 f"{statistics.median(r['all_p99_ms'] for r in rs):.2f} ms | {errors or 'none'} | "
                 f"{statistics.median(r['service_cpu_us'] for r in rs):,.0f} us | "
-                f"{statistics.median(r['generator_cpu_us'] for r in rs):,.0f} us |"
+                f"{statistics.median(r['generator_cpu_us'] for r in rs):,.0f} us | {steals} |"
             )
     for label, python, extra in versions:
+        if python == FLOOR:
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             directory = Path(tmp)
             proc = start_service(directory, *extra, python=python)
@@ -651,7 +745,7 @@ def main() -> None:
             say(
                 f"median of {slurm['samples']}: plain sbatch {slurm['plain_ms']:.1f} ms, tagged "
                 f"{slurm['tagged_ms']:.1f} ms: {slurm['added_ms']:.1f} ms added "
-                f"({slurm['pinned']} jobs pinned)"
+                f"({slurm['pinned']} of {slurm['samples']} tagged jobs pinned)"
             )
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")

@@ -17,7 +17,7 @@ import gpuplace
 from gpuplace.service.app import Limits, Service
 from gpuplace.service.client import Client
 from gpuplace.service.engine import Engine
-from gpuplace.service.journal import Journal
+from gpuplace.service.journal import Durability, Journal
 from gpuplace.service.server import Server, listen_tcp, listen_unix
 
 #: PCI bus ids of a DGX H100's eight GPUs in index order (NVIDIA DGX H100 user guide), so that
@@ -100,11 +100,12 @@ def running_service(
     idle_timeout: float = 5.0,
     journal: Path | None = None,
     rules: Any = None,
+    durability: Durability = "power",
 ) -> Iterator[Running]:
     if state is None:
         state = gpuplace.ClusterState(gpuplace.Topology.preset("h100-superpod", nodes=4))
     build = state if callable(state) else (lambda s=state: s)
-    journal_obj = Journal(journal or directory / "journal.db")
+    journal_obj = Journal(journal or directory / "journal.db", durability=durability)
     topo_name = build().topology.name
     engine = Engine.open(journal_obj, [(topo_name, build)], rules=rules or RULES)
     service = Service(engine, limits=limits, token=token, extender_prefix=extender_prefix)

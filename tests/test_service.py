@@ -392,8 +392,11 @@ def test_kill_9_loses_no_acknowledged_placement(tmp_path: Path, durability: str)
     assert not sock.exists()  # a clean stop removes its socket
 
 
-def test_engine_never_gives_a_gpu_twice_under_concurrent_writers(tmp_path: Path) -> None:
-    with running_service(tmp_path, limits=Limits(workers=8)) as svc:
+@pytest.mark.parametrize("durability", ["process", "power"])
+def test_engine_never_gives_a_gpu_twice_under_concurrent_writers(
+    tmp_path: Path, durability: str
+) -> None:
+    with running_service(tmp_path, limits=Limits(workers=8), durability=durability) as svc:
         errors: list[str] = []
 
         def worker(w: int) -> None:
@@ -469,11 +472,14 @@ def _asgi(app, path: str, raw: bytes, content_type: str | None = "application/js
     return out["status"], body, out["headers"]
 
 
-def test_lean_place_and_release_answer_as_the_fastapi_routes_do(tmp_path: Path) -> None:
+@pytest.mark.parametrize("durability", ["process", "power"])
+def test_lean_place_and_release_answer_as_the_fastapi_routes_do(
+    tmp_path: Path, durability: str
+) -> None:
     """``/v1/place`` and ``/v1/release`` skip FastAPI's layers for a body that validates; every
     request gets the same status and answer as through the FastAPI route (the schema's), bad
     ones included: nothing is accepted that FastAPI refuses, no error says less."""
-    with running_service(tmp_path) as svc:
+    with running_service(tmp_path, durability=durability) as svc:
         svc.client.place(job("held", 8, 1))
         lean, full = svc.service.asgi, svc.service.app
         place_cases: list[tuple[bytes, str | None]] = [
@@ -554,11 +560,12 @@ def test_the_place_answer_is_the_placement_with_its_rank_table(tmp_path: Path) -
             assert json.loads(json.dumps(got)) == json.loads(json.dumps(expected))
 
 
-def test_a_held_engine_lock_never_stalls_the_event_loop(tmp_path: Path) -> None:
+@pytest.mark.parametrize("durability", ["process", "power"])
+def test_a_held_engine_lock_never_stalls_the_event_loop(tmp_path: Path, durability: str) -> None:
     """A placement answered on the event loop takes the engine's lock only when it is free:
     while another thread holds it (a Slurm poll, a snapshot), the placement waits on a worker
     and the service keeps answering everyone else."""
-    with running_service(tmp_path) as svc:
+    with running_service(tmp_path, durability=durability) as svc:
         answers: list[int] = []
         with svc.engine.lock:
             placer = threading.Thread(
@@ -628,11 +635,12 @@ def test_jobs_parsed_once_per_shape_are_the_jobs_the_parser_gives() -> None:
             assert str(got_error.value) == str(want_error.value)
 
 
-def test_a_full_service_refuses_the_event_loop_path_too(tmp_path: Path) -> None:
+@pytest.mark.parametrize("durability", ["process", "power"])
+def test_a_full_service_refuses_the_event_loop_path_too(tmp_path: Path, durability: str) -> None:
     """A greedy placement that would run on the event loop counts in the same bound as the
     pool's requests: with the queue full it is answered 503 at once, holding nothing."""
     limits = Limits(workers=1, queue=1, timeout=SLOW_SECONDS * 4)
-    with running_service(tmp_path, limits=limits) as svc:
+    with running_service(tmp_path, limits=limits, durability=durability) as svc:
         results: list[int] = []
         slow = threading.Thread(
             target=lambda: results.append(
@@ -649,6 +657,51 @@ def test_a_full_service_refuses_the_event_loop_path_too(tmp_path: Path) -> None:
         assert results == [200]
         assert list(svc.client.status()["clusters"][0]["jobs"]) == ["slow"]
         assert svc.client.place(job("quick"))["held"]
+
+
+def test_the_event_loop_commits_the_events_it_appends(tmp_path: Path) -> None:
+    """With ``process`` durability the thread the journal defers to commits its own events
+    (its flush), in order with everyone else's: the committer leaves them alone, writes the
+    events of other threads (and the deferred ones queued before them), and takes over a
+    flush that finds a commit under way. A restart reads every event, in order."""
+    path = tmp_path / "j.db"
+    journal = Journal(path, durability="process")
+    seqs: list[int] = []
+    try:
+        assert journal.inline and not Journal(tmp_path / "p.db", durability="power").inline
+        scheduled: list[int] = []
+        journal.defer_to(threading.get_ident(), lambda: scheduled.append(1) or True)
+        seqs += [journal.append({"n": 0}), journal.append({"n": 1})]
+        assert len(scheduled) == 2
+        time.sleep(0.3)  # the committer was not woken for them
+        assert journal.committed < seqs[0] and journal.pending() == 2
+        assert journal.flush() and journal.committed == seqs[1] and journal.pending() == 0
+        # Another thread's event: the committer writes it, and the deferred one before it.
+        seqs.append(journal.append({"n": 2}))
+        other = threading.Thread(target=lambda: seqs.append(journal.append({"n": 3})))
+        other.start()
+        other.join()
+        journal.wait(seqs[3], timeout=30)
+        assert journal.committed == seqs[3]
+        # A flush that finds a commit under way leaves its events to the committer.
+        seqs.append(journal.append({"n": 4}))
+        with journal._write_lock:
+            assert not journal.flush()
+        journal.wait(seqs[4], timeout=30)
+        # Deferring to a thread that cannot flush now (False) wakes the committer at once.
+        journal.defer_to(threading.get_ident(), lambda: False)
+        seqs.append(journal.append({"n": 5}))
+        journal.wait(seqs[5], timeout=30)
+        journal.defer_to(None)
+    finally:
+        journal.close()
+    again = Journal(path)
+    try:
+        events = again.recover().events
+        assert [seq for seq, _ in events] == seqs == sorted(seqs)
+        assert [event["n"] for _, event in events] == list(range(6))
+    finally:
+        again.close()
 
 
 def test_status_is_built_outside_the_engine_lock(tmp_path: Path) -> None:
@@ -704,3 +757,37 @@ def test_status_is_built_outside_the_engine_lock(tmp_path: Path) -> None:
         assert again == expected() and again["j0"]["nodes"] == topology.host_of(int(free[0]))
     finally:
         journal.close()
+
+
+def test_a_flush_leaves_snapshots_to_the_committer(tmp_path: Path) -> None:
+    """The event loop's flush writes the events queued and leaves a snapshot queued among them
+    to the committer (a large transaction the loop would wait for); written after those events,
+    the snapshot still replaces exactly the events up to its number."""
+    path = tmp_path / "j.db"
+    journal = Journal(path, durability="process")
+    try:
+        journal.defer_to(threading.get_ident(), lambda: True)
+        first = journal.append({"n": 0})
+        with journal._write_lock:  # no commit can start: the snapshot stays queued
+            covered = journal.snapshot(lambda: {"clusters": {}, "n": "snap"})
+            assert covered == first
+            deadline = time.monotonic() + 30
+            while journal.pending() < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            later = [journal.append({"n": 1}), journal.append({"n": 2})]
+            assert journal._commit_batch(events_only=True) == 3
+            assert journal.committed == later[-1] and journal.pending() == 1
+        deadline = time.monotonic() + 30
+        while journal.pending() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert journal.pending() == 0
+    finally:
+        journal.close()
+    again = Journal(path)
+    try:
+        recovered = again.recover()
+        assert recovered.snapshot == {"clusters": {}, "n": "snap"}
+        assert recovered.snapshot_seq == first
+        assert [event["n"] for _, event in recovered.events] == [1, 2]
+    finally:
+        again.close()

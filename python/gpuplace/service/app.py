@@ -30,6 +30,7 @@ import hmac
 import io
 import json
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -339,6 +340,9 @@ class Service:
         self.jobs = JobCache()
         self.metrics = Metrics(engine)
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: The thread running ``_loop``, and whether a journal flush is scheduled on it.
+        self._loop_thread: int | None = None
+        self._flush_scheduled = False
         #: Requests waiting for their event to reach the disk: (seq, order, future).
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = 0
@@ -363,11 +367,48 @@ class Service:
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
-    # Waiting for the journal without holding a worker: the committer thread wakes the loop.
+    # Waiting for the journal without holding a worker. With ``process`` durability the event
+    # loop commits what its own requests appended, once per turn of the loop (a write into the
+    # page cache); what other threads append (the pool, the followers), and everything with
+    # ``power`` durability, the committer thread writes, and then wakes the loop.
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Remember the running loop (the committer wakes it); with ``process`` durability,
+        have the journal leave the events appended on it to :meth:`_flush`."""
+        if self._loop is loop:
+            return
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        self._flush_scheduled = False
+        journal = self.engine.journal
+        if journal.inline:
+            journal.defer_to(self._loop_thread, self._schedule_flush)
+
+    def _schedule_flush(self) -> bool:
+        """An event was appended on the loop's thread: commit it (and the rest of this
+        turn's) once the requests ready now have run. False when that thread is not running
+        the loop now (the committer writes the event then)."""
+        loop = self._loop
+        try:
+            if loop is None or asyncio.get_running_loop() is not loop:
+                return False
+        except RuntimeError:  # no loop running on this thread
+            return False
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return True
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self.engine.journal.flush():
+            self._wake()
+        # else a commit was under way on the committer thread: it writes these next and
+        # wakes the loop (``_on_commit``).
+
     def _on_commit(self, events: int, seconds: float) -> None:
         self.metrics.on_commit(events, seconds)
         loop = self._loop
-        if loop is not None and not loop.is_closed():
+        if loop is not None and threading.get_ident() != self._loop_thread and not loop.is_closed():
             loop.call_soon_threadsafe(self._wake)
 
     def _on_failure(self, exc: BaseException) -> None:
@@ -391,7 +432,7 @@ class Service:
         if seq is None or journal.committed >= seq:
             return
         loop = asyncio.get_running_loop()
-        self._loop = loop  # the committer thread wakes this loop
+        self._bind(loop)
         future: asyncio.Future[None] = loop.create_future()
         self._order += 1
         heapq.heappush(self._waiters, (seq, self._order, future))
@@ -417,7 +458,7 @@ class Service:
         self.metrics.queue.set(self.pending)
         ticket = Ticket()
         loop = asyncio.get_running_loop()
-        self._loop = loop
+        self._bind(loop)
         future = loop.run_in_executor(self.pool, _call, work, ticket)
         try:
             try:
@@ -445,6 +486,7 @@ class Service:
         like any other (:meth:`run`), so the loop never waits for the lock. It counts in the
         same bound (``Limits.queue``) while it waits for the disk: a full service answers 503
         here as there."""
+        self._bind(asyncio.get_running_loop())
         lock = self.engine.lock
         if self.pending >= self.limits.queue or not lock.acquire(blocking=False):
             return await self.run(route, work)

@@ -156,6 +156,9 @@ class Server:
             timeout_graceful_shutdown=10,
             backlog=BACKLOG,
             server_header=False,
+            # Nothing here reads the client's address or scheme, so no X-Forwarded-* rewriting
+            # (uvicorn's default wraps every request in a middleware for it).
+            proxy_headers=False,
             **(ssl or {}),
         )
         self.uvicorn = uvicorn.Server(config)
