@@ -72,6 +72,7 @@ __all__ = [
     "uplinks",
     "uplinks_by_level",
     "with_routing",
+    "with_transports",
     "with_uplink_gbps",
 ]
 
@@ -577,6 +578,9 @@ def topology_with_fabric(
     sharp: list[bool],
     algorithm_efficiency: tuple[float, float, float, float],
     peak_tflops: list[float],
+) -> Topology: ...
+def with_transports(
+    topology: Topology, p2p: list[bool], gpudirect_rdma: list[bool]
 ) -> Topology: ...
 
 # Used only by tests (tests/bindings/): NCCL's ring order as the cost model lays it out.

@@ -291,6 +291,8 @@ def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> No
             "gpu_nic",
             "peak_tflops",
             "nvls_gbps",
+            "p2p",
+            "gpudirect_rdma",
         },
     )
     gpus = c.integer(nt.get("gpus"), f"{p}.gpus", minimum=1)
@@ -396,6 +398,8 @@ def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> No
         gpu_nic=gpu_nic,
         peak_tflops=peak,
         nvls_gbps=nvls,
+        p2p=_flag(c, nt.get("p2p", True), f"{p}.p2p"),
+        gpudirect_rdma=_flag(c, nt.get("gpudirect_rdma", True), f"{p}.gpudirect_rdma"),
     )
 
 

@@ -202,6 +202,10 @@ class Topology:
                 ),
                 peaks if any(peaks) else [],
             )
+        p2p = [self.node_types[t].p2p for t in type_names]
+        gdr = [self.node_types[t].gpudirect_rdma for t in type_names]
+        if not all(p2p) or not all(gdr):
+            core = _core.with_transports(core, p2p, gdr)
         core = _with_uplink_capacity(self, core)
         routing = [lv.routing for lv in self.levels]
         qps = [lv.qps_per_connection for lv in self.levels]

@@ -155,6 +155,10 @@ pub struct Topology {
     /// Dense peak TFLOPS of one GPU of each host type, 0 where unknown (see [`crate::gpu`]);
     /// empty: unknown everywhere.
     peak_tflops: Vec<f64>,
+    /// Per host type, (GPU peer-to-peer, GPUDirect RDMA): whether its GPUs reach each other
+    /// and their NICs directly or through buffers in host memory (see [`crate::nccl`],
+    /// "Transports"); empty: direct everywhere.
+    direct: Vec<(bool, bool)>,
     /// The fabric's uplinks (see [`crate::fabric`]): the id of level-l domain d's uplink is
     /// `uplink_base[l] + d` for levels from the NVLink domain up to below the top.
     uplink_base: Vec<usize>,
@@ -425,6 +429,7 @@ impl Topology {
             sharp: Vec::new(),
             algorithm_efficiency: [1.0; 4],
             peak_tflops: Vec::new(),
+            direct: Vec::new(),
         })
     }
 
@@ -520,11 +525,73 @@ impl Topology {
         Some(m[la * nt.gpus + lb])
     }
 
-    /// Bandwidth (GB/s) of traffic between two distinct GPUs.
+    /// Bandwidth (GB/s) of traffic between two distinct GPUs: the levels' (or the host
+    /// matrix's), capped at [`crate::nccl::SHM_GBPS`] for two GPUs of one host without
+    /// peer-to-peer access (NCCL's SHM transport). Network hops staged through host memory are
+    /// capped per GPU driving them, where the GPUs of a hop are known
+    /// ([`Self::net_staged`]).
     #[inline]
     pub fn pair_bandwidth(&self, a: usize, b: usize) -> f64 {
-        self.node_matrix_bandwidth(a, b)
-            .unwrap_or_else(|| self.effective_bw[self.lca(a, b)])
+        let bw = self
+            .node_matrix_bandwidth(a, b)
+            .unwrap_or_else(|| self.effective_bw[self.lca(a, b)]);
+        if !self.direct.is_empty() && !self.transports(a).0 && self.node_of(a) == self.node_of(b) {
+            bw.min(crate::nccl::SHM_GBPS)
+        } else {
+            bw
+        }
+    }
+
+    /// The same topology with, per host type, whether its GPUs have peer-to-peer access to
+    /// each other (`p2p`; false: NCCL's SHM transport through host memory) and GPUDirect RDMA
+    /// to their NICs (`gpudirect_rdma`; false: the network transport stages through host
+    /// memory). Empty vectors: both everywhere.
+    pub fn with_transports(
+        mut self,
+        p2p: Vec<bool>,
+        gpudirect_rdma: Vec<bool>,
+    ) -> Result<Topology> {
+        let types = self.node_types.len();
+        if p2p.is_empty() && gpudirect_rdma.is_empty() {
+            self.direct = Vec::new();
+            return Ok(self);
+        }
+        if p2p.len() != types || gpudirect_rdma.len() != types {
+            return Err(invalid(format!(
+                "transports: expected one p2p and one gpudirect_rdma flag per host type ({types}), \
+                 got {} and {}",
+                p2p.len(),
+                gpudirect_rdma.len()
+            )));
+        }
+        self.direct = p2p.into_iter().zip(gpudirect_rdma).collect();
+        if self.direct.iter().all(|&(p, g)| p && g) {
+            self.direct = Vec::new();
+        }
+        Ok(self)
+    }
+
+    /// Whether the GPUs of `gpu`'s host have peer-to-peer access to each other and GPUDirect
+    /// RDMA to their NICs.
+    #[inline]
+    pub fn transports(&self, gpu: usize) -> (bool, bool) {
+        match self
+            .direct
+            .get(self.node_type_of_node[self.node_of(gpu)] as usize)
+        {
+            Some(&d) => d,
+            None => (true, true),
+        }
+    }
+
+    /// Whether the path between two GPUs of different NVLink domains is staged through host
+    /// memory on either side (a host without GPUDirect RDMA): each GPU driving such a hop
+    /// moves at most [`crate::nccl::NET_STAGED_GBPS`], whatever NIC shares it has.
+    #[inline]
+    pub fn net_staged(&self, a: usize, b: usize) -> bool {
+        !self.direct.is_empty()
+            && (!self.transports(a).1 || !self.transports(b).1)
+            && self.lca(a, b) > self.nvlink_level
     }
 
     /// Number of fabric uplinks (see [`crate::fabric`]).
