@@ -723,13 +723,52 @@ impl Topology {
         self.routing.iter().any(|r| r.hashes())
     }
 
-    /// Parallel links of uplink `uplink`: its capacity over the per-GPU bandwidth of the level
-    /// above (links at the NICs' rate; a non-blocking uplink has one per GPU under it), at
-    /// least one.
+    /// Parallel links of uplink `uplink`: its capacity over [`Self::link_rate`] (a
+    /// non-blocking uplink has one per NIC port under it: one per GPU where every GPU has its
+    /// own NIC), at least one.
     pub fn uplink_links(&self, uplink: usize) -> usize {
-        let (level, _) = self.uplink_owner(uplink);
-        let rate = self.effective_bw[level + 1];
-        ((self.uplink_gbps[uplink] / rate).round() as usize).max(1)
+        ((self.uplink_gbps[uplink] / self.link_rate(uplink)).round() as usize).max(1)
+    }
+
+    /// Rate (GB/s, each direction) of one parallel link of `uplink`: a NIC port's, the per-GPU
+    /// bandwidth of the level above times the GPUs per NIC of the hosts under it (`gpus /
+    /// nics` where the host type lists its NICs: 2 where two GPUs share a NIC, 1/2 where each
+    /// GPU has two; 1 otherwise). Switch links above the hosts are taken to run at the NICs'
+    /// port rate. A domain holding hosts of several types takes its first GPU's type.
+    pub fn link_rate(&self, uplink: usize) -> f64 {
+        let (level, domain) = self.uplink_owner(uplink);
+        self.effective_bw[level + 1] * self.gpus_per_nic(self.first_gpu_of(level, domain))
+    }
+
+    /// GPUs per NIC of the host of `gpu`: `gpus / nics` where its type lists NICs, else 1.
+    pub fn gpus_per_nic(&self, gpu: usize) -> f64 {
+        let t = self.node_type_of_node[self.node_of(gpu)] as usize;
+        match self.nics.get(t).copied() {
+            Some(n) if n > 0 => self.node_types[t].gpus as f64 / n as f64,
+            _ => 1.0,
+        }
+    }
+
+    /// Rails the links of `uplink` split into: the NICs the host type under its domain lists
+    /// (its first GPU's type), 1 where it lists none. A host type that lists its NICs declares
+    /// its rails, and the switch tiers above its hosts are taken as rail-aligned (one leaf per
+    /// rail, as NVIDIA's DGX SuperPOD reference designs cable them and NCCL's PXN assumes), so
+    /// a flow on a level above the NVLink domain can only take its own rail's links; a type
+    /// without NICs says nothing about rails and its flows hash over the whole uplink.
+    pub fn uplink_rails(&self, uplink: usize) -> usize {
+        let (level, domain) = self.uplink_owner(uplink);
+        let t = self.node_type_of_node[self.node_of(self.first_gpu_of(level, domain))] as usize;
+        self.nics.get(t).map_or(1, |&n| (n as usize).max(1))
+    }
+
+    /// A GPU of level-`level` domain `domain` (its first child's, down to the lowest level).
+    fn first_gpu_of(&self, level: usize, domain: usize) -> usize {
+        let (mut l, mut d) = (level, domain);
+        while l > 0 {
+            d = self.children[l].row(d)[0] as usize;
+            l -= 1;
+        }
+        self.lowest_members(d)[0] as usize
     }
 
     /// The same topology with, per host type, the NVLink SHARP all-reduce bus bandwidth (GB/s,
