@@ -22,8 +22,8 @@ the rows say so.
 Part A3: the CoreWeave A100 16-node run (part A's largest miss) priced with its hosts under
 leaves of 16, 8, 5, 4 and 2 hosts with adaptive, static and ECMP (4 queue pairs) routing on
 the leaves' uplinks: what hashing would do to it, printed beside, never replacing, the run as
-its source describes it (with links at the NIC port rate and flows on their own rails, the
-ring's one connection per rail never collides, so every cell is the adaptive figure).
+its source describes it: top-of-rack leaves, and one column cabled rail by rail (where the
+ring's one connection per rail never collides).
 
 Part B, Pollux (Qiao et al., OSDI'21; ``tests/data/pollux``): gradient sync time measured on
 108 placements per model on 16 x g4dn.12xlarge (4 T4, one 50 Gb/s NIC per host). Each table is
@@ -611,16 +611,19 @@ def part_a2() -> tuple[list[str], list[str], list[tuple[str, float]]]:
 COREWEAVE_A100 = "all_reduce_perf-a100-sxm-80gb-16nodes-8gpn-ib-coreweave-nccl-tests.txt"
 
 
-def _a100_leaves(per_leaf: int, routing: str, qps: int = 1) -> Topology:
+def _a100_leaves(per_leaf: int, routing: str, qps: int = 1, *, rails: bool = False) -> Topology:
     """16 DGX A100 with 4 HDR NICs (12.5 GB/s per GPU, two GPUs per NIC) under leaves of
     ``per_leaf`` hosts (the last leaf holds the rest), ``routing`` on the leaves' uplinks, one
-    spine above; ``per_leaf`` 16: one leaf, nothing crosses a spine."""
+    spine above; ``per_leaf`` 16: one leaf, nothing crosses a spine. The leaves are top-of-rack
+    (every NIC of a host on one leaf) unless ``rails``: cabled rail by rail."""
     levels: list[dict[str, Any]] = [
         {"name": "node", "bandwidth_gbps": 12 * 25.0, "latency_us": 1.0},
         {"name": "leaf", "bandwidth_gbps": 12.5, "latency_us": 2.5},
     ]
     if per_leaf < 16:
         levels[1] |= {"routing": routing, "qps_per_connection": qps}
+        if not rails and "rail_aligned" in {f.name for f in dataclasses.fields(Level)}:
+            levels[1]["rail_aligned"] = False
         levels.append({"name": "spine", "bandwidth_gbps": 12.5, "latency_us": 3.0})
     return Topology.from_dict(
         {
@@ -655,15 +658,23 @@ def part_a3() -> list[str]:
     big = run.largest()
     job = run.job(big, 128)
     gpus = np.arange(128)
-    routings = (("adaptive", 1), ("static", 1), ("ecmp", 4))
+    routings = (
+        ("adaptive", 1, False),
+        ("static", 1, False),
+        ("ecmp", 4, False),
+        ("static", 1, True),
+    )
     lines = [
-        "| hosts per leaf | " + " | ".join(f"{r}, {q} QP" for r, q in routings) + " |",
+        "| hosts per leaf | "
+        + " | ".join(f"{r}, {q} QP" + (", rail-aligned" if a else "") for r, q, a in routings)
+        + " |",
         "|---|" + "---|" * len(routings),
     ]
     for per_leaf in (16, 8, 5, 4, 2):
         cells = []
-        for routing, qps in routings:
-            cost = gpuplace.evaluate(_a100_leaves(per_leaf, routing, qps), job, gpus)
+        for routing, qps, aligned in routings:
+            topo = _a100_leaves(per_leaf, routing, qps, rails=aligned)
+            cost = gpuplace.evaluate(topo, job, gpus)
             predicted = _factor("all-reduce", 128) * big.size_bytes / cost.comm_seconds / 1e9
             cells.append(f"{predicted:.1f} ({predicted / big.busbw_gbps:.2f})")
         lines.append(f"| {per_leaf} | " + " | ".join(cells) + " |")
@@ -810,10 +821,11 @@ def main(argv: list[str] | None = None) -> int:
         "Predicted busbw GB/s (predicted / measured 44.7) with the 16 hosts under leaves of N "
         "hosts and the routing shown on the leaves' uplinks. The source states InfiniBand and "
         "4 HDR NICs per host, neither leaf size nor routing: these rows are what the collision "
-        "model would need, not a fit; part A prices the run as described. Links count at the "
-        "NIC port rate (25 GB/s, two GPUs per NIC) and a flow keeps to its rail's links: the "
-        "ring's hop across a leaf boundary drives the four NICs, one connection per rail, "
-        "alone on that rail's links, so hashing cannot slow it at any leaf size.",
+        "model would need, not a fit; part A prices the run as described. The first three "
+        "columns put each host's four NICs on one top-of-rack leaf (`rail_aligned: false`), "
+        "the last cables the leaves rail by rail. Links count at the NIC port rate (25 GB/s, "
+        "two GPUs per NIC): the ring's hop across a leaf boundary is one connection per NIC, "
+        "and rail by rail each is alone on its rail's links, so hashing cannot slow it.",
         "",
         *part_a3(),
     ]

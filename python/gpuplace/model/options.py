@@ -7,8 +7,8 @@ A key is either a preset's parameter (``nodes``, ``racks``, ``oversubscription``
 ==================================  =========================================================
 ``name``, ``power_phases``           the top-level fields
 ``levels.LEVEL.FIELD``               ``bandwidth_gbps``, ``latency_us``, ``oversubscription``,
-                                     ``sharp``, ``routing``, ``qps_per_connection`` or
-                                     ``transport`` of the level named LEVEL
+                                     ``sharp``, ``routing``, ``qps_per_connection``,
+                                     ``transport`` or ``rail_aligned`` of the level named LEVEL
 ``node_types.TYPE.FIELD``            ``gpu_model``, ``peak_tflops``, ``nvls_gbps``, ``power_w``,
                                      ``p2p`` or ``gpudirect_rdma``
 ``uplink_gbps.DOMAIN``               one switch's uplink capacity (GB/s), ``su003`` or
@@ -47,6 +47,7 @@ _LEVEL_FIELDS = (
     "routing",
     "qps_per_connection",
     "transport",
+    "rail_aligned",
 )
 _TYPE_FIELDS = ("gpu_model", "peak_tflops", "nvls_gbps", "power_w", "p2p", "gpudirect_rdma")
 _STORE_FIELDS = ("attach", "read_gbps", "write_gbps")

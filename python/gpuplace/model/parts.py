@@ -48,6 +48,11 @@ class Level:
     #: How the level's links recover lost packets, one of :data:`TRANSPORTS`: what packet
     #: loss on a NIC or switch of this level costs (``ClusterState.degrade(loss=...)``).
     transport: str = "roce"
+    #: Whether the level's switches are cabled rail by rail (NIC ``i`` of every host to the
+    #: switches of rail ``i``): where the host types list their NICs, a hashed flow then takes
+    #: only its own rail's uplink links. False: every NIC of a host reaches the same switch
+    #: (a top-of-rack leaf) and a flow may hash onto any link of the uplink.
+    rail_aligned: bool = True
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
                 "routing",
                 "qps_per_connection",
                 "transport",
+                "rail_aligned",
             },
         )
         lname = c.string(lv.get("name"), f"{p}.name")
@@ -106,6 +107,7 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
                 routing=routing,
                 qps_per_connection=qps,
                 transport=transport,
+                rail_aligned=_flag(c, lv.get("rail_aligned", True), f"{p}.rail_aligned"),
                 oversubscription=c.number(
                     lv.get("oversubscription", 1.0), f"{p}.oversubscription", minimum=1.0
                 ),

@@ -1705,6 +1705,14 @@ mod port_rate_tests {
         assert_eq!((level.links, level.fullest, level.share), (4, 2.0, 0.5));
         // 8 flows (one per ring, at the port rate) up each of the two leaves.
         assert!((level.flows - 16.0).abs() < 1e-9);
+        // Top-of-rack leaves: the 8 port-rate flows hash over all 4 links.
+        let tor = topo
+            .clone()
+            .with_rail_alignment(vec![true, false, true])
+            .unwrap();
+        let r = crate::cost::evaluate(&tor, &job, &gpus).unwrap();
+        let ratio = (r.class_seconds[1] - latency) / (open.class_seconds[1] - latency);
+        assert!((ratio - expected_fullest(8.0, 4)).abs() < 1e-9, "{ratio}");
     }
 
     #[test]
@@ -1732,5 +1740,24 @@ mod port_rate_tests {
         assert_eq!(report.levels[1].fullest, 1.0);
         assert!(expected_fullest(8.0, 32) > 1.5);
         assert_eq!(report.slowdown(), 1.0);
+        // The same leaves cabled top-of-rack (not rail-aligned): the 8 flows hash over all 32.
+        let tor = topo
+            .clone()
+            .with_rail_alignment(vec![true, false, true])
+            .unwrap();
+        assert_eq!(tor.uplink_rails(leaf), 1);
+        let state = ClusterState::new(Arc::new(tor));
+        let report = collisions(&state, &job, &gpus).unwrap();
+        assert!((report.levels[1].fullest - expected_fullest(8.0, 32)).abs() < 1e-9);
+        assert!(report.slowdown() > 1.0);
+        // All levels aligned is the default; a wrong count is refused.
+        assert_eq!(
+            topo.clone()
+                .with_rail_alignment(vec![true; 3])
+                .unwrap()
+                .uplink_rails(leaf),
+            8
+        );
+        assert!(topo.clone().with_rail_alignment(vec![false]).is_err());
     }
 }

@@ -159,6 +159,9 @@ pub struct Topology {
     /// and their NICs directly or through buffers in host memory (see [`crate::nccl`],
     /// "Transports"); empty: direct everywhere.
     direct: Vec<(bool, bool)>,
+    /// Per level, whether its switches are cabled rail by rail (see [`Self::uplink_rails`]);
+    /// empty: every level.
+    rail_aligned: Vec<bool>,
     /// The fabric's uplinks (see [`crate::fabric`]): the id of level-l domain d's uplink is
     /// `uplink_base[l] + d` for levels from the NVLink domain up to below the top.
     uplink_base: Vec<usize>,
@@ -430,6 +433,7 @@ impl Topology {
             algorithm_efficiency: [1.0; 4],
             peak_tflops: Vec::new(),
             direct: Vec::new(),
+            rail_aligned: Vec::new(),
         })
     }
 
@@ -568,6 +572,24 @@ impl Topology {
         if self.direct.iter().all(|&(p, g)| p && g) {
             self.direct = Vec::new();
         }
+        Ok(self)
+    }
+
+    /// The same topology with, per level, whether its switches are cabled rail by rail (empty:
+    /// every level is).
+    pub fn with_rail_alignment(mut self, rail_aligned: Vec<bool>) -> Result<Topology> {
+        if !rail_aligned.is_empty() && rail_aligned.len() != self.levels.len() {
+            return Err(invalid(format!(
+                "rail_aligned: expected one flag per level ({}), got {}",
+                self.levels.len(),
+                rail_aligned.len()
+            )));
+        }
+        self.rail_aligned = if rail_aligned.iter().all(|&r| r) {
+            Vec::new()
+        } else {
+            rail_aligned
+        };
         Ok(self)
     }
 
@@ -750,13 +772,17 @@ impl Topology {
     }
 
     /// Rails the links of `uplink` split into: the NICs the host type under its domain lists
-    /// (its first GPU's type), 1 where it lists none. A host type that lists its NICs declares
-    /// its rails, and the switch tiers above its hosts are taken as rail-aligned (one leaf per
-    /// rail, as NVIDIA's DGX SuperPOD reference designs cable them and NCCL's PXN assumes), so
-    /// a flow on a level above the NVLink domain can only take its own rail's links; a type
-    /// without NICs says nothing about rails and its flows hash over the whole uplink.
+    /// (its first GPU's type), 1 where it lists none or where the uplink's level is not
+    /// rail-aligned ([`Self::with_rail_alignment`]). A host type that lists its NICs declares
+    /// its rails, and a rail-aligned level (the default: one leaf per rail, as NVIDIA's DGX
+    /// SuperPOD reference designs cable them and NCCL's PXN assumes) lets a flow above the
+    /// NVLink domain take only its own rail's links; a type without NICs says nothing about
+    /// rails and its flows hash over the whole uplink, as on a top-of-rack leaf.
     pub fn uplink_rails(&self, uplink: usize) -> usize {
         let (level, domain) = self.uplink_owner(uplink);
+        if !self.rail_aligned.get(level).copied().unwrap_or(true) {
+            return 1;
+        }
         let t = self.node_type_of_node[self.node_of(self.first_gpu_of(level, domain))] as usize;
         self.nics.get(t).map_or(1, |&n| (n as usize).max(1))
     }
