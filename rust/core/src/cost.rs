@@ -320,10 +320,7 @@ fn priced(
         }
         let share =
             crate::fabric::collective_share(topo, health.fabric, health.class_load, kind, members);
-        let mut bw = health.bandwidth(topo, a, b, l) * share;
-        if topo.net_staged(a, b) {
-            bw = bw.min(nccl::NET_STAGED_GBPS);
-        }
+        let bw = health.bandwidth(topo, a, b, l) * share;
         let t = call_seconds(kind, n, bytes, levels[l].latency_us, bw);
         return (t, Algorithm::P2p);
     }
@@ -1242,6 +1239,8 @@ mod tests {
             .unwrap();
         assert_eq!(net.pair_bandwidth(0, 1), 450.0);
         assert!(!net.net_staged(0, 1) && net.net_staged(0, 8) && net.net_staged(0, 16));
+        assert_eq!(net.pair_bandwidth(0, 8), NET_STAGED_GBPS);
+        assert_eq!(net.pair_bandwidth(0, 16), NET_STAGED_GBPS);
         assert!(!direct.net_staged(0, 8));
         // One GPU on each of two hosts: the ring (staged rate) beats the tree (x 0.92).
         let r = evaluate(&net, &job, &[0, 8]).unwrap();
@@ -1261,6 +1260,16 @@ mod tests {
         let tree_t = 2.0 * (3.0 * 1e-6 + 3e-6)
             + crate::nccl::tree_bytes_seconds(1e9, 2, 4, 450.0, 4.0 * NET_STAGED_GBPS);
         assert!((r.comm_seconds - ring.min(tree_t)).abs() < 1e-12);
+        // One NIC for 8 GPUs: one GPU per host drives the whole NIC (8 shares, 400 GB/s) but
+        // stages 3.0 GB/s alone.
+        let one_nic = tree(4, 8, 2)
+            .with_fabric(vec![0.0], vec![1])
+            .unwrap()
+            .with_transports(vec![true], vec![false])
+            .unwrap();
+        let r = evaluate(&one_nic, &job, &[0, 8]).unwrap();
+        let busbw = 1e9 / (r.comm_seconds - 2.0 * 3e-6) / 1e9;
+        assert!((busbw - NET_STAGED_GBPS).abs() < 1e-9, "{busbw}");
         // All-to-all across the two hosts: each GPU stages its 4/8 S through host memory.
         let a2a = alltoall_job(&net, 8, 1e9);
         let r = evaluate(&net, &a2a, &[0, 1, 2, 3, 8, 9, 10, 11]).unwrap();

@@ -70,8 +70,10 @@
 //!   `nvidia-peermem`, or an instance type without it such as EC2's g4dn and g6e): every hop
 //!   that leaves the NVLink domain through a NIC of such a host is staged, and each GPU
 //!   driving it moves at most [`NET_STAGED_GBPS`] whatever NIC shares it has
-//!   ([`Topology::net_staged`]; in [`ring_bandwidths`], so ring, tree, NVLS-tree and CollNet,
-//!   in [`alltoall_bytes_seconds`] and for point-to-point).
+//!   ([`Topology::net_staged`]): per pair in [`Topology::pair_bandwidth`] (point-to-point,
+//!   explicit traffic, the solvers' pricing), per GPU of a ring hop's smaller side in
+//!   [`ring_bandwidths`] (ring, tree, NVLS-tree, CollNet), per GPU of a domain in
+//!   [`alltoall_bytes_seconds`].
 //!
 //! Both are two-way copies through the CPU's root complex and memory, so they do not scale
 //! with the PCIe generation the way direct paths do; the measured figures are flat constants,

@@ -530,17 +530,26 @@ impl Topology {
     }
 
     /// Bandwidth (GB/s) of traffic between two distinct GPUs: the levels' (or the host
-    /// matrix's), capped at [`crate::nccl::SHM_GBPS`] for two GPUs of one host without
-    /// peer-to-peer access (NCCL's SHM transport). Network hops staged through host memory are
-    /// capped per GPU driving them, where the GPUs of a hop are known
-    /// ([`Self::net_staged`]).
+    /// matrix's), capped where the pair's path is staged through host memory: at
+    /// [`crate::nccl::SHM_GBPS`] for two GPUs of one host without peer-to-peer access (NCCL's
+    /// SHM transport), at [`crate::nccl::NET_STAGED_GBPS`] for a pair whose path leaves the
+    /// NVLink domain from a host without GPUDirect RDMA ([`Self::net_staged`]; a hop driving
+    /// several NIC shares is capped per GPU driving it, [`crate::nccl::ring_bandwidths`]).
     #[inline]
     pub fn pair_bandwidth(&self, a: usize, b: usize) -> f64 {
         let bw = self
             .node_matrix_bandwidth(a, b)
             .unwrap_or_else(|| self.effective_bw[self.lca(a, b)]);
-        if !self.direct.is_empty() && !self.transports(a).0 && self.node_of(a) == self.node_of(b) {
-            bw.min(crate::nccl::SHM_GBPS)
+        if self.direct.is_empty() {
+            bw
+        } else if self.node_of(a) == self.node_of(b) {
+            if self.transports(a).0 {
+                bw
+            } else {
+                bw.min(crate::nccl::SHM_GBPS)
+            }
+        } else if self.net_staged(a, b) {
+            bw.min(crate::nccl::NET_STAGED_GBPS)
         } else {
             bw
         }
