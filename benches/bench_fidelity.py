@@ -5,7 +5,9 @@
 Part A, nccl-tests: for every run in ``tests/data/nccl-tests`` (copied from the shared
 measurement set, provenance in its README), the predicted bus bandwidth at the largest message
 size against the measured out-of-place one, on the matching preset or a topology built from
-the run's stated hardware (each assumption is printed beside the run). Predicted bus bandwidth
+the run's stated hardware (each assumption is printed beside the run; where the source leaves
+a condition open, such as GPU peer-to-peer on the RTX 4090, the other reading is printed too,
+marked *, and left out of the totals). Predicted bus bandwidth
 = nccl-tests' factor (2(n-1)/n all-reduce, (n-1)/n all-gather and all-to-all, 1 sendrecv) x
 size / predicted time. Target (issue 10): within +-15 % on each H100/A100 run.
 
