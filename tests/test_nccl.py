@@ -127,3 +127,63 @@ def test_alltoall_cross_rack_cliff_on_nvl72() -> None:
     assert 50 < three < two < 100
     # The slowest-pair price (the old model) put both at ~50 GB/s.
     assert two > 75
+
+
+def _pcie_hosts(hosts: int, gpus: int, **host: object) -> Topology:
+    """Hosts of PCIe GPUs (25 GB/s inside, one 12.5 GB/s NIC each) under one leaf."""
+    return Topology.from_dict(
+        {
+            "format": "gpuplace.topology/1",
+            "name": "pcie",
+            "levels": [
+                {"name": "node", "bandwidth_gbps": 25.0, "latency_us": 1.0},
+                {"name": "leaf", "bandwidth_gbps": 12.5, "latency_us": 2.5},
+            ],
+            "node_types": {"h": {"gpus": gpus, "nics": ["eth0"], **host}},
+            "nodes": [
+                {"name": f"h{i}", "type": "h", "domains": {"leaf": "l0"}} for i in range(hosts)
+            ],
+        }
+    )
+
+
+def test_transports_staged_through_host_memory() -> None:
+    size = float(1 << 30)
+    # No GPU peer-to-peer (GeForce): two GPUs of one host run at the SHM figure, 3.9 GB/s of
+    # bus bandwidth, not PCIe's 25.
+    direct = _pcie_hosts(1, 2)
+    shm = _pcie_hosts(1, 2, p2p=False)
+    busbw = [
+        size / gpuplace.evaluate(t, allreduce(2, size), [0, 1]).comm_seconds / 1e9
+        for t in (direct, shm)
+    ]
+    assert 24.9 < busbw[0] < 25.0
+    assert 3.89 < busbw[1] < 3.9
+    # No GPUDirect RDMA (EC2 g4dn): one GPU on each of two hosts, the network hop staged at
+    # 3.0 GB/s; inside a host the GPUs still talk directly.
+    nogdr = _pcie_hosts(2, 2, gpudirect_rdma=False)
+    across = gpuplace.evaluate(nogdr, allreduce(2, size), [0, 2])
+    assert 2.99 < size / across.comm_seconds / 1e9 < 3.0
+    inside = gpuplace.evaluate(nogdr, allreduce(2, size), [0, 1])
+    assert 24.9 < size / inside.comm_seconds / 1e9 < 25.0
+    # The flags round-trip through the file format, only when false.
+    doc = nogdr.to_dict()
+    assert doc["node_types"]["h"]["gpudirect_rdma"] is False
+    assert "p2p" not in doc["node_types"]["h"]
+    assert Topology.from_dict(doc).to_dict() == doc
+    # ... and can be set on the command line's option form.
+    from gpuplace.model.options import apply_options
+
+    set_doc = apply_options(direct.to_dict(), {"node_types.h.p2p": False})
+    assert Topology.from_dict(set_doc).node_types["h"].p2p is False
+
+
+def test_transport_flags_must_be_booleans() -> None:
+    import pytest
+
+    doc = _pcie_hosts(1, 2).to_dict()
+    doc["node_types"]["h"]["p2p"] = "no"
+    with pytest.raises(
+        gpuplace.InvalidTopology, match=r"node_types\.h\.p2p: expected true or false"
+    ):
+        Topology.from_dict(doc)

@@ -281,3 +281,38 @@ def test_hashing_never_speeds_a_placement_up(
         assert price[key] >= fair * (1 - 1e-12)
     assert price["static", 4] == pytest.approx(price["static", None])
     assert price["static", None] == pytest.approx(price["ecmp", None])
+
+
+def test_rails_split_a_hashed_uplink_unless_the_leaf_is_top_of_rack(tmp_path: Any) -> None:
+    """Hosts that list a NIC per GPU declare 8 rails: on rail-aligned leaves (the default) each
+    dp ring keeps to its rail's links and the 8 rings do not collide; top-of-rack leaves
+    (``rail_aligned: false``) hash them over the whole uplink, as hosts without NICs listed."""
+    doc = _doc("ecmp")
+    doc["node_types"]["box"]["nics"] = [f"mlx5_{i}" for i in range(8)]
+    railed = gpuplace.Topology.from_dict(doc)
+    doc["levels"][1]["rail_aligned"] = False
+    tor = gpuplace.Topology.from_dict(doc)
+    plain = _topology("ecmp")
+    adaptive = gpuplace.evaluate(_topology(), JOB, _gpus(plain)).comm_seconds
+    assert gpuplace.evaluate(railed, JOB, _gpus(railed)).comm_seconds == pytest.approx(adaptive)
+    hashed = gpuplace.evaluate(plain, JOB, _gpus(plain)).comm_seconds
+    assert hashed > 1.8 * adaptive
+    assert gpuplace.evaluate(tor, JOB, _gpus(tor)).comm_seconds == pytest.approx(hashed)
+    report = collisions(gpuplace.ClusterState(railed), JOB, _gpus(railed))
+    assert report.levels[1].fullest == pytest.approx(1.0) and report.slowdown == 1.0
+    # The field round-trips (written only when false) through files, networkx and options.
+    assert tor.to_dict()["levels"][1]["rail_aligned"] is False
+    assert "rail_aligned" not in railed.to_dict()["levels"][1]
+    assert tor.fingerprint != railed.fingerprint
+    path = tmp_path / "t.yaml"
+    tor.save(path)
+    assert gpuplace.Topology.load(path).fingerprint == tor.fingerprint
+    from gpuplace.model.options import apply_options
+
+    set_doc = apply_options(railed.to_dict(), {"levels.leaf.rail_aligned": False})
+    assert gpuplace.Topology.from_dict(set_doc).fingerprint == tor.fingerprint
+    pytest.importorskip("networkx")
+    assert not gpuplace.Topology.from_networkx(tor.to_networkx()).levels[1].rail_aligned
+    doc["levels"][1]["rail_aligned"] = "no"
+    with pytest.raises(gpuplace.InvalidTopology, match=r"levels\[1\]\.rail_aligned"):
+        gpuplace.Topology.from_dict(doc)

@@ -71,7 +71,9 @@ __all__ = [
     "topology_with_fabric",
     "uplinks",
     "uplinks_by_level",
+    "with_rail_alignment",
     "with_routing",
+    "with_transports",
     "with_uplink_gbps",
 ]
 
@@ -577,6 +579,10 @@ def topology_with_fabric(
     sharp: list[bool],
     algorithm_efficiency: tuple[float, float, float, float],
     peak_tflops: list[float],
+) -> Topology: ...
+def with_rail_alignment(topology: Topology, rail_aligned: list[bool]) -> Topology: ...
+def with_transports(
+    topology: Topology, p2p: list[bool], gpudirect_rdma: list[bool]
 ) -> Topology: ...
 
 # Used only by tests (tests/bindings/): NCCL's ring order as the cost model lays it out.

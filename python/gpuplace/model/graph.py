@@ -26,6 +26,7 @@ def to_networkx(self: Topology) -> Any:
         sharp_levels=[lv.name for lv in self.levels if lv.sharp],
         routing={lv.name: (lv.routing, lv.qps_per_connection) for lv in self.levels},
         transport={lv.name: lv.transport for lv in self.levels},
+        not_rail_aligned=[lv.name for lv in self.levels if not lv.rail_aligned],
         host_count_factors=list(self.host_count_factors),
         algorithm_efficiency=dict(self.algorithm_efficiency),
         node_level=self.node_level,
@@ -65,6 +66,7 @@ def from_networkx(cls: type[Topology], graph: Any) -> Topology:
         sharp = set(graph.graph.get("sharp_levels", ()))
         routing = graph.graph.get("routing", {})
         transport = graph.graph.get("transport", {})
+        not_rail_aligned = set(graph.graph.get("not_rail_aligned", ()))
         levels = [
             Level(
                 n,
@@ -74,6 +76,7 @@ def from_networkx(cls: type[Topology], graph: Any) -> Topology:
                 routing=routing.get(n, ("adaptive", 1))[0],
                 qps_per_connection=int(routing.get(n, ("adaptive", 1))[1]),
                 transport=str(transport.get(n, "roce")),
+                rail_aligned=n not in not_rail_aligned,
             )
             for n, b, lat in graph.graph["levels"]
         ]
@@ -96,6 +99,7 @@ def from_networkx(cls: type[Topology], graph: Any) -> Topology:
                     else {}
                 )
                 | ({"transport": lv.transport} if lv.transport != "roce" else {})
+                | ({"rail_aligned": False} if not lv.rail_aligned else {})
                 for lv in levels
             ],
             "node_level": names[node_level],

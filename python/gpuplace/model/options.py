@@ -7,9 +7,10 @@ A key is either a preset's parameter (``nodes``, ``racks``, ``oversubscription``
 ==================================  =========================================================
 ``name``, ``power_phases``           the top-level fields
 ``levels.LEVEL.FIELD``               ``bandwidth_gbps``, ``latency_us``, ``oversubscription``,
-                                     ``sharp``, ``routing``, ``qps_per_connection`` or
-                                     ``transport`` of the level named LEVEL
-``node_types.TYPE.FIELD``            ``gpu_model``, ``peak_tflops``, ``nvls_gbps``, ``power_w``
+                                     ``sharp``, ``routing``, ``qps_per_connection``,
+                                     ``transport`` or ``rail_aligned`` of the level named LEVEL
+``node_types.TYPE.FIELD``            ``gpu_model``, ``peak_tflops``, ``nvls_gbps``, ``power_w``,
+                                     ``p2p`` or ``gpudirect_rdma``
 ``uplink_gbps.DOMAIN``               one switch's uplink capacity (GB/s), ``su003`` or
                                      ``leaf:su003``
 ``algorithm_efficiency.ALGORITHM``   ``ring``, ``tree``, ``nvls`` or ``collnet``
@@ -46,8 +47,9 @@ _LEVEL_FIELDS = (
     "routing",
     "qps_per_connection",
     "transport",
+    "rail_aligned",
 )
-_TYPE_FIELDS = ("gpu_model", "peak_tflops", "nvls_gbps", "power_w")
+_TYPE_FIELDS = ("gpu_model", "peak_tflops", "nvls_gbps", "power_w", "p2p", "gpudirect_rdma")
 _STORE_FIELDS = ("attach", "read_gbps", "write_gbps")
 _POWER_FIELDS = ("budget_w", "max_synchronized", "kind")
 

@@ -48,6 +48,11 @@ class Level:
     #: How the level's links recover lost packets, one of :data:`TRANSPORTS`: what packet
     #: loss on a NIC or switch of this level costs (``ClusterState.degrade(loss=...)``).
     transport: str = "roce"
+    #: Whether the level's switches are cabled rail by rail (NIC ``i`` of every host to the
+    #: switches of rail ``i``): where the host types list their NICs, a hashed flow then takes
+    #: only its own rail's uplink links. False: every NIC of a host reaches the same switch
+    #: (a top-of-rack leaf) and a flow may hash onto any link of the uplink.
+    rail_aligned: bool = True
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,12 @@ class NodeType:
     #: NVLink SHARP (NVLS) all-reduce bus bandwidth (GB/s) inside the NVLink domain, if the
     #: NVSwitches have it; None: NCCL cannot use NVLS on these hosts.
     nvls_gbps: float | None = None
+    #: Whether the GPUs have peer-to-peer access to each other (False: NCCL's SHM transport
+    #: through host memory, as on GeForce boards; rust/core/src/nccl.rs, "Transports").
+    p2p: bool = True
+    #: Whether the NICs reach GPU memory directly (False: network hops staged through host
+    #: memory, as on EC2 g4dn).
+    gpudirect_rdma: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"gpus": self.gpus}
@@ -93,4 +104,8 @@ class NodeType:
             out["peak_tflops"] = self.peak_tflops
         if self.nvls_gbps is not None:
             out["nvls_gbps"] = self.nvls_gbps
+        if not self.p2p:
+            out["p2p"] = False
+        if not self.gpudirect_rdma:
+            out["gpudirect_rdma"] = False
         return out

@@ -74,6 +74,7 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
                 "routing",
                 "qps_per_connection",
                 "transport",
+                "rail_aligned",
             },
         )
         lname = c.string(lv.get("name"), f"{p}.name")
@@ -106,6 +107,7 @@ def parse(cls: type[Topology], document: Any, source: str | None = None) -> Topo
                 routing=routing,
                 qps_per_connection=qps,
                 transport=transport,
+                rail_aligned=_flag(c, lv.get("rail_aligned", True), f"{p}.rail_aligned"),
                 oversubscription=c.number(
                     lv.get("oversubscription", 1.0), f"{p}.oversubscription", minimum=1.0
                 ),
@@ -291,6 +293,8 @@ def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> No
             "gpu_nic",
             "peak_tflops",
             "nvls_gbps",
+            "p2p",
+            "gpudirect_rdma",
         },
     )
     gpus = c.integer(nt.get("gpus"), f"{p}.gpus", minimum=1)
@@ -396,6 +400,8 @@ def _node_type(c: Checker, p: str, tname: str, raw: Any, below: list[str]) -> No
         gpu_nic=gpu_nic,
         peak_tflops=peak,
         nvls_gbps=nvls,
+        p2p=_flag(c, nt.get("p2p", True), f"{p}.p2p"),
+        gpudirect_rdma=_flag(c, nt.get("gpudirect_rdma", True), f"{p}.gpudirect_rdma"),
     )
 
 

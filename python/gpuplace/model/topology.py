@@ -202,6 +202,12 @@ class Topology:
                 ),
                 peaks if any(peaks) else [],
             )
+        p2p = [self.node_types[t].p2p for t in type_names]
+        gdr = [self.node_types[t].gpudirect_rdma for t in type_names]
+        if not all(p2p) or not all(gdr):
+            core = _core.with_transports(core, p2p, gdr)
+        if not all(lv.rail_aligned for lv in self.levels):
+            core = _core.with_rail_alignment(core, [lv.rail_aligned for lv in self.levels])
         core = _with_uplink_capacity(self, core)
         routing = [lv.routing for lv in self.levels]
         qps = [lv.qps_per_connection for lv in self.levels]
@@ -407,6 +413,7 @@ class Topology:
             | ({"routing": lv.routing} if lv.routing != "adaptive" else {})
             | ({"qps_per_connection": lv.qps_per_connection} if lv.qps_per_connection != 1 else {})
             | ({"transport": lv.transport} if lv.transport != "roce" else {})
+            | ({"rail_aligned": False} if not lv.rail_aligned else {})
             for lv in self.levels
         ]
         out["node_level"] = self.levels[self.node_level].name

@@ -320,13 +320,8 @@ fn priced(
         }
         let share =
             crate::fabric::collective_share(topo, health.fabric, health.class_load, kind, members);
-        let t = call_seconds(
-            kind,
-            n,
-            bytes,
-            levels[l].latency_us,
-            health.bandwidth(topo, a, b, l) * share,
-        );
+        let bw = health.bandwidth(topo, a, b, l) * share;
+        let t = call_seconds(kind, n, bytes, levels[l].latency_us, bw);
         return (t, Algorithm::P2p);
     }
     let (_, per_rank) = ring_terms(kind, n, bytes);
@@ -1214,6 +1209,108 @@ mod tests {
             topo,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn staged_transports_cap_pairs_and_collectives() {
+        use crate::nccl::{NET_STAGED_GBPS, SHM_GBPS};
+        use crate::topology::tests::tree_with;
+        use crate::topology::Level;
+        // Without declarations nothing changes.
+        let direct = tree(4, 8, 2);
+        assert_eq!(direct.pair_bandwidth(0, 1), 450.0);
+        assert_eq!(direct.transports(0), (true, true));
+        // No peer-to-peer: a pair inside a host runs at the SHM figure, pairs across hosts
+        // keep the fabric's rate.
+        let shm = tree(4, 8, 2)
+            .with_transports(vec![false], vec![true])
+            .unwrap();
+        assert_eq!(shm.transports(9), (false, true));
+        assert_eq!(shm.pair_bandwidth(0, 1), SHM_GBPS);
+        assert_eq!(shm.pair_bandwidth(0, 8), 50.0);
+        // A two-GPU ring inside a host: bus bandwidth 2 (n-1)/n S / t = the SHM figure.
+        let job = allreduce_job(&shm, 2, 1e9);
+        let r = evaluate(&shm, &job, &[0, 1]).unwrap();
+        let busbw = 1e9 / (r.comm_seconds - 2.0 * 1e-6) / 1e9;
+        assert!((busbw - SHM_GBPS).abs() < 1e-9, "{busbw}");
+        // No GPUDirect RDMA: hops through a NIC are staged, NVLink inside the host is not.
+        let net = tree(4, 8, 2)
+            .with_transports(vec![true], vec![false])
+            .unwrap();
+        assert_eq!(net.pair_bandwidth(0, 1), 450.0);
+        assert!(!net.net_staged(0, 1) && net.net_staged(0, 8) && net.net_staged(0, 16));
+        assert_eq!(net.pair_bandwidth(0, 8), NET_STAGED_GBPS);
+        assert_eq!(net.pair_bandwidth(0, 16), NET_STAGED_GBPS);
+        assert!(!direct.net_staged(0, 8));
+        // One GPU on each of two hosts: the ring (staged rate) beats the tree (x 0.92).
+        let r = evaluate(&net, &job, &[0, 8]).unwrap();
+        let busbw = 1e9 / (r.comm_seconds - 2.0 * 3e-6) / 1e9;
+        assert!((busbw - NET_STAGED_GBPS).abs() < 1e-9, "{busbw}");
+        assert!(NET_STAGED_GBPS * TREE_BW_FACTOR < busbw);
+        // Staging is per GPU, not per NIC share: 4 + 4 GPUs of two hosts drive four shares of
+        // 50 GB/s each (200), but stage 4 x 3.0 = 12 GB/s; the NVLink chain is not staged.
+        let job8 = allreduce_job(&net, 8, 1e9);
+        let r = evaluate(&net, &job8, &[0, 1, 2, 3, 8, 9, 10, 11]).unwrap();
+        let ring = 14.0 * 3e-6 + 2.0 * 7.0 / 8.0 * 1e9 / (4.0 * NET_STAGED_GBPS * 1e9);
+        assert!(
+            r.comm_seconds <= ring + 1e-12,
+            "{} vs {ring}",
+            r.comm_seconds
+        );
+        let tree_t = 2.0 * (3.0 * 1e-6 + 3e-6)
+            + crate::nccl::tree_bytes_seconds(1e9, 2, 4, 450.0, 4.0 * NET_STAGED_GBPS);
+        assert!((r.comm_seconds - ring.min(tree_t)).abs() < 1e-12);
+        // One NIC for 8 GPUs: one GPU per host drives the whole NIC (8 shares, 400 GB/s) but
+        // stages 3.0 GB/s alone.
+        let one_nic = tree(4, 8, 2)
+            .with_fabric(vec![0.0], vec![1])
+            .unwrap()
+            .with_transports(vec![true], vec![false])
+            .unwrap();
+        let r = evaluate(&one_nic, &job, &[0, 8]).unwrap();
+        let busbw = 1e9 / (r.comm_seconds - 2.0 * 3e-6) / 1e9;
+        assert!((busbw - NET_STAGED_GBPS).abs() < 1e-9, "{busbw}");
+        // All-to-all across the two hosts: each GPU stages its 4/8 S through host memory.
+        let a2a = alltoall_job(&net, 8, 1e9);
+        let r = evaluate(&net, &a2a, &[0, 1, 2, 3, 8, 9, 10, 11]).unwrap();
+        assert!(r.comm_seconds >= 4.0 / 8.0 * 1e9 / (NET_STAGED_GBPS * 1e9));
+        // Staging slower than the NIC is a cap, never a speed-up: a 2 GB/s fabric keeps 2.
+        let slow = tree_with(
+            vec![
+                Level {
+                    name: "node".into(),
+                    bandwidth_gbps: 450.0,
+                    latency_us: 1.0,
+                },
+                Level {
+                    name: "leaf".into(),
+                    bandwidth_gbps: 2.0,
+                    latency_us: 3.0,
+                },
+                Level {
+                    name: "spine".into(),
+                    bandwidth_gbps: 2.0,
+                    latency_us: 4.0,
+                },
+            ],
+            4,
+            8,
+            2,
+        )
+        .with_transports(vec![false], vec![false])
+        .unwrap();
+        assert_eq!(slow.pair_bandwidth(0, 1), SHM_GBPS);
+        let r = evaluate(&slow, &job, &[0, 8]).unwrap();
+        let busbw = 1e9 / (r.comm_seconds - 2.0 * 3e-6) / 1e9;
+        assert!((busbw - 2.0).abs() < 1e-9, "{busbw}");
+        // All flags true is the same as none; a wrong count is refused.
+        let none = tree(4, 8, 2)
+            .with_transports(vec![true], vec![true])
+            .unwrap();
+        assert!(!none.net_staged(0, 8));
+        assert!(tree(4, 8, 2)
+            .with_transports(vec![true, false], vec![true])
+            .is_err());
     }
 
     #[test]

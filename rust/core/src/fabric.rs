@@ -56,9 +56,17 @@
 //! hashed uplink it gets `1 / E[load of the fullest link]` of a link (never more than its
 //! fair share). The balls are the flows on the uplink direction: the priced collective's
 //! class (its concurrent collectives) and the running jobs' load, each hop split into one
-//! connection per NIC share at the link rate (the per-GPU bandwidth of the level above; an
-//! uplink has `capacity / link rate` parallel links), and each connection into the level's
-//! queue pairs (NCCL_IB_QPS_PER_CONNECTION: more, smaller flows, less imbalance). Flows of
+//! connection per NIC port it drives, at the link rate (a NIC port's: the per-GPU bandwidth
+//! of the level above times the GPUs per NIC of the hosts under the uplink,
+//! [`Topology::link_rate`]; an uplink has `capacity / link rate` parallel links, so where two
+//! GPUs share a NIC there are half as many links and connections as GPUs), and each
+//! connection into the level's queue pairs (NCCL_IB_QPS_PER_CONNECTION: more, smaller flows,
+//! less imbalance). Where the hosts list their NICs, the links of an uplink above the NVLink
+//! domain split into one group per NIC (rail), and a flow hashes onto its own rail's links
+//! only ([`Topology::uplink_rails`]; rail-aligned leaves and spines as NVIDIA's SuperPOD
+//! designs cable them): the fullest link is the fullest over the rails, each taking an equal
+//! part of the flows ([`expected_fullest_in_groups`]). Hosts that list no NICs hash over the
+//! whole uplink. Flows of
 //! unequal size count as `W² / Σw²` equal balls of weight `Σw² / W` (exact for equal flows);
 //! the running jobs' load counts as flows at the link rate. Static routing does not split a
 //! connection over its queue pairs (one path per destination). Hedera (Al-Fares et al.,
@@ -169,7 +177,8 @@ fn flow_slots_at(topo: &Topology, a: usize, b: usize, mut slot: impl FnMut(usize
 }
 
 /// Per uplink direction: (slot, GB/s, Σ w² of its flows in link units), where each flow of
-/// `v` GB/s is `ceil(v / link rate)` connections of equal size (one per NIC share).
+/// `v` GB/s is `ceil(v / link rate)` connections of equal size (one per NIC port it drives;
+/// the link rate is a NIC port's, [`Topology::link_rate`]).
 pub(crate) type Balls = Vec<(u32, f64, f64)>;
 
 /// Push the flows of one collective over `members` (ordered by [`ordered_members`]) onto
@@ -187,8 +196,8 @@ fn collective_balls(
     let (rate, scale) = healthy_rates(topo, kind, members);
     collective_flows(kind, members, |a, b, fraction| {
         let v = rate * fraction;
-        flow_slots_at(topo, a, b, |s, level| {
-            let units = v / topo.effective_bandwidth(level + 1);
+        flow_slots_at(topo, a, b, |s, _| {
+            let units = v / topo.link_rate(s / 2);
             let connections = (units - 1e-9).ceil().max(1.0);
             out.push((s as u32, v, units * units / connections));
         });
@@ -259,7 +268,7 @@ fn fullest_link(
     if !routing.hashes() || own_gbps <= 0.0 || own_sq <= 0.0 {
         return None;
     }
-    let rate = topo.effective_bandwidth(level + 1);
+    let rate = topo.link_rate(uplink);
     let qps = match routing {
         Routing::Ecmp => topo.qps_per_connection(level) as f64,
         _ => 1.0,
@@ -272,7 +281,14 @@ fn fullest_link(
     let squares = mine_gbps / rate * unit + others_gbps / rate;
     let balls = total * total / squares;
     let weight = squares / total;
-    Some(weight / qps * expected_fullest(balls * qps, topo.uplink_links(uplink)))
+    let links = topo.uplink_links(uplink);
+    // Above the NVLink domain a flow only takes its own rail's links: the rails hash apart.
+    let rails = if level > topo.nvlink_level() {
+        topo.uplink_rails(uplink).min(links)
+    } else {
+        1
+    };
+    Some(weight / qps * expected_fullest_in_groups(balls * qps, links, rails))
 }
 
 /// Largest ball and bin counts for which [`expected_fullest`] is computed exactly; beyond, the
@@ -280,7 +296,7 @@ fn fullest_link(
 const EXACT_LIMIT: usize = 128;
 
 thread_local! {
-    static FULLEST: RefCell<HashMap<(usize, usize), f64>> = RefCell::new(HashMap::new());
+    static FULLEST: RefCell<HashMap<(usize, usize, usize), f64>> = RefCell::new(HashMap::new());
 }
 
 /// The expected number of balls in the fullest of `bins` bins when `balls` balls are thrown
@@ -289,29 +305,42 @@ thread_local! {
 /// [`EXACT_LIMIT`] balls and bins, Poissonised beyond: `E[max] = Σ_k 1 - F_λ(k)^bins` with
 /// `λ = balls / bins`. With `n` balls in `n` bins: 2.60 at 8, 3.08 at 16, 3.96 at 64.
 pub fn expected_fullest(balls: f64, bins: usize) -> f64 {
+    expected_fullest_in_groups(balls, bins, 1)
+}
+
+/// [`expected_fullest`] when the `bins` split into `groups` equal groups (rails) and each
+/// group gets `balls / groups` of the balls, thrown into its own bins only: the expected
+/// fullest bin over all groups, `Σ_k 1 - P(max of one group <= k)^groups` (exact up to
+/// [`EXACT_LIMIT`] balls and bins per group, Poissonised beyond, where grouping changes
+/// nothing). A fractional count per group interpolates linearly between its neighbours. With
+/// 64 balls in 64 bins: 3.96 in one group, 3.61 in 8 rails of 8.
+pub fn expected_fullest_in_groups(balls: f64, bins: usize, groups: usize) -> f64 {
     if balls.is_nan() || balls <= 0.0 {
         return 0.0;
     }
+    let groups = groups.clamp(1, bins.max(1));
+    let per_group = balls / groups as f64;
+    let bins = (bins as f64 / groups as f64).round().max(1.0) as usize;
     if bins <= 1 {
-        return balls;
+        return per_group;
     }
-    let low = balls.floor();
-    let frac = balls - low;
+    let low = per_group.floor();
+    let frac = per_group - low;
     let at = |n: f64| -> f64 {
         let n = n as usize;
         if n == 0 {
             return 0.0;
         }
         FULLEST.with(|cell| {
-            if let Some(&v) = cell.borrow().get(&(n, bins)) {
+            if let Some(&v) = cell.borrow().get(&(n, bins, groups)) {
                 return v;
             }
             let v = if n <= EXACT_LIMIT && bins <= EXACT_LIMIT {
-                fullest_exact(n, bins)
+                fullest_exact(n, bins, groups)
             } else {
-                fullest_poisson(n as f64, bins)
+                fullest_poisson((n * groups) as f64, bins * groups)
             };
-            cell.borrow_mut().insert((n, bins), v);
+            cell.borrow_mut().insert((n, bins, groups), v);
             v
         })
     };
@@ -330,10 +359,10 @@ pub fn links_used(balls: f64, bins: usize) -> f64 {
     1.0 - (1.0 - 1.0 / bins as f64).powf(balls.max(0.0))
 }
 
-/// `E[max]` of `n` balls in `m` bins, exactly: `Σ_k P(max > k)`, each `P(max <= k)` by
-/// splitting the balls bin by bin (bin `b` of the `b` left gets Binomial(r, 1/b) of the `r`
-/// balls left).
-fn fullest_exact(n: usize, m: usize) -> f64 {
+/// `E[max]` over `groups` independent groups of `n` balls in `m` bins each, exactly:
+/// `Σ_k 1 - P(max <= k)^groups`, each group's `P(max <= k)` by splitting the balls bin by bin
+/// (bin `b` of the `b` left gets Binomial(r, 1/b) of the `r` balls left).
+fn fullest_exact(n: usize, m: usize, groups: usize) -> f64 {
     let mut expected = 0.0;
     let mut fits = vec![0.0; n + 1];
     let mut next = vec![0.0; n + 1];
@@ -356,7 +385,7 @@ fn fullest_exact(n: usize, m: usize) -> f64 {
             }
             std::mem::swap(&mut fits, &mut next);
         }
-        let below = fits[n].min(1.0);
+        let below = fits[n].min(1.0).powi(groups as i32);
         expected += 1.0 - below;
         if below > 1.0 - 1e-12 {
             break;
@@ -1085,7 +1114,7 @@ pub fn collisions(state: &ClusterState, job: &JobSpec, gpus: &[u32]) -> Result<C
     for (s, (v, sq)) in slots {
         let uplink = s as usize / 2;
         let (level, _) = topo.uplink_owner(uplink);
-        let rate = topo.effective_bandwidth(level + 1);
+        let rate = topo.link_rate(uplink);
         let entry = &mut levels[level - topo.nvlink_level()];
         if s as usize % 2 == UP {
             entry.flows += v / rate;
@@ -1596,5 +1625,139 @@ mod tests {
                 vec![]
             )
             .is_ok());
+    }
+}
+
+#[cfg(test)]
+mod port_rate_tests {
+    use super::*;
+    use crate::job::testing::tp_dp_job;
+    use crate::topology::tests::tree;
+    use std::sync::Arc;
+
+    #[test]
+    fn rails_hash_apart() {
+        // One group is the plain balls-into-bins maximum.
+        for (b, m) in [(8.0, 8usize), (16.0, 16), (64.0, 64), (300.0, 200)] {
+            assert_eq!(expected_fullest_in_groups(b, m, 1), expected_fullest(b, m));
+        }
+        // 64 flows on 64 links: 3.96 pooled, 3.61 when 8 rails of 8 links take 8 flows each
+        // (each rail's maximum is 2.60, the fullest of eight such rails 3.61); 32 on 32 in 4
+        // rails 3.29.
+        assert!((expected_fullest_in_groups(64.0, 64, 1) - 3.9577).abs() < 1e-4);
+        assert!((expected_fullest_in_groups(64.0, 64, 8) - 3.6070).abs() < 1e-4);
+        assert!((expected_fullest_in_groups(32.0, 32, 4) - 3.2926).abs() < 1e-4);
+        assert!((expected_fullest_in_groups(16.0, 16, 4) - 2.6577).abs() < 1e-4);
+        // A rail of one link carries its rail's flows whatever the hashing.
+        assert_eq!(expected_fullest_in_groups(8.0, 4, 4), 2.0);
+        // More groups than bins: one bin each.
+        assert_eq!(expected_fullest_in_groups(6.0, 3, 5), 2.0);
+        // Beyond the exact range the Poisson form ignores grouping.
+        assert_eq!(
+            expected_fullest_in_groups(4000.0, 400, 8),
+            expected_fullest(4000.0, 400)
+        );
+    }
+
+    #[test]
+    fn links_run_at_the_nic_port_rate() {
+        // 8 GPUs and 4 NICs per host (two GPUs per NIC), one host per leaf, ECMP on the leaves'
+        // uplinks. A NIC port runs at 2 x 25 GB/s: the leaf's 200 GB/s uplink is 4 links, not
+        // 8, in 4 rails of one link each.
+        let shared = || tree(2, 8, 1).with_fabric(vec![0.0], vec![4]).unwrap();
+        let topo = shared()
+            .with_routing(
+                vec![Routing::Adaptive, Routing::Ecmp, Routing::Adaptive],
+                vec![1, 1, 1],
+            )
+            .unwrap();
+        let leaf = topo.uplink_id(1, 0).unwrap();
+        assert_eq!(topo.gpus_per_nic(0), 2.0);
+        assert_eq!(topo.link_rate(leaf), 50.0);
+        assert_eq!(topo.uplink_links(leaf), 4);
+        assert_eq!(topo.uplink_rails(leaf), 4);
+        // Without NICs listed: a link per GPU at the per-GPU rate, no rails.
+        let plain = tree(2, 8, 1);
+        let pleaf = plain.uplink_id(1, 0).unwrap();
+        assert_eq!(
+            (
+                plain.link_rate(pleaf),
+                plain.uplink_links(pleaf),
+                plain.uplink_rails(pleaf)
+            ),
+            (25.0, 8, 1)
+        );
+        // tp 8 x dp 2: eight dp rings of two, GPU i of one host to GPU i of the other. Each
+        // ring's hop drives one NIC (two shares, 50 GB/s); two rings share each NIC, so each
+        // rail's link carries two of them: exactly half of the priced rate (before, the 8
+        // flows counted as 16 per-GPU connections on 8 per-GPU links: 1 / 4.20).
+        let job = tp_dp_job(&topo, 8, 2);
+        let gpus: Vec<u32> = (0..16).collect();
+        let hashed = crate::cost::evaluate(&topo, &job, &gpus).unwrap();
+        let open = crate::cost::evaluate(&shared(), &job, &gpus).unwrap();
+        assert_eq!(hashed.class_seconds[0], open.class_seconds[0]);
+        let latency = 2.0 * 4e-6;
+        let ratio = (hashed.class_seconds[1] - latency) / (open.class_seconds[1] - latency);
+        assert!((ratio - 2.0).abs() < 1e-9, "{ratio}");
+        let state = ClusterState::new(Arc::new(topo.clone()));
+        let report = collisions(&state, &job, &gpus).unwrap();
+        let level = &report.levels[1];
+        assert_eq!((level.links, level.fullest, level.share), (4, 2.0, 0.5));
+        // 8 flows (one per ring, at the port rate) up each of the two leaves.
+        assert!((level.flows - 16.0).abs() < 1e-9);
+        // Top-of-rack leaves: the 8 port-rate flows hash over all 4 links.
+        let tor = topo
+            .clone()
+            .with_rail_alignment(vec![true, false, true])
+            .unwrap();
+        let r = crate::cost::evaluate(&tor, &job, &gpus).unwrap();
+        let ratio = (r.class_seconds[1] - latency) / (open.class_seconds[1] - latency);
+        assert!((ratio - expected_fullest(8.0, 4)).abs() < 1e-9, "{ratio}");
+    }
+
+    #[test]
+    fn rails_split_a_leafs_uplink() {
+        // Four hosts of 8 GPUs with 8 NICs (one per GPU, 8 rails) under each leaf, two leaves,
+        // ECMP: the leaf's uplink has 32 links, 4 per rail. The dp rings of a tp 8 x dp 2 job
+        // spread 4 + 4 hosts over the leaves: each rail's 4 links take that rail's flows only.
+        let topo = tree(8, 8, 4)
+            .with_fabric(vec![0.0], vec![8])
+            .unwrap()
+            .with_routing(
+                vec![Routing::Adaptive, Routing::Ecmp, Routing::Adaptive],
+                vec![1, 1, 1],
+            )
+            .unwrap();
+        let leaf = topo.uplink_id(1, 0).unwrap();
+        assert_eq!((topo.uplink_links(leaf), topo.uplink_rails(leaf)), (32, 8));
+        // GPU i of hosts 0 and 4 (leaves 0 and 1) in a dp ring: one flow per rail up each
+        // leaf, alone on its rail's 4 links: no collision, where 8 flows pooled on 32 links
+        // would put up to 2 on one.
+        let job = tp_dp_job(&topo, 8, 2);
+        let gpus: Vec<u32> = (0..8).chain(32..40).collect();
+        let state = ClusterState::new(Arc::new(topo.clone()));
+        let report = collisions(&state, &job, &gpus).unwrap();
+        assert_eq!(report.levels[1].fullest, 1.0);
+        assert!(expected_fullest(8.0, 32) > 1.5);
+        assert_eq!(report.slowdown(), 1.0);
+        // The same leaves cabled top-of-rack (not rail-aligned): the 8 flows hash over all 32.
+        let tor = topo
+            .clone()
+            .with_rail_alignment(vec![true, false, true])
+            .unwrap();
+        assert_eq!(tor.uplink_rails(leaf), 1);
+        let state = ClusterState::new(Arc::new(tor));
+        let report = collisions(&state, &job, &gpus).unwrap();
+        assert!((report.levels[1].fullest - expected_fullest(8.0, 32)).abs() < 1e-9);
+        assert!(report.slowdown() > 1.0);
+        // All levels aligned is the default; a wrong count is refused.
+        assert_eq!(
+            topo.clone()
+                .with_rail_alignment(vec![true; 3])
+                .unwrap()
+                .uplink_rails(leaf),
+            8
+        );
+        assert!(topo.clone().with_rail_alignment(vec![false]).is_err());
     }
 }

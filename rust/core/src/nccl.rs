@@ -51,6 +51,34 @@
 //!
 //! The report names the algorithm chosen for each class's slowest collective.
 //!
+//! ## Transports: direct or staged through host memory
+//!
+//! NCCL moves a hop's data directly where it can (P2P over NVLink or PCIe inside a host,
+//! GPUDirect RDMA between a GPU and its NIC) and through buffers in host memory where it
+//! cannot. NCCL's topology code diverts such a path through the CPU (`src/graph/paths.cc`,
+//! `ncclTopoComputePaths`: `addInterStep(system, CPU, ...)` for GPU pairs without P2P and for
+//! GPU-NIC pairs without GDR), and the transport copies twice: the sender's GPU writes a
+//! buffer in host memory, the receiver's GPU (SHM) or the NIC (network) reads it, and back on
+//! the other side. A host type declares which of its paths are staged (`p2p: false`,
+//! `gpudirect_rdma: false` in the topology file; [`Topology::with_transports`]), and a staged
+//! pair's bandwidth is capped at what staging was measured to deliver:
+//!
+//! * **SHM** (no GPU peer-to-peer inside a host: GeForce boards, whose driver reports no P2P,
+//!   PCIe GPUs under different CPU sockets, `NCCL_P2P_DISABLE=1`): [`SHM_GBPS`] per GPU, in
+//!   [`Topology::pair_bandwidth`], so every algorithm and solver sees it.
+//! * **Network without GPUDirect RDMA** (the NIC is not under the GPU's PCIe switch, no
+//!   `nvidia-peermem`, or an instance type without it such as EC2's g4dn and g6e): every hop
+//!   that leaves the NVLink domain through a NIC of such a host is staged, and each GPU
+//!   driving it moves at most [`NET_STAGED_GBPS`] whatever NIC shares it has
+//!   ([`Topology::net_staged`]): per pair in [`Topology::pair_bandwidth`] (point-to-point,
+//!   explicit traffic, the solvers' pricing), per GPU of a ring hop's smaller side in
+//!   [`ring_bandwidths`] (ring, tree, NVLS-tree, CollNet), per GPU of a domain in
+//!   [`alltoall_bytes_seconds`].
+//!
+//! Both are two-way copies through the CPU's root complex and memory, so they do not scale
+//! with the PCIe generation the way direct paths do; the measured figures are flat constants,
+//! not fractions of the link rate. A NIC slower than the cap keeps its own rate.
+//!
 //! Bytes per level are counted on the ring's edges whichever algorithm runs (the tree's and
 //! NVLS's bytes stay on the same levels; their split between levels is not modelled apart).
 
@@ -93,6 +121,24 @@ impl Algorithm {
 pub const NVLS_LATENCY_US: f64 = 25.0;
 /// NCCL's tree bus bandwidth relative to the ring's (`tuning.cc`: `busBw * .92`).
 pub const TREE_BW_FACTOR: f64 = 0.92;
+
+/// Bandwidth (GB/s per GPU, each direction) of NCCL's SHM transport between two GPUs of one
+/// host without peer-to-peer access (module docs, "Transports"). Source: NVIDIA/nccl issue
+/// #384 (2020): two GPUs on PCIe Gen3 x16 with `NCCL_P2P_DISABLE=1` (SHM), NCCL 2.4.8 and one
+/// channel, all-reduce bus bandwidth 3.9 GB/s (all-gather and reduce-scatter 3.17) against
+/// 10.31 GB/s for a one-way broadcast; NCCL's maintainer (sjeaugey) answered that some CPUs
+/// handle two-way traffic through host memory badly. A ring's hops all run both ways, so the
+/// two-way figure applies.
+pub const SHM_GBPS: f64 = 3.9;
+
+/// Bandwidth (GB/s per GPU, each direction) of a network hop staged through host memory, for
+/// hosts without GPUDirect RDMA (module docs, "Transports"). Source: aws/aws-ofi-nccl issue
+/// #547 (2024-2025): nccl-tests on EC2 g6e (L40S, four EFA interfaces) "maxes out at 3GBps";
+/// AWS's maintainer (bwbarrett) answered that the g6e hardware does not support GPUDirect
+/// RDMA and that on EC2 only the P series from p4d does. Same vendor family (EFA through
+/// aws-ofi-nccl) as the g4dn T4 run in the shared measurements, so that run is not an
+/// independent check of this figure.
+pub const NET_STAGED_GBPS: f64 = 3.0;
 
 /// The unit NCCL treats as one node: the NVLink domain (the host on HGX; the whole rack on
 /// NVL72, whose multi-node NVLink makes it one NCCL node, its NICs reachable through NVLink).
@@ -174,17 +220,28 @@ pub fn ring_edges<'a>(
 
 /// The slowest edge inside NVLink domains and the slowest out of them (NIC shares included) of
 /// a ring in ring order, given each edge's per-GPU bandwidth `bw(a, b, level)` (GB/s;
-/// infinite where the ring has no such edge). The ring runs at the smaller of the two.
+/// infinite where the ring has no such edge). The ring runs at the smaller of the two. A hop
+/// staged through host memory (no GPUDirect RDMA on either side, [`Topology::net_staged`])
+/// moves at most [`NET_STAGED_GBPS`] per GPU of its smaller side.
 pub fn ring_bandwidths(
     topo: &Topology,
     ring: &[u32],
     runs: &[u32],
     mut bw: impl FnMut(usize, usize, usize) -> f64,
 ) -> (f64, f64) {
+    let n = ring.len();
     let (mut intra, mut inter) = (f64::INFINITY, f64::INFINITY);
-    for (a, b, level, lanes) in ring_edges(topo, ring, runs) {
+    for (i, (a, b, level, lanes)) in ring_edges(topo, ring, runs).enumerate() {
         match lanes {
-            Some(k) => inter = inter.min(k * bw(a, b, level)),
+            Some(k) => {
+                let mut v = k * bw(a, b, level);
+                if topo.net_staged(a, b) {
+                    // Each GPU of the smaller side stages its own channels' data.
+                    let gpus = runs[i].min(runs[(i + 1) % n]) as f64;
+                    v = v.min(gpus * NET_STAGED_GBPS);
+                }
+                inter = inter.min(v);
+            }
             None => intra = intra.min(bw(a, b, level)),
         }
     }
@@ -370,11 +427,15 @@ pub fn alltoall_bytes_seconds(
     for u in 0..m {
         let ku = k[u] as f64;
         let remote = (n as f64) - ku;
-        let fabric = if remote > 0.0 {
+        let mut fabric = if remote > 0.0 {
             out[u].max(inn[u]) / topo.nic_shares(first[u], k[u]) / share
         } else {
             0.0
         };
+        if remote > 0.0 && !topo.transports(first[u]).1 {
+            // No GPUDirect RDMA: each GPU stages its `remote · S/n` bytes through host memory.
+            fabric = fabric.max(remote * pair / (NET_STAGED_GBPS * 1e9));
+        }
         let nvlink = if k[u] > 1 && slow_intra[u].is_finite() {
             let rails = topo.rails(first[u]).min(k[u]).max(1) as f64;
             let pxn = if remote > 0.0 { 1.0 - 1.0 / rails } else { 0.0 };

@@ -155,6 +155,13 @@ pub struct Topology {
     /// Dense peak TFLOPS of one GPU of each host type, 0 where unknown (see [`crate::gpu`]);
     /// empty: unknown everywhere.
     peak_tflops: Vec<f64>,
+    /// Per host type, (GPU peer-to-peer, GPUDirect RDMA): whether its GPUs reach each other
+    /// and their NICs directly or through buffers in host memory (see [`crate::nccl`],
+    /// "Transports"); empty: direct everywhere.
+    direct: Vec<(bool, bool)>,
+    /// Per level, whether its switches are cabled rail by rail (see [`Self::uplink_rails`]);
+    /// empty: every level.
+    rail_aligned: Vec<bool>,
     /// The fabric's uplinks (see [`crate::fabric`]): the id of level-l domain d's uplink is
     /// `uplink_base[l] + d` for levels from the NVLink domain up to below the top.
     uplink_base: Vec<usize>,
@@ -425,6 +432,8 @@ impl Topology {
             sharp: Vec::new(),
             algorithm_efficiency: [1.0; 4],
             peak_tflops: Vec::new(),
+            direct: Vec::new(),
+            rail_aligned: Vec::new(),
         })
     }
 
@@ -520,11 +529,100 @@ impl Topology {
         Some(m[la * nt.gpus + lb])
     }
 
-    /// Bandwidth (GB/s) of traffic between two distinct GPUs.
+    /// Bandwidth (GB/s) of traffic between two distinct GPUs: the levels' (or the host
+    /// matrix's), capped where the pair's path is staged through host memory: at
+    /// [`crate::nccl::SHM_GBPS`] for two GPUs of one host without peer-to-peer access (NCCL's
+    /// SHM transport), at [`crate::nccl::NET_STAGED_GBPS`] for a pair whose path leaves the
+    /// NVLink domain from a host without GPUDirect RDMA ([`Self::net_staged`]; a hop driving
+    /// several NIC shares is capped per GPU driving it, [`crate::nccl::ring_bandwidths`]).
     #[inline]
     pub fn pair_bandwidth(&self, a: usize, b: usize) -> f64 {
-        self.node_matrix_bandwidth(a, b)
-            .unwrap_or_else(|| self.effective_bw[self.lca(a, b)])
+        let bw = self
+            .node_matrix_bandwidth(a, b)
+            .unwrap_or_else(|| self.effective_bw[self.lca(a, b)]);
+        if self.direct.is_empty() {
+            bw
+        } else if self.node_of(a) == self.node_of(b) {
+            if self.transports(a).0 {
+                bw
+            } else {
+                bw.min(crate::nccl::SHM_GBPS)
+            }
+        } else if self.net_staged(a, b) {
+            bw.min(crate::nccl::NET_STAGED_GBPS)
+        } else {
+            bw
+        }
+    }
+
+    /// The same topology with, per host type, whether its GPUs have peer-to-peer access to
+    /// each other (`p2p`; false: NCCL's SHM transport through host memory) and GPUDirect RDMA
+    /// to their NICs (`gpudirect_rdma`; false: the network transport stages through host
+    /// memory). Empty vectors: both everywhere.
+    pub fn with_transports(
+        mut self,
+        p2p: Vec<bool>,
+        gpudirect_rdma: Vec<bool>,
+    ) -> Result<Topology> {
+        let types = self.node_types.len();
+        if p2p.is_empty() && gpudirect_rdma.is_empty() {
+            self.direct = Vec::new();
+            return Ok(self);
+        }
+        if p2p.len() != types || gpudirect_rdma.len() != types {
+            return Err(invalid(format!(
+                "transports: expected one p2p and one gpudirect_rdma flag per host type ({types}), \
+                 got {} and {}",
+                p2p.len(),
+                gpudirect_rdma.len()
+            )));
+        }
+        self.direct = p2p.into_iter().zip(gpudirect_rdma).collect();
+        if self.direct.iter().all(|&(p, g)| p && g) {
+            self.direct = Vec::new();
+        }
+        Ok(self)
+    }
+
+    /// The same topology with, per level, whether its switches are cabled rail by rail (empty:
+    /// every level is).
+    pub fn with_rail_alignment(mut self, rail_aligned: Vec<bool>) -> Result<Topology> {
+        if !rail_aligned.is_empty() && rail_aligned.len() != self.levels.len() {
+            return Err(invalid(format!(
+                "rail_aligned: expected one flag per level ({}), got {}",
+                self.levels.len(),
+                rail_aligned.len()
+            )));
+        }
+        self.rail_aligned = if rail_aligned.iter().all(|&r| r) {
+            Vec::new()
+        } else {
+            rail_aligned
+        };
+        Ok(self)
+    }
+
+    /// Whether the GPUs of `gpu`'s host have peer-to-peer access to each other and GPUDirect
+    /// RDMA to their NICs.
+    #[inline]
+    pub fn transports(&self, gpu: usize) -> (bool, bool) {
+        match self
+            .direct
+            .get(self.node_type_of_node[self.node_of(gpu)] as usize)
+        {
+            Some(&d) => d,
+            None => (true, true),
+        }
+    }
+
+    /// Whether the path between two GPUs of different NVLink domains is staged through host
+    /// memory on either side (a host without GPUDirect RDMA): each GPU driving such a hop
+    /// moves at most [`crate::nccl::NET_STAGED_GBPS`], whatever NIC shares it has.
+    #[inline]
+    pub fn net_staged(&self, a: usize, b: usize) -> bool {
+        !self.direct.is_empty()
+            && (!self.transports(a).1 || !self.transports(b).1)
+            && self.lca(a, b) > self.nvlink_level
     }
 
     /// Number of fabric uplinks (see [`crate::fabric`]).
@@ -656,13 +754,56 @@ impl Topology {
         self.routing.iter().any(|r| r.hashes())
     }
 
-    /// Parallel links of uplink `uplink`: its capacity over the per-GPU bandwidth of the level
-    /// above (links at the NICs' rate; a non-blocking uplink has one per GPU under it), at
-    /// least one.
+    /// Parallel links of uplink `uplink`: its capacity over [`Self::link_rate`] (a
+    /// non-blocking uplink has one per NIC port under it: one per GPU where every GPU has its
+    /// own NIC), at least one.
     pub fn uplink_links(&self, uplink: usize) -> usize {
-        let (level, _) = self.uplink_owner(uplink);
-        let rate = self.effective_bw[level + 1];
-        ((self.uplink_gbps[uplink] / rate).round() as usize).max(1)
+        ((self.uplink_gbps[uplink] / self.link_rate(uplink)).round() as usize).max(1)
+    }
+
+    /// Rate (GB/s, each direction) of one parallel link of `uplink`: a NIC port's, the per-GPU
+    /// bandwidth of the level above times the GPUs per NIC of the hosts under it (`gpus /
+    /// nics` where the host type lists its NICs: 2 where two GPUs share a NIC, 1/2 where each
+    /// GPU has two; 1 otherwise). Switch links above the hosts are taken to run at the NICs'
+    /// port rate. A domain holding hosts of several types takes its first GPU's type.
+    pub fn link_rate(&self, uplink: usize) -> f64 {
+        let (level, domain) = self.uplink_owner(uplink);
+        self.effective_bw[level + 1] * self.gpus_per_nic(self.first_gpu_of(level, domain))
+    }
+
+    /// GPUs per NIC of the host of `gpu`: `gpus / nics` where its type lists NICs, else 1.
+    pub fn gpus_per_nic(&self, gpu: usize) -> f64 {
+        let t = self.node_type_of_node[self.node_of(gpu)] as usize;
+        match self.nics.get(t).copied() {
+            Some(n) if n > 0 => self.node_types[t].gpus as f64 / n as f64,
+            _ => 1.0,
+        }
+    }
+
+    /// Rails the links of `uplink` split into: the NICs the host type under its domain lists
+    /// (its first GPU's type), 1 where it lists none or where the uplink's level is not
+    /// rail-aligned ([`Self::with_rail_alignment`]). A host type that lists its NICs declares
+    /// its rails, and a rail-aligned level (the default: one leaf per rail, as NVIDIA's DGX
+    /// SuperPOD reference designs cable them and NCCL's PXN assumes) lets a flow above the
+    /// NVLink domain take only its own rail's links; a type without NICs says nothing about
+    /// rails and its flows hash over the whole uplink, as on a top-of-rack leaf.
+    pub fn uplink_rails(&self, uplink: usize) -> usize {
+        let (level, domain) = self.uplink_owner(uplink);
+        if !self.rail_aligned.get(level).copied().unwrap_or(true) {
+            return 1;
+        }
+        let t = self.node_type_of_node[self.node_of(self.first_gpu_of(level, domain))] as usize;
+        self.nics.get(t).map_or(1, |&n| (n as usize).max(1))
+    }
+
+    /// A GPU of level-`level` domain `domain` (its first child's, down to the lowest level).
+    fn first_gpu_of(&self, level: usize, domain: usize) -> usize {
+        let (mut l, mut d) = (level, domain);
+        while l > 0 {
+            d = self.children[l].row(d)[0] as usize;
+            l -= 1;
+        }
+        self.lowest_members(d)[0] as usize
     }
 
     /// The same topology with, per host type, the NVLink SHARP all-reduce bus bandwidth (GB/s,

@@ -44,6 +44,40 @@ fn topology_with_fabric(
     })
 }
 
+/// The same topology with, per host type in the order it was built with, whether its GPUs
+/// have peer-to-peer access to each other (false: NCCL's SHM transport through host memory)
+/// and GPUDirect RDMA to their NICs (false: network hops staged through host memory).
+#[pyfunction]
+fn with_transports(
+    py: Python<'_>,
+    topology: &PyTopology,
+    p2p: Vec<bool>,
+    gpudirect_rdma: Vec<bool>,
+) -> PyResult<PyTopology> {
+    let topo = topology.inner.as_ref().clone();
+    let inner = enter(py, Stop::Never, || {
+        topo.with_transports(p2p, gpudirect_rdma)
+    })?;
+    Ok(PyTopology {
+        inner: Arc::new(inner),
+    })
+}
+
+/// The same topology with, per level, whether its switches are cabled rail by rail (a hashed
+/// flow takes only its own rail's uplink links where the hosts list their NICs).
+#[pyfunction]
+fn with_rail_alignment(
+    py: Python<'_>,
+    topology: &PyTopology,
+    rail_aligned: Vec<bool>,
+) -> PyResult<PyTopology> {
+    let topo = topology.inner.as_ref().clone();
+    let inner = enter(py, Stop::Never, || topo.with_rail_alignment(rail_aligned))?;
+    Ok(PyTopology {
+        inner: Arc::new(inner),
+    })
+}
+
 /// (from GPU, to GPU, from host, to host, level, NIC shares) of one ring hop.
 type HopRow = (u32, u32, u32, u32, usize, f64);
 
@@ -77,6 +111,8 @@ fn ring_hops(topology: &PyTopology, gpus: PyReadonlyArray1<'_, i64>) -> PyResult
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(topology_with_fabric, m)?)?;
+    m.add_function(wrap_pyfunction!(with_transports, m)?)?;
+    m.add_function(wrap_pyfunction!(with_rail_alignment, m)?)?;
     m.add_function(wrap_pyfunction!(ring_hops, m)?)?;
     Ok(())
 }
