@@ -8,6 +8,7 @@ import contextlib
 import http.client
 import json
 import socket
+import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,7 +102,12 @@ def running_service(
     journal: Path | None = None,
     rules: Any = None,
     durability: Durability = "power",
+    tls: dict[str, Any] | None = None,
+    client_ssl: ssl.SSLContext | None = None,
 ) -> Iterator[Running]:
+    """``tls``: uvicorn's TLS settings (``ssl_certfile``, ``ssl_keyfile`` and, for client
+    certificates, ``ssl_ca_certs`` with ``ssl_cert_reqs``), on TCP; ``client_ssl``: the
+    context of the ``Client`` the test gets."""
     if state is None:
         state = gpuplace.ClusterState(gpuplace.Topology.preset("h100-superpod", nodes=4))
     build = state if callable(state) else (lambda s=state: s)
@@ -109,23 +115,24 @@ def running_service(
     topo_name = build().topology.name
     engine = Engine.open(journal_obj, [(topo_name, build)], rules=rules or RULES)
     service = Service(engine, limits=limits, token=token, extender_prefix=extender_prefix)
-    if tcp:
-        sock = listen_tcp("127.0.0.1", 0, token=token)
+    if tcp or tls:
+        client_certs = bool(tls and tls.get("ssl_ca_certs"))
+        sock = listen_tcp("127.0.0.1", 0, token=token, tls=client_certs)
         port = sock.getsockname()[1]
-        address = f"http://127.0.0.1:{port}"
+        address = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     else:
         path = directory / "gpuplace.sock"
         sock = listen_unix(path)
         port = None
         address = str(path)
-    server = Server(service, [sock], idle_timeout=idle_timeout)
+    server = Server(service, [sock], idle_timeout=idle_timeout, ssl=tls)
     server.start()
     try:
         yield Running(
             engine,
             service,
             server,
-            Client(address, token=token),
+            Client(address, token=token, ssl_context=client_ssl),
             address,
             port,
             journal_obj,

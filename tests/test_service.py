@@ -6,15 +6,18 @@ losing none that was acknowledged."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import os
 import signal
+import ssl
 import stat
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import gpuplace
 import numpy as np
@@ -791,3 +794,115 @@ def test_a_flush_leaves_snapshots_to_the_committer(tmp_path: Path) -> None:
         assert [event["n"] for _, event in recovered.events] == [1, 2]
     finally:
         again.close()
+
+
+def _certificate_authority(name: str) -> tuple[Any, Any]:
+    """A self-signed CA (key, certificate) made with ``cryptography``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def _issue(ca: tuple[Any, Any], name: str, directory: Path, *, server: bool) -> tuple[Path, Path]:
+    """A certificate for ``name`` signed by ``ca`` (for the server: valid for 127.0.0.1),
+    written as PEM files; returns (certificate, key)."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ca_key, ca_cert = ca
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+    )
+    if server:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+    cert = builder.sign(ca_key, hashes.SHA256())
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def test_tls_with_client_certificates(tmp_path: Path) -> None:
+    """The kube-scheduler's way in (it sends no token): TLS on TCP with client certificates
+    signed by the CA given (``--tls-client-ca``). A client with such a certificate is served;
+    one without a certificate, or with one from another CA, is refused in the handshake and
+    changes nothing. The service listens on loopback only."""
+    from cryptography.hazmat.primitives import serialization
+
+    ca = _certificate_authority("gpuplace test CA")
+    ca_pem = tmp_path / "ca.crt"
+    ca_pem.write_bytes(ca[1].public_bytes(serialization.Encoding.PEM))
+    server_cert, server_key = _issue(ca, "gpuplace-serve", tmp_path, server=True)
+    client_cert, client_key = _issue(ca, "kube-scheduler", tmp_path, server=False)
+    rogue_cert, rogue_key = _issue(
+        _certificate_authority("another CA"), "intruder", tmp_path, server=False
+    )
+
+    def context(cert: Path | None, key: Path | None) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(ca_pem))
+        if cert is not None and key is not None:
+            ctx.load_cert_chain(str(cert), str(key))
+        return ctx
+
+    tls = {
+        "ssl_certfile": str(server_cert),
+        "ssl_keyfile": str(server_key),
+        "ssl_ca_certs": str(ca_pem),
+        "ssl_cert_reqs": ssl.CERT_REQUIRED,
+    }
+    with running_service(tmp_path, tls=tls, client_ssl=context(client_cert, client_key)) as svc:
+        assert svc.address.startswith("https://127.0.0.1:")
+        placed = svc.client.place(job("over-tls"))
+        assert placed["held"] and len(placed["gpus"]) == 8
+        for cert, key in ((None, None), (rogue_cert, rogue_key)):
+            stranger = Client(svc.address, ssl_context=context(cert, key), timeout=10)
+            with pytest.raises(ServiceError, match="did not answer"):
+                stranger.place(job(f"stranger-{cert is None}"))
+        # A client that does not trust the service's CA refuses it in turn.
+        with pytest.raises(ServiceError, match="CERTIFICATE_VERIFY_FAILED"):
+            Client(svc.address, ssl_context=ssl.create_default_context(), timeout=10).status()
+        assert list(svc.client.status()["clusters"][0]["jobs"]) == ["over-tls"]

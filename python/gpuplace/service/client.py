@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import ssl
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -43,12 +44,22 @@ class _UnixConnection(http.client.HTTPConnection):
 
 class Client:
     """``address``: a Unix socket path (``/run/gpuplace/gpuplace.sock`` or ``unix:PATH``) or
-    ``http://HOST:PORT``."""
+    ``http://HOST:PORT`` or ``https://HOST:PORT``; ``ssl_context``: for ``https``, the
+    context that verifies the service (its CA) and carries this client's certificate where the
+    service asks for one (``gpuplace serve --tls-client-ca``); None: the system's defaults."""
 
-    def __init__(self, address: str, *, token: str | None = None, timeout: float = 60.0):
+    def __init__(
+        self,
+        address: str,
+        *,
+        token: str | None = None,
+        timeout: float = 60.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ):
         self.address = address
         self.token = token
         self.timeout = timeout
+        self.ssl_context = ssl_context
         if address.startswith(("http://", "https://")):
             parts = urlsplit(address)
             self._tcp: tuple[str, int, bool] | None = (
@@ -67,7 +78,9 @@ class Client:
         assert self._tcp is not None
         host, port, tls = self._tcp
         if tls:
-            return http.client.HTTPSConnection(host, port, timeout=self.timeout)
+            return http.client.HTTPSConnection(
+                host, port, timeout=self.timeout, context=self.ssl_context
+            )
         return http.client.HTTPConnection(host, port, timeout=self.timeout)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
