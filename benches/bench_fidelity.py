@@ -140,7 +140,10 @@ def runs() -> list[tuple[str, str, Topology, int, str]]:
                 gpu_model="B200",
             ),
             16,
-            "HGX B200 NVLink 5 (18 x 40.1 GB/s); 8 RDMA NICs assumed 400 Gb/s (not stated)",
+            "HGX B200 NVLink 5 (18 x 40.1 GB/s); 8 RoCE NICs at 400 Gb/s: the same authors' "
+            "paper on a4-highgpu-8g pairs measures 46.6 GB/s all-gather busbw for one GPU and "
+            "its NIC (model 50.0); NCCL 2.26 runs the ring (PAT needs 1 GPU per node, NVLS "
+            "across nodes needs CollNet)",
         ),
         (
             f("all_reduce_perf-a100-sxm-40gb-2nodes-8gpn-oci-roce-oci-hpc-oke.txt"),
@@ -254,7 +257,9 @@ def runs() -> list[tuple[str, str, Topology, int, str]]:
             "V100",
             _custom("v100", 8, 8, 150.0, 12.5 / 8, 1, gpu_model="V100"),
             64,
-            "one 100 Gb/s IB NIC per host assumed; NVLink 2 6 x 25 GB/s",
+            "one 100 Gb/s IB NIC per host (poster: 'IB network which bw is 100G'); NVLink 2 "
+            "6 x 25 GB/s; the same comment's all_reduce on this cluster is 4.33 GB/s busbw, "
+            "model 12.9 as described: the network gives both collectives ~1/3 of 100 Gb/s",
         ),
         (
             f("sendrecv_perf-a100-nvlink-1node-8gpu-li-plus-playground.txt"),

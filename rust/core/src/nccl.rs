@@ -44,7 +44,14 @@
 //!     least two of the group's GPUs in each): NVLS inside each domain, NCCL's tree between
 //!     them, pipelined ([`nvls_tree_bytes_seconds`]; latency `25 µs + 2 ⌈log2 H⌉ · α_span`,
 //!     NCCL `tuning.cc`'s `intraLat + 2 log2(nNodes) interLat`);
-//!   - all-gather and reduce-scatter use the ring, p2p one hop;
+//!   - all-gather and reduce-scatter use the ring, p2p one hop. NCCL 2.26's tuner
+//!     (`src/graph/tuning.cc`, `ncclTopoTuneModel`) offers them Ring, PAT, NVLS and CollNet
+//!     Direct only: PAT only with one GPU per node (`nNodes != nRanks` disables it), NVLS
+//!     across nodes only with CollNet support, so across HGX hosts without SHARP they run
+//!     the ring, at `nChannels · bwIntra` for up to two nodes with the ring's `nRanks / nsteps`
+//!     conversion: the same bus bandwidth as an all-reduce ring on the same GPUs, which is
+//!     what the model gives them (an all-reduce's tree or NVLS-tree, priced above, can beat
+//!     the ring's bus bandwidth; an all-gather has no such algorithm here);
 //!   - *all-to-all*: grouped send/receive, per NVLink domain its fabric bytes over its NIC
 //!     shares plus its NVLink rounds (PXN forwarding included), the slowest domain setting the
 //!     pace ([`alltoall_bytes_seconds`]).
