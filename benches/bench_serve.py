@@ -91,19 +91,32 @@ def start_service(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    sock = directory / "gpuplace.sock"
-    deadline = time.monotonic() + 120
+    return _answering(
+        proc,
+        directory / "gpuplace.sock",
+        "/healthz",
+        120,
+        lambda: f"gpuplace serve exited: {(directory / 'serve.log').read_text()}",
+    )
+
+
+def _answering(
+    proc: subprocess.Popen[bytes], sock: Path, path: str, seconds: float, exited: Any
+) -> subprocess.Popen[bytes]:
+    """``proc`` once it answers GET ``path`` on ``sock``; ``exited()``: the message if it
+    exits first."""
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"gpuplace serve exited: {(directory / 'serve.log').read_text()}")
+            raise SystemExit(exited())
         if sock.exists():
             try:
-                request_sync(sock, "GET", "/healthz")
+                request_sync(sock, "GET", path)
                 return proc
             except OSError:
                 pass
-        time.sleep(0.1)
-    raise SystemExit("gpuplace serve did not start")
+        time.sleep(0.05)
+    raise SystemExit(f"{' '.join(map(str, proc.args))[:60]}... did not start")
 
 
 #: The floor: an ASGI application that answers every request with a fixed body, on the same
@@ -132,18 +145,7 @@ FLOOR = "<floor>"
 def start_floor(directory: Path) -> subprocess.Popen[bytes]:
     sock = directory / "gpuplace.sock"
     proc = subprocess.Popen([sys.executable, "-c", _FLOOR_APP, str(sock)])
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("the floor server exited")
-        if sock.exists():
-            try:
-                request_sync(sock, "GET", "/")
-                return proc
-            except OSError:
-                pass
-        time.sleep(0.05)
-    raise SystemExit("the floor server did not start")
+    return _answering(proc, sock, "/", 60, lambda: "the floor server exited")
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
