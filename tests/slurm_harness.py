@@ -1,9 +1,11 @@
 """A throw-away Slurm cluster on loopback, for checking the slurm-tree baseline against Slurm.
 
 One munged, one slurmctld and one ``slurmd -N NAME`` per configured node, all in a private
-directory with its own slurm.conf, topology.conf and munge key; nodes listen on 127.0.0.1 with
-a port each and report the configured hardware (``SlurmdParameters=config_overrides``). Every
-daemon is started by :class:`LoopbackSlurm` and stopped by it, also when a test fails.
+directory with its own slurm.conf, topology.conf and munge key; slurmctld and the nodes listen
+on 127.0.0.1 only (``CommunicationParameters=NoInAddrAny,NoCtldInAddrAny``), each node on a
+port of its own, and the nodes report the configured hardware
+(``SlurmdParameters=config_overrides``). Every daemon is started by :class:`LoopbackSlurm`
+and stopped by it, also when a test fails.
 
 :class:`LoopbackAccounting` adds Slurm accounting (QOS, associations, ``-M`` between clusters):
 a MariaDB server in its own data directory on a Unix socket only (``--skip-networking``) and a
@@ -342,11 +344,12 @@ class LoopbackSlurm:
                     *acct.conf_lines(),
                     # The munge socket for slurmdbd connections (else munge's default one).
                     f"AccountingStoragePass={d / 'munge.sock'}",
-                    "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny",
                 ]
                 if acct
                 else ["AccountingStorageType=accounting_storage/none"]
             ),
+            # slurmctld, slurmd and srun bind their addresses (127.0.0.1), not every address.
+            "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny",
             "PropagateResourceLimits=NONE",
             "SlurmctldTimeout=30",
             "SlurmdTimeout=60",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -360,3 +361,21 @@ def test_qos_limits_read_from_assoc_mgr_and_honoured() -> None:
     # The QOS survive the view file that `slurm sync` writes.
     again = ctld.SlurmView.from_dict(json.loads(json.dumps(view.to_dict())))
     assert again.qos == qos
+
+
+def test_qos_read_through_scontrol(tmp_path: Path) -> None:
+    """Slurmctld.qos runs `scontrol show assoc_mgr flags=qos`: its QOS; none where slurmctld
+    denies them to the user (Slurm alone checks the QOS then); any other failure is an error."""
+    scontrol = tmp_path / "scontrol"
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    (tmp_path / "answer.txt").write_text(ASSOC_MGR_QOS)
+    for body, expected in (
+        (f"cat {tmp_path / 'answer.txt'}", ["normal", "short"]),
+        ("echo 'slurm_load_assoc_mgr_info error: Access/permission denied' >&2; exit 1", []),
+    ):
+        scontrol.write_text(f"#!/bin/sh\n{body}\n")
+        scontrol.chmod(0o755)
+        assert [q.name for q in Slurmctld(env=env).qos()] == expected
+    scontrol.write_text("#!/bin/sh\necho 'Invalid Protocol Version' >&2\nexit 1\n")
+    with pytest.raises(sl.SlurmError, match="assoc_mgr flags=qos failed: Invalid Protocol"):
+        Slurmctld(env=env).qos()
