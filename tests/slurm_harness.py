@@ -1,9 +1,16 @@
 """A throw-away Slurm cluster on loopback, for checking the slurm-tree baseline against Slurm.
 
 One munged, one slurmctld and one ``slurmd -N NAME`` per configured node, all in a private
-directory with its own slurm.conf, topology.conf and munge key; nodes listen on 127.0.0.1 with
-a port each and report the configured hardware (``SlurmdParameters=config_overrides``). Every
-daemon is started by :class:`LoopbackSlurm` and stopped by it, also when a test fails.
+directory with its own slurm.conf, topology.conf and munge key; slurmctld and the nodes listen
+on 127.0.0.1 only (``CommunicationParameters=NoInAddrAny,NoCtldInAddrAny``), each node on a
+port of its own, and the nodes report the configured hardware
+(``SlurmdParameters=config_overrides``). Every daemon is started by :class:`LoopbackSlurm`
+and stopped by it, also when a test fails.
+
+:class:`LoopbackAccounting` adds Slurm accounting (QOS, associations, ``-M`` between clusters):
+a MariaDB server in its own data directory on a Unix socket only (``--skip-networking``) and a
+slurmdbd on 127.0.0.1, each started and stopped by it. Clusters given ``accounting=`` register
+with it and take its munge key, so several clusters on this host reach each other through it.
 """
 
 from __future__ import annotations
@@ -21,6 +28,21 @@ from pathlib import Path
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "scontrol")
 
 _TEST_ONLY = re.compile(r"to start at \S+ using (\d+) processors on nodes (\S+) in partition (\S+)")
+
+
+#: What :class:`LoopbackAccounting` runs.
+ACCOUNTING = ("slurmdbd", "mariadbd", "mariadb-install-db", "sacctmgr", "munged")
+
+
+def missing_accounting() -> list[str]:
+    """Accounting programs (slurmdbd, MariaDB, sacctmgr) that are not on PATH or in /usr/sbin."""
+    path = os.environ.get("PATH", "") + os.pathsep + "/usr/sbin" + os.pathsep + "/sbin"
+    found = [name for name in ACCOUNTING if shutil.which(name, path=path) is None]
+    plugin = "accounting_storage_mysql.so"
+    dirs = ("/usr/lib/x86_64-linux-gnu/slurm-wlm", "/usr/lib/slurm", "/usr/lib64/slurm")
+    if not any((Path(d) / plugin).exists() for d in dirs):
+        found.append(plugin)
+    return found
 
 
 def missing_daemons() -> list[str]:
@@ -46,6 +68,180 @@ class SlurmError(RuntimeError):
     """A Slurm command failed or the cluster did not reach the expected state in time."""
 
 
+def _stop_procs(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each process group (last started first), SIGKILL what is left after 10 s."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 10
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=5)
+    procs.clear()
+
+
+class LoopbackAccounting:
+    """Slurm accounting on loopback: munged, a MariaDB server (its own data directory made by
+    ``mariadb-install-db``, a Unix socket only, run as root) and slurmdbd on a free port of
+    127.0.0.1, all in ``workdir``. Give it to :class:`LoopbackSlurm` as ``accounting=``. Use as
+    a context manager; everything is stopped on exit, also when start-up fails."""
+
+    def __init__(self, workdir: Path):
+        self.dir = workdir
+        self.port = 0
+        self.key = workdir / "munge.key"
+        self.munge_socket = workdir / "munge.sock"
+        self.db_socket = workdir / "mysql.sock"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        path = os.environ.get("PATH", "") + os.pathsep + "/usr/sbin" + os.pathsep + "/sbin"
+        # slurmdbd reads slurmdbd.conf beside SLURM_CONF (it has no -f); the MariaDB client
+        # library takes its socket from MYSQL_UNIX_PORT.
+        self.env = {
+            **os.environ,
+            "PATH": path,
+            "SLURM_CONF": str(workdir / "slurm.conf"),
+            "MYSQL_UNIX_PORT": str(self.db_socket),
+        }
+
+    def conf_lines(self) -> list[str]:
+        """slurm.conf lines of a cluster that keeps its accounting here."""
+        return [
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=127.0.0.1",
+            f"AccountingStoragePort={self.port}",
+            "AccountingStorageEnforce=associations,limits,qos",
+        ]
+
+    def _spawn(self, *argv: str) -> subprocess.Popen[bytes]:
+        log = open(self.dir / "log" / f"{Path(argv[0]).name}.out", "wb")
+        proc = subprocess.Popen(
+            argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def _wait(self, done, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise SlurmError(
+                        f"{what}: {proc.args[0]} exited with {proc.returncode} "
+                        f"(logs in {self.dir / 'log'})"
+                    )
+            if done():
+                return
+            time.sleep(0.1)
+        raise SlurmError(f"{what} within {timeout:.0f} s (logs in {self.dir / 'log'})")
+
+    def _listening(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def start(self, timeout: float = 60.0) -> None:
+        d = self.dir
+        (d / "log").mkdir(parents=True, exist_ok=True)
+        self.key.write_bytes(secrets.token_bytes(1024))
+        self.key.chmod(0o400)
+        self._spawn(
+            "munged",
+            "-F",
+            "--force",
+            f"--key-file={self.key}",
+            f"--socket={self.munge_socket}",
+            f"--pid-file={d / 'munged.pid'}",
+            f"--log-file={d / 'log' / 'munged.log'}",
+            f"--seed-file={d / 'munge.seed'}",
+        )
+        install = subprocess.run(
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                "--user=root",
+                f"--datadir={d / 'db'}",
+                "--auth-root-authentication-method=socket",
+                "--skip-test-db",
+                "--skip-name-resolve",
+            ],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if install.returncode != 0:
+            raise SlurmError(f"mariadb-install-db failed: {install.stderr.strip()[-2000:]}")
+        self._spawn(
+            "mariadbd",
+            "--no-defaults",
+            "--user=root",
+            f"--datadir={d / 'db'}",
+            f"--socket={self.db_socket}",
+            "--skip-networking",
+            f"--pid-file={d / 'mariadb.pid'}",
+            f"--log-error={d / 'log' / 'mariadb.log'}",
+            "--innodb-buffer-pool-size=32M",
+        )
+        self._wait(
+            lambda: self.db_socket.exists() and self.munge_socket.exists(),
+            timeout,
+            "MariaDB or munged did not create its socket",
+        )
+        (self.port,) = _free_ports(1)
+        conf = d / "slurmdbd.conf"
+        conf.write_text(
+            "\n".join(
+                [
+                    "AuthType=auth/munge",
+                    f"AuthInfo=socket={self.munge_socket}",
+                    "DbdHost=localhost",
+                    "DbdAddr=127.0.0.1",
+                    f"DbdPort={self.port}",
+                    # Bind DbdAddr only, not every address.
+                    "CommunicationParameters=NoInAddrAny",
+                    "SlurmUser=root",
+                    f"LogFile={d / 'log' / 'slurmdbd.log'}",
+                    f"PidFile={d / 'slurmdbd.pid'}",
+                    "StorageType=accounting_storage/mysql",
+                    "StorageHost=localhost",
+                    "StorageUser=root",
+                    "StorageLoc=slurm_acct_db",
+                    "DebugLevel=info",
+                ]
+            )
+            + "\n"
+        )
+        conf.chmod(0o600)  # slurmdbd refuses a slurmdbd.conf others can read
+        self._spawn("slurmdbd", "-D")
+        self._wait(self._listening, timeout, "slurmdbd did not listen")
+
+    def stop(self) -> None:
+        _stop_procs(self.procs)
+
+    def __enter__(self) -> LoopbackAccounting:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 class LoopbackSlurm:
     """A Slurm cluster of ``leaves`` leaf switches of ``per_leaf`` nodes each (named ``n01``..
     in leaf order), under ``spines`` spine switches (consecutive leaves share one) and, with
@@ -64,15 +260,27 @@ class LoopbackSlurm:
         node_order: list[str] | None = None,
         extra_conf: tuple[str, ...] = (),
         features: dict[str, str] | None = None,
+        accounting: LoopbackAccounting | None = None,
+        cluster: str = "gpuplace",
+        prefix: str = "n",
+        qos: dict[str, str] | None = None,
     ):
         """``gpus`` > 0 gives each node ``Gres=gpu[:gpu_type]:gpus`` backed by empty files;
         ``node_order`` lists the nodes in slurm.conf in another order than the leaves';
         ``extra_conf`` lines are appended to slurm.conf, except that a ``Key=value`` line whose
         key is one of the defaults below replaces that default (``SchedulerType=sched/backfill``);
-        ``features`` gives nodes ``Features=`` (node -> comma list)."""
+        ``features`` gives nodes ``Features=`` (node -> comma list). ``accounting``: keep
+        accounting in that slurmdbd (``AccountingStorageEnforce=associations,limits,qos``), as
+        cluster ``cluster`` with account ``gpuplace`` for root; nodes are named ``prefix``01..
+        (distinct prefixes for clusters that share a slurmdbd). ``qos``: QOS to create first
+        (name -> ``sacctmgr add qos`` settings such as ``MaxWall=00:10:00``), which root's
+        association may use besides ``normal``."""
         self.features = dict(features or {})
         self.dir = workdir
-        self.nodes = [f"n{i + 1:02d}" for i in range(leaves * per_leaf)]
+        self.accounting = accounting
+        self.cluster = cluster
+        self.qos = dict(qos or {})
+        self.nodes = [f"{prefix}{i + 1:02d}" for i in range(leaves * per_leaf)]
         self.gpus = gpus
         self.gpu_type = gpu_type
         self.node_order = list(node_order) if node_order is not None else list(self.nodes)
@@ -97,12 +305,14 @@ class LoopbackSlurm:
         for sub in ("state", "spool", "log"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         key = d / "munge.key"
-        key.write_bytes(secrets.token_bytes(1024))
+        # Clusters that share a slurmdbd share its munge key (each runs its own munged).
+        acct = self.accounting
+        key.write_bytes(acct.key.read_bytes() if acct else secrets.token_bytes(1024))
         key.chmod(0o400)
         ctld_port, *node_ports = _free_ports(1 + len(self.nodes))
         host = socket.gethostname().split(".")[0]
         lines = [
-            "ClusterName=gpuplace",
+            f"ClusterName={self.cluster}",
             f"SlurmctldHost={host}(127.0.0.1)",
             f"SlurmctldPort={ctld_port}",
             "SlurmUser=root",
@@ -129,7 +339,17 @@ class LoopbackSlurm:
             "SlurmdParameters=config_overrides",
             "JobCompType=jobcomp/none",
             "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
+            *(
+                [
+                    *acct.conf_lines(),
+                    # The munge socket for slurmdbd connections (else munge's default one).
+                    f"AccountingStoragePass={d / 'munge.sock'}",
+                ]
+                if acct
+                else ["AccountingStorageType=accounting_storage/none"]
+            ),
+            # slurmctld, slurmd and srun bind their addresses (127.0.0.1), not every address.
+            "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny",
             "PropagateResourceLimits=NONE",
             "SlurmctldTimeout=30",
             "SlurmdTimeout=60",
@@ -208,13 +428,55 @@ class LoopbackSlurm:
             f"--seed-file={d / 'munge.seed'}",
         )
         self._wait(lambda: (d / "munge.sock").exists(), timeout, "munged did not create its socket")
+        if self.accounting is not None:
+            # The cluster, an account and root's association exist before slurmctld registers.
+            # QOS are slurmdbd's (every cluster's); a partition's AllowQos must name one
+            # that exists when slurmctld starts.
+            for name, settings in self.qos.items():
+                self.sacctmgr("add", "qos", name, *settings.split())
+            self.sacctmgr("add", "cluster", self.cluster)
+            self.sacctmgr("add", "account", "gpuplace", f"Cluster={self.cluster}")
+            self.sacctmgr(
+                "add",
+                "user",
+                "root",
+                "Account=gpuplace",
+                "DefaultAccount=gpuplace",
+                f"Cluster={self.cluster}",
+                f"QOS={','.join(['normal', *self.qos])}",
+                "DefaultQOS=normal",
+            )
         self._spawn("slurmctld", "-D", "-i", "-f", str(d / "slurm.conf"))
         self._wait(lambda: self._ok("sinfo", "-h"), timeout, "slurmctld did not answer")
+        if self.accounting is not None:
+            # -M finds a cluster's slurmctld through the address it registered in slurmdbd.
+            self._wait(self._registered, timeout, "slurmctld did not register with slurmdbd")
         for name in self.nodes:
             self._spawn("slurmd", "-D", "-N", name, "-f", str(d / "slurm.conf"))
         self.wait_idle(timeout)
 
     # ----------------------------------------------------------------- commands
+    def sacctmgr(self, *args: str) -> str:
+        """``sacctmgr -i`` (no prompt) against the accounting; fails when it fails."""
+        out = self.run("sacctmgr", "-i", *args, check=False)
+        text = (out.stdout + out.stderr).strip()
+        if out.returncode != 0 and "Nothing new added" not in text:
+            raise SlurmError(f"sacctmgr {' '.join(args)} failed ({out.returncode}): {text}")
+        return out.stdout
+
+    def _registered(self) -> bool:
+        out = self.run(
+            "sacctmgr",
+            "-n",
+            "-P",
+            "show",
+            "cluster",
+            self.cluster,
+            "format=ControlPort",
+            check=False,
+        )
+        return out.returncode == 0 and out.stdout.strip() not in ("", "0")
+
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         out = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=30)
         if check and out.returncode != 0:
@@ -312,23 +574,7 @@ class LoopbackSlurm:
                 self._wait(lambda: not self.run("squeue", "-h").stdout.strip(), 15, "jobs ended")
             except (SlurmError, subprocess.TimeoutExpired):
                 pass
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 10
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=5)
-        self.procs.clear()
+        _stop_procs(self.procs)
 
     def __enter__(self) -> LoopbackSlurm:
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -262,3 +263,119 @@ def test_a_slurm_clients_output_is_read_within_its_bound_and_decoded_leniently()
     assert ctld.run(sys.executable, "-c", bad).stdout == "NodeName=n\ufffd1 State=IDLE"
     with pytest.raises(SlurmUnavailable, match="did not answer"):
         Slurmctld(timeout=0.5).run(sys.executable, "-c", "import time; time.sleep(30)")
+
+
+#: `scontrol show assoc_mgr flags=qos` as Slurm 22.05.8 printed it for QOS normal and short
+#: (MaxWall=00:10:00 MaxTRESPerJob=node=2,gres/gpu=8 MaxTRESPerNode=gres/gpu=4), shortened.
+ASSOC_MGR_QOS = """Current Association Manager state
+
+QOS Records
+
+QOS=normal(1)
+    UsageRaw=0.000000
+    GrpJobs=N(0) GrpJobsAccrue=N(0) GrpSubmitJobs=N(0) GrpWall=N(0.00)
+    GrpTRES=cpu=N(0),mem=N(0),energy=N(0),node=N(0),billing=N(0),fs/disk=N(0),vmem=N(0),pages=N(0)
+    MaxWallPJ=
+    MaxTRESPJ=
+    MaxTRESPN=
+    MaxTRESMinsPJ=
+    MinPrioThresh=
+    PreemptMode=OFF
+    Account Limits
+        No Accounts
+QOS=short(2)
+    UsageRaw=0.000000
+    MaxWallPJ=10
+    MaxTRESPJ=node=2,gres/gpu=8
+    MaxTRESPN=gres/gpu=4
+    MaxTRESMinsPJ=
+    PreemptMode=OFF
+"""
+
+
+def test_qos_limits_read_from_assoc_mgr_and_honoured() -> None:
+    from datetime import datetime
+
+    from gpuplace.integrations import slurmctld as ctld
+
+    normal, short = ctld.read_qos(ASSOC_MGR_QOS)
+    assert normal == ctld.Qos("normal")
+    assert short == ctld.Qos("short", max_wall=10, max_nodes=2, max_gpus=8, max_gpus_per_node=4)
+    # A cluster without accounting caches none.
+    assert (
+        ctld.read_qos("Current Association Manager state\n\nNo QOS currently cached in Slurm.\n")
+        == []
+    )
+    with pytest.raises(sl.SlurmError, match="cannot read TRES limit 'node=x'"):
+        ctld.read_qos("QOS=bad(3)\n    MaxTRESPJ=node=x\n")
+
+    nodes = sl.read_sinfo(sinfo())
+    part = [ctld.Partition("gpu", default=True)]
+    qos = [normal, short]
+    now = datetime(2026, 12, 1, 12, 0)
+    ok = ctld.eligible(
+        nodes, part, [], ctld.SlurmRequest(qos="short", time_limit=5), qos=qos, now=now
+    )
+    assert ok.time_limit == 5 and len(ok.hosts) == 18
+    # No -t: the QOS's MaxWall is the job's limit, as Slurm sets it.
+    assert (
+        ctld.eligible(nodes, part, [], ctld.SlurmRequest(qos="short"), qos=qos, now=now).time_limit
+        == 10
+    )
+    with pytest.raises(sl.SlurmError, match="time limit 11 min is over QOS short's MaxWall 10 min"):
+        ctld.eligible(
+            nodes, part, [], ctld.SlurmRequest(qos="short", time_limit=11), qos=qos, now=now
+        )
+    with pytest.raises(
+        sl.SlurmError, match=r"QOS gold does not exist in slurmdbd \(QOS: normal, short\)"
+    ):
+        ctld.eligible(nodes, part, [], ctld.SlurmRequest(qos="gold"), qos=qos, now=now)
+    # Without accounting (no QOS known) the name is Slurm's to check.
+    assert ctld.eligible(nodes, part, [], ctld.SlurmRequest(qos="gold"), now=now).hosts
+
+    # Sizes: 12 GPUs, 4 a node, are over both MaxTRESPerJob limits; 8 GPUs fit on one node, but
+    # MaxTRESPerNode gres/gpu=4 spreads them over two nodes, 4 each.
+    state = sl.sync(sinfo(), None, io.StringIO(SCONTROL))
+    view = ctld.SlurmView(nodes, part, [], qos=qos)
+    with pytest.raises(
+        sl.SlurmError,
+        match="needs 3 nodes, over QOS short's MaxTRESPerJob node=2; and 12 GPUs, over QOS "
+        "short's MaxTRESPerJob gres/gpu=8 ",
+    ):
+        ctld.place_slurm_job(
+            state, gpuplace.Job(name="j", tp=4, dp=3), ctld.SlurmRequest(qos="short"), view
+        )
+    job = gpuplace.Job(name="j", tp=4, dp=2)
+    alone = ctld.place_slurm_job(state, job, ctld.SlurmRequest(), view)
+    assert sorted(ctld.placement_counts(alone.placement).values()) == [8]
+    capped = ctld.place_slurm_job(state, job, ctld.SlurmRequest(qos="short"), view)
+    assert sorted(ctld.placement_counts(capped.placement).values()) == [4, 4]
+    # Three nodes are over MaxTRESPerJob node=2.
+    three = ctld.SlurmView(
+        nodes, part, [], qos=[ctld.Qos("short", max_nodes=2, max_gpus_per_node=2)]
+    )
+    with pytest.raises(sl.SlurmError, match="needs 3 nodes, over QOS short's MaxTRESPerJob node=2"):
+        ctld.place_slurm_job(
+            state, gpuplace.Job(name="j", tp=2, dp=3), ctld.SlurmRequest(qos="short"), three
+        )
+    # The QOS survive the view file that `slurm sync` writes.
+    again = ctld.SlurmView.from_dict(json.loads(json.dumps(view.to_dict())))
+    assert again.qos == qos
+
+
+def test_qos_read_through_scontrol(tmp_path: Path) -> None:
+    """Slurmctld.qos runs `scontrol show assoc_mgr flags=qos`: its QOS; none where slurmctld
+    denies them to the user (Slurm alone checks the QOS then); any other failure is an error."""
+    scontrol = tmp_path / "scontrol"
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    (tmp_path / "answer.txt").write_text(ASSOC_MGR_QOS)
+    for body, expected in (
+        (f"cat {tmp_path / 'answer.txt'}", ["normal", "short"]),
+        ("echo 'slurm_load_assoc_mgr_info error: Access/permission denied' >&2; exit 1", []),
+    ):
+        scontrol.write_text(f"#!/bin/sh\n{body}\n")
+        scontrol.chmod(0o755)
+        assert [q.name for q in Slurmctld(env=env).qos()] == expected
+    scontrol.write_text("#!/bin/sh\necho 'Invalid Protocol Version' >&2\nexit 1\n")
+    with pytest.raises(sl.SlurmError, match="assoc_mgr flags=qos failed: Invalid Protocol"):
+        Slurmctld(env=env).qos()

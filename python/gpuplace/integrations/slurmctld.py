@@ -15,8 +15,14 @@ is active, or starts before the job's time limit would end) and the time limit i
 (``-t``, else the partition's ``DefaultTime``, else its ``MaxTime``). Every node left out
 carries the reason, so an error can name the node and say why.
 
-QOS limits kept in slurmdbd (``MaxWall``, ``MaxTRES``) are not read: Slurm enforces them, and
-``gpuplace slurm submit`` checks every submission with ``sbatch --test-only`` first.
+A QOS is checked against what slurmctld holds of slurmdbd's (``scontrol show assoc_mgr
+flags=qos``): a QOS that does not exist, a time limit over its ``MaxWall`` (which is also the
+time limit of a job that gives none), more nodes or GPUs than its ``MaxTRESPerJob``
+(``node=``, ``gres/gpu=``) or more GPUs per node than its ``MaxTRESPerNode`` are refused
+naming the QOS and the limit. ``sbatch --test-only`` does not check QOS limits (Slurm 22.05
+answers "to start at <now>"), and the real submission would pend for ever with
+``Reason=QOSMaxWallDurationPerJobLimit``. Limits of associations (per user or account) and
+group limits (``GrpTRES``) are not read.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from gpuplace.placement.result import Placement
 __all__ = [
     "Eligibility",
     "Partition",
+    "Qos",
     "Reservation",
     "SlurmPlacement",
     "SlurmRequest",
@@ -59,6 +66,7 @@ __all__ = [
     "parse_time_limit",
     "place_slurm_job",
     "placement_counts",
+    "read_qos",
     "read_records",
     "request_from_sbatch_args",
 ]
@@ -225,6 +233,18 @@ class Slurmctld:
 
     def reservations(self) -> list[Reservation]:
         return [Reservation.from_record(r) for r in self.show("reservation")]
+
+    def qos(self) -> list[Qos]:
+        """The QOS slurmctld knows from slurmdbd (``scontrol show assoc_mgr flags=qos``);
+        none on a cluster without accounting, or where slurmctld does not show them to this
+        user (then Slurm alone checks the QOS)."""
+        out = self.run("scontrol", "show", "assoc_mgr", "flags=qos", check=False)
+        if out.returncode != 0:
+            text = (out.stderr + out.stdout).strip()
+            if "denied" in text.lower() or "permission" in text.lower():
+                return []
+            raise SlurmError(f"{self.label}: scontrol show assoc_mgr flags=qos failed: {text}")
+        return read_qos(out.stdout)
 
     def topology(self) -> str:
         """``scontrol show topology``, refusing an answer without switches."""
@@ -456,6 +476,89 @@ class Reservation:
         return not self.users and not self.accounts
 
 
+@dataclass
+class Qos:
+    """A QOS's limits that decide whether a job can start at all (None: no limit)."""
+
+    name: str
+    #: MaxWall, minutes
+    max_wall: int | None = None
+    #: MaxTRESPerJob node=
+    max_nodes: int | None = None
+    #: MaxTRESPerJob gres/gpu=
+    max_gpus: int | None = None
+    #: MaxTRESPerNode gres/gpu=
+    max_gpus_per_node: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "max_wall": self.max_wall,
+            "max_nodes": self.max_nodes,
+            "max_gpus": self.max_gpus,
+            "max_gpus_per_node": self.max_gpus_per_node,
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> Qos:
+        def number(key: str) -> int | None:
+            value = doc.get(key)
+            return None if value is None else int(value)
+
+        return cls(
+            str(doc["name"]),
+            number("max_wall"),
+            number("max_nodes"),
+            number("max_gpus"),
+            number("max_gpus_per_node"),
+        )
+
+
+_QOS_HEAD = re.compile(r"^QOS=(\S+?)\(\d+\)\s*$")
+_QOS_LIMIT = re.compile(r"^\s+(MaxWallPJ|MaxTRESPJ|MaxTRESPN)=(\S*)\s*$")
+
+
+def _tres_count(tres: str, name: str, where: str) -> int | None:
+    """The limit on ``name`` (``node``, ``gres/gpu``) in a TRES list such as
+    ``node=2,gres/gpu=8`` (None: no limit on it)."""
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if key == name:
+            if not value.isdigit():
+                raise SlurmError(f"{where}: cannot read TRES limit {item!r}")
+            return int(value)
+    return None
+
+
+def read_qos(text: str) -> list[Qos]:
+    """The QOS of ``scontrol show assoc_mgr flags=qos`` (``QOS=name(id)`` then indented
+    ``MaxWallPJ=minutes``, ``MaxTRESPJ=node=2,gres/gpu=8``, ``MaxTRESPN=...`` lines)."""
+    if len(text) > MAX_SCONTROL_BYTES:
+        raise InvalidState(
+            f"scontrol show assoc_mgr: output of {len(text)} characters; at most "
+            f"{MAX_SCONTROL_BYTES} are read"
+        )
+    found: list[Qos] = []
+    for line in text.splitlines():
+        head = _QOS_HEAD.match(line)
+        if head is not None:
+            found.append(Qos(head.group(1)))
+            continue
+        limit = _QOS_LIMIT.match(line)
+        if limit is None or not found:
+            continue
+        qos, key, value = found[-1], limit.group(1), limit.group(2)
+        where = f"QOS {qos.name} {key}"
+        if key == "MaxWallPJ":
+            qos.max_wall = int(value) if value.isdigit() else None
+        elif key == "MaxTRESPJ":
+            qos.max_nodes = _tres_count(value, "node", where)
+            qos.max_gpus = _tres_count(value, "gres/gpu", where)
+        else:
+            qos.max_gpus_per_node = _tres_count(value, "gres/gpu", where)
+    return found
+
+
 # ------------------------------------------------------------------------------- features
 def parse_constraint(expression: str | None) -> Callable[[set[str]], bool]:
     """A ``-C`` expression as a test of a node's features: names joined by ``&`` (and), ``|``
@@ -622,11 +725,14 @@ def eligible(
     *,
     partition: str | None = None,
     now: datetime | None = None,
+    qos: Sequence[Qos] = (),
 ) -> Eligibility:
     """The nodes ``request`` may use in ``partition`` (default: the request's first, else the
     cluster's default partition). Raises :class:`SlurmError` naming the partition or
     reservation when the request cannot run there at all (partition down, QOS denied, time
-    limit over MaxTime, reservation unknown or ending too soon)."""
+    limit over MaxTime, reservation unknown or ending too soon). ``qos``: the QOS slurmdbd
+    knows (empty: not known, no accounting); with them, a QOS that does not exist and a time
+    limit over the QOS's MaxWall are refused too."""
     now = now or datetime.now()
     by_name = {p.name: p for p in partitions}
     chosen = partition or (request.partitions[0] if request.partitions else None)
@@ -663,6 +769,15 @@ def eligible(
             )
         if limit is None:
             limit = part.default_time if part.default_time is not None else part.max_time
+    known = _known_qos(request, qos)
+    if known is not None and known.max_wall is not None:
+        if request.time_limit is not None and request.time_limit > known.max_wall:
+            raise SlurmError(
+                f"time limit {request.time_limit} min is over QOS {known.name}'s MaxWall "
+                f"{known.max_wall} min (Slurm would queue the job and never start it)"
+            )
+        if request.time_limit is None and (limit is None or limit > known.max_wall):
+            limit = known.max_wall  # Slurm gives a job without -t the QOS's MaxWall
     end = now + timedelta(minutes=limit) if limit is not None else datetime.max
     excluded: dict[str, str] = {}
     test = parse_constraint(request.constraint)
@@ -719,6 +834,47 @@ def eligible(
     return Eligibility(part.name if part else chosen, hosts, excluded, limit)
 
 
+def _known_qos(request: SlurmRequest, qos: Sequence[Qos]) -> Qos | None:
+    """The request's QOS among those slurmdbd knows; a SlurmError if it is not one of them."""
+    if request.qos is None or not qos:
+        return None
+    for q in qos:
+        if q.name == request.qos:
+            return q
+    raise SlurmError(
+        f"QOS {request.qos} does not exist in slurmdbd (QOS: {', '.join(q.name for q in qos)})"
+    )
+
+
+def _check_qos_size(placement: Placement, request: SlurmRequest, qos: Sequence[Qos]) -> None:
+    """Refuse a placement over its QOS's MaxTRESPerJob node= / gres/gpu= or MaxTRESPerNode
+    gres/gpu=: Slurm would queue such a job and never start it."""
+    known = _known_qos(request, qos)
+    if known is None:
+        return
+    counts = placement_counts(placement)
+    checks = (
+        (known.max_nodes, len(counts), "nodes", "MaxTRESPerJob node"),
+        (known.max_gpus, len(placement.gpus), "GPUs", "MaxTRESPerJob gres/gpu"),
+        (
+            known.max_gpus_per_node,
+            max(counts.values()),
+            "GPUs on a node",
+            "MaxTRESPerNode gres/gpu",
+        ),
+    )
+    over = [
+        f"{used} {what}, over QOS {known.name}'s {name}={cap}"
+        for cap, used, what, name in checks
+        if cap is not None and used > cap
+    ]
+    if over:
+        raise SlurmError(
+            f"{placement.job.name}: needs {'; and '.join(over)} (Slurm would queue the job "
+            "and never start it)"
+        )
+
+
 # ------------------------------------------------------------------------------- placing
 @dataclass
 class SlurmView:
@@ -730,6 +886,8 @@ class SlurmView:
     reservations: list[Reservation]
     gres: bool = True
     read_at: datetime = field(default_factory=datetime.now)
+    #: The QOS slurmdbd knows (empty: no accounting, or not read).
+    qos: list[Qos] = field(default_factory=list)
 
     @classmethod
     def read(cls, slurm: Slurmctld) -> SlurmView:
@@ -739,6 +897,7 @@ class SlurmView:
             slurm.partitions(),
             slurm.reservations(),
             gres=any(n.gpus > 0 for n in nodes),
+            qos=slurm.qos(),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -784,6 +943,7 @@ class SlurmView:
                 }
                 for r in self.reservations
             ],
+            "qos": [q.to_dict() for q in self.qos],
         }
 
     @classmethod
@@ -807,6 +967,7 @@ class SlurmView:
                 [Reservation.from_record(dict(r)) for r in doc.get("reservations", [])],
                 gres=bool(doc.get("gres", True)),
                 read_at=datetime.fromisoformat(str(doc.get("read_at"))),
+                qos=[Qos.from_dict(q) for q in doc.get("qos", [])],
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SlurmError(f"{source}: not a slurm view written by gpuplace ({exc})") from None
@@ -841,6 +1002,17 @@ def _exactly(state: ClusterState, allowed: Any, per_node: int) -> Any:
     return out
 
 
+def _at_most(state: ClusterState, allowed: Any, cap: int) -> Any:
+    """``allowed`` keeping, on each node, at most its first ``cap`` free usable GPUs."""
+    free = state.free_mask() & allowed
+    out = np.zeros_like(allowed)
+    topo = state.topology
+    for host in topo.hosts:
+        gpus = topo.host_gpus(host)
+        out[gpus[free[gpus]][:cap]] = True
+    return out
+
+
 def hosts_mask(topology: Any, hosts: Iterable[str]) -> Any:
     """GPUs of ``hosts`` as a boolean mask over the topology's GPUs."""
     mask = np.zeros(topology.num_gpus, dtype=bool)
@@ -869,6 +1041,10 @@ def place_slurm_job(
     does; the state is not changed. Raises :class:`gpuplace.Infeasible` or
     :class:`SlurmError` naming, for every node left out, the reason.
 
+    With QOS known to slurmdbd (``view.qos``), the request's QOS caps the GPUs per node
+    (``MaxTRESPerNode``) while placing, and a placement over its ``MaxTRESPerJob`` nodes or
+    GPUs is refused naming the QOS.
+
     ``per_node``: the job must take the same number of GPUs on every node it uses, which is
     all Slurm can grant a job (``--gres=gpu:k`` is per node): only nodes with that many usable
     GPUs are offered, each with exactly that many, and a placement that still differs per node
@@ -884,6 +1060,7 @@ def place_slurm_job(
                 request,
                 partition=partition,
                 now=now,
+                qos=view.qos,
             )
         except SlurmError as exc:
             errors.append(str(exc))
@@ -893,6 +1070,10 @@ def place_slurm_job(
         if per_node is not None:
             allowed = _exactly(state, allowed, per_node)
             known = [h for h in known if allowed[state.topology.host_gpus(h)].any()]
+        qos = _known_qos(request, view.qos)
+        if qos is not None and qos.max_gpus_per_node is not None:
+            # The QOS's MaxTRESPerNode gres/gpu: no more than that many GPUs on any node.
+            allowed = _at_most(state, allowed, qos.max_gpus_per_node)
         try:
             placement = place(state.fenced_view(allowed), job, solver)
             if per_node is not None:
@@ -902,6 +1083,7 @@ def place_slurm_job(
                         f"needs {per_node} GPUs on each node it uses (Slurm grants GPUs per "
                         f"node alike), but the placement found takes {counts}"
                     )
+            _check_qos_size(placement, request, view.qos)
         except Infeasible as exc:
             where = f"in partition {room.partition}" if room.partition else "on this cluster"
             left = room.describe()

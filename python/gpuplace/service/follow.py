@@ -105,7 +105,11 @@ def read_slurm(slurm: ctld.Slurmctld) -> tuple[ctld.SlurmView, list[Any], list[A
     info = slurm.json("sinfo")
     nodes = read_sinfo(info)
     view = ctld.SlurmView(
-        nodes, slurm.partitions(), slurm.reservations(), gres=any(n.gpus for n in nodes)
+        nodes,
+        slurm.partitions(),
+        slurm.reservations(),
+        gres=any(n.gpus for n in nodes),
+        qos=slurm.qos(),
     )
     raw = [j for j in queue.get("jobs", []) if isinstance(j, dict)]
     return view, nodes, read_squeue(queue), raw
