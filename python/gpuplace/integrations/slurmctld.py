@@ -27,6 +27,7 @@ group limits (``GrpTRES``) are not read.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -491,13 +492,7 @@ class Qos:
     max_gpus_per_node: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "max_wall": self.max_wall,
-            "max_nodes": self.max_nodes,
-            "max_gpus": self.max_gpus,
-            "max_gpus_per_node": self.max_gpus_per_node,
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, doc: Any) -> Qos:
