@@ -361,6 +361,12 @@ def test_qos_limits_read_from_assoc_mgr_and_honoured() -> None:
     # The QOS survive the view file that `slurm sync` writes.
     again = ctld.SlurmView.from_dict(json.loads(json.dumps(view.to_dict())))
     assert again.qos == qos
+    # A view file whose QOS limits are not whole numbers is refused, naming the field.
+    for bad in (True, 2.5, "10", -1):
+        doc = view.to_dict()
+        doc["qos"][0]["max_wall"] = bad
+        with pytest.raises(sl.SlurmError, match=r"view.json: not a slurm view .*qos max_wall"):
+            ctld.SlurmView.from_dict(doc, "view.json")
 
 
 def test_qos_read_through_scontrol(tmp_path: Path) -> None:

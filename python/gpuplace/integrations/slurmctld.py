@@ -498,7 +498,11 @@ class Qos:
     def from_dict(cls, doc: Any) -> Qos:
         def number(key: str) -> int | None:
             value = doc.get(key)
-            return None if value is None else int(value)
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"qos {key}: expected a whole number >= 0 or null, got {value!r}")
+            return value
 
         return cls(
             str(doc["name"]),
