@@ -24,6 +24,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import TypeVar
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "scontrol")
 
@@ -89,7 +90,32 @@ def _stop_procs(procs: list[subprocess.Popen[bytes]]) -> None:
     procs.clear()
 
 
-class LoopbackAccounting:
+_S = TypeVar("_S", bound="_Started")
+
+
+class _Started:
+    """A context manager over ``start()`` and ``stop()``: what ``start`` brought up before it
+    failed is stopped too."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _S) -> _S:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LoopbackAccounting(_Started):
     """Slurm accounting on loopback: munged, a MariaDB server (its own data directory made by
     ``mariadb-install-db``, a Unix socket only, run as root) and slurmdbd on a free port of
     127.0.0.1, all in ``workdir``. Give it to :class:`LoopbackSlurm` as ``accounting=``. Use as
@@ -230,19 +256,8 @@ class LoopbackAccounting:
     def stop(self) -> None:
         _stop_procs(self.procs)
 
-    def __enter__(self) -> LoopbackAccounting:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class LoopbackSlurm:
+class LoopbackSlurm(_Started):
     """A Slurm cluster of ``leaves`` leaf switches of ``per_leaf`` nodes each (named ``n01``..
     in leaf order), under ``spines`` spine switches (consecutive leaves share one) and, with
     more than one spine, a core switch. Use as a context manager."""
@@ -576,19 +591,8 @@ class LoopbackSlurm:
                 pass
         _stop_procs(self.procs)
 
-    def __enter__(self) -> LoopbackSlurm:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class GpuplaceService:
+class GpuplaceService(_Started):
     """`gpuplace serve --slurm` following a :class:`LoopbackSlurm`, on a Unix socket in the
     cluster's directory (the job_submit/lua plugin finds it through GPUPLACE_SOCKET). Started
     and stopped by its owner; ``restart`` keeps the journal."""
@@ -669,17 +673,6 @@ class GpuplaceService:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
         self.proc = None
-
-    def __enter__(self) -> GpuplaceService:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class _UnixHTTP:
