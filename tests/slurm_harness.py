@@ -115,7 +115,39 @@ class _Started:
         self.stop()
 
 
-class LoopbackAccounting(_Started):
+class _Daemons(_Started):
+    """Daemons started by a harness: each in its own session, its output in
+    ``dir/log/NAME-K.out``; ``_wait`` fails at once when one of them exits."""
+
+    dir: Path
+    env: dict[str, str]
+    procs: list[subprocess.Popen[bytes]]
+
+    def _spawn(self, *argv: str) -> subprocess.Popen[bytes]:
+        log = open(self.dir / "log" / f"{Path(argv[0]).name}-{len(self.procs)}.out", "wb")
+        proc = subprocess.Popen(
+            argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def _wait(self, done, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise SlurmError(
+                        f"{what}: {proc.args[0]} exited with {proc.returncode} "
+                        f"(logs in {self.dir / 'log'})"
+                    )
+            if done():
+                return
+            time.sleep(0.1)
+        raise SlurmError(f"{what} within {timeout:.0f} s (logs in {self.dir / 'log'})")
+
+
+class LoopbackAccounting(_Daemons):
     """Slurm accounting on loopback: munged, a MariaDB server (its own data directory made by
     ``mariadb-install-db``, a Unix socket only, run as root) and slurmdbd on a free port of
     127.0.0.1, all in ``workdir``. Give it to :class:`LoopbackSlurm` as ``accounting=``. Use as
@@ -146,29 +178,6 @@ class LoopbackAccounting(_Started):
             f"AccountingStoragePort={self.port}",
             "AccountingStorageEnforce=associations,limits,qos",
         ]
-
-    def _spawn(self, *argv: str) -> subprocess.Popen[bytes]:
-        log = open(self.dir / "log" / f"{Path(argv[0]).name}.out", "wb")
-        proc = subprocess.Popen(
-            argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        log.close()
-        self.procs.append(proc)
-        return proc
-
-    def _wait(self, done, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for proc in self.procs:
-                if proc.poll() is not None:
-                    raise SlurmError(
-                        f"{what}: {proc.args[0]} exited with {proc.returncode} "
-                        f"(logs in {self.dir / 'log'})"
-                    )
-            if done():
-                return
-            time.sleep(0.1)
-        raise SlurmError(f"{what} within {timeout:.0f} s (logs in {self.dir / 'log'})")
 
     def _listening(self) -> bool:
         try:
@@ -257,7 +266,7 @@ class LoopbackAccounting(_Started):
         _stop_procs(self.procs)
 
 
-class LoopbackSlurm(_Started):
+class LoopbackSlurm(_Daemons):
     """A Slurm cluster of ``leaves`` leaf switches of ``per_leaf`` nodes each (named ``n01``..
     in leaf order), under ``spines`` spine switches (consecutive leaves share one) and, with
     more than one spine, a core switch. Use as a context manager."""
@@ -420,15 +429,6 @@ class LoopbackSlurm(_Started):
             topo.append(f"SwitchName=core Switches={spines}")
         (d / "topology.conf").write_text("\n".join(topo) + "\n")
 
-    def _spawn(self, *argv: str) -> subprocess.Popen[bytes]:
-        log = open(self.dir / "log" / f"{Path(argv[0]).name}-{len(self.procs)}.out", "wb")
-        proc = subprocess.Popen(
-            argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        log.close()
-        self.procs.append(proc)
-        return proc
-
     def start(self, timeout: float = 30.0) -> None:
         self._write_config()
         d = self.dir
@@ -503,17 +503,6 @@ class LoopbackSlurm(_Started):
             return self.run(*argv, check=False).returncode == 0
         except subprocess.TimeoutExpired:
             return False
-
-    def _wait(self, done, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for proc in self.procs:
-                if proc.poll() is not None:
-                    raise SlurmError(f"{what}: {proc.args[0]} exited with {proc.returncode}")
-            if done():
-                return
-            time.sleep(0.1)
-        raise SlurmError(f"{what} within {timeout:.0f} s (logs in {self.dir / 'log'})")
 
     def node_states(self) -> dict[str, str]:
         out = self.run("sinfo", "-h", "-N", "-o", "%N %T").stdout
