@@ -143,7 +143,7 @@ class NcclTestsRun:
         costs its slowest pair). The closing pair (last rank to rank 0) is not a pipeline pair:
         it moves as much as the others, so it changes nothing where every pair has the same
         path (one NVLink domain), but where it crosses the fabric the job has one crossing
-        fewer than the run."""
+        fewer than the run; the class cost is the slowest pair either way."""
 
         if self.kind is None:
             raise InvalidTopology(f"{self.source}: the collective is unknown; pass collective=")
