@@ -266,8 +266,9 @@ def runs() -> list[tuple[str, str, Topology, int, str]]:
             f("sendrecv_perf-a100-nvlink-1node-8gpu-li-plus-playground.txt"),
             "A100",
             a100(1),
-            2,
-            "dgx-a100 (NVLink 3, 12 x 20 GB/s as NCCL models it)",
+            8,
+            "dgx-a100 (NVLink 3, 12 x 20 GB/s as NCCL models it); `-g 8`: one process, 8 "
+            "ranks, each sending to the next and receiving from the previous at once",
         ),
     ]
 
@@ -299,9 +300,9 @@ def part_a() -> tuple[list[str], list[float], list[tuple[str, float]]]:
     target_errors = []
     checked = []
     for name, family, topo, n, note in runs():
-        run = read_nccl_tests(NCCL / name, ranks=None if name.startswith("sendrecv") else n)
+        run = read_nccl_tests(NCCL / name, ranks=n)
         big = run.largest()
-        gpus = run.gpus_on(topo, 2 if run.kind == "p2p" else n)
+        gpus = run.gpus_on(topo, n)
         job = run.job(big, len(gpus))
         cost = gpuplace.evaluate(topo, job, gpus)
         predicted = _factor(run.kind or "", len(gpus)) * big.size_bytes / cost.comm_seconds / 1e9

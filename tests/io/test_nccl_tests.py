@@ -72,6 +72,31 @@ def test_samples_map_ranks_to_hosts_and_devices() -> None:
     assert job.communication["dp"].bytes == 8589934592
 
 
+def test_sendrecv_is_every_rank_sending_to_the_next() -> None:
+    """sendrecv_perf -g 8 is one process driving 8 ranks, each sending to the next at once: a
+    job of 8 pipeline stages, not one pair. The file lists no ranks, so it needs ranks=."""
+    path = DATA / "sendrecv_perf-a100-nvlink-1node-8gpu-li-plus-playground.txt"
+    one = gpuplace.Topology.preset("a100-pod", nodes=1)
+    with pytest.raises(InvalidTopology, match="how many ranks"):
+        read_nccl_tests(path).samples(one)
+    run = read_nccl_tests(path, ranks=8)
+    samples = run.samples(one)
+    assert [s[0].pp for s in samples] == [8] * 4
+    job, gpus, seconds = samples[-1]
+    assert gpus.tolist() == list(range(8))
+    assert seconds == pytest.approx(5503.4e-6)
+    assert job.communication["pp"].kind == "p2p"
+    # In one NVLink domain every pair has the same path: 8 ranks cost what one pair costs.
+    pair_job, pair_gpus, _ = read_nccl_tests(path, ranks=2).samples(one)[-1]
+    eight = gpuplace.evaluate(one, job, gpus).comm_seconds
+    assert eight == pytest.approx(gpuplace.evaluate(one, pair_job, pair_gpus).comm_seconds)
+    # Over two hosts the pair that crosses the fabric sets the pace.
+    two = gpuplace.Topology.preset("a100-pod", nodes=2)
+    big = run.largest()
+    sixteen = gpuplace.evaluate(two, run.job(big, 16), run.gpus_on(two, 16)).comm_seconds
+    assert sixteen > 2 * eight
+
+
 def test_explicit_ranks_and_collective() -> None:
     path = DATA / "all_reduce_perf-a100-sxm-80gb-16nodes-8gpn-ib-coreweave-nccl-tests.txt"
     assert read_nccl_tests(path, ranks=128).num_ranks() == 128

@@ -135,14 +135,22 @@ class NcclTestsRun:
         return max(self.rows, key=lambda r: r.size_bytes)
 
     def job(self, row: NcclTestsRow, ranks: int) -> Job:
-        """One call of the run's collective at ``row``'s size over ``ranks`` ranks, as a job."""
+        """One call of the run's collective at ``row``'s size over ``ranks`` ranks, as a job.
+
+        ``sendrecv_perf`` over ``ranks`` ranks has every rank send ``row``'s size to the next
+        rank and receive as much from the previous one, all at once; as a job that is a
+        pipeline of ``ranks`` stages whose neighbour pairs exchange concurrently (the class
+        costs its slowest pair). The closing pair (last rank to rank 0) is not a pipeline pair:
+        it moves as much as the others, so it changes nothing where every pair has the same
+        path (one NVLink domain), but where it crosses the fabric the job has one crossing
+        fewer than the run; the class cost is the slowest pair either way."""
 
         if self.kind is None:
             raise InvalidTopology(f"{self.source}: the collective is unknown; pass collective=")
         if self.kind == "p2p":
             return Job(
                 name=f"{self.collective}-{row.size_bytes}",
-                pp=2,
+                pp=ranks,
                 communication={"pp": Communication("p2p", float(row.size_bytes), 1.0)},
                 confine={},
             )
@@ -163,8 +171,6 @@ class NcclTestsRun:
         n = self.num_ranks()
         if n is None or n < 2:
             raise InvalidTopology(f"{self.source}: cannot tell how many ranks the run had")
-        if self.kind == "p2p":
-            n = 2
         if gpus is None:
             gpus = self.gpus_on(topology, n)
         gpus = np.asarray(gpus, dtype=np.int64)
