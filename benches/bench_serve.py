@@ -5,11 +5,18 @@
    queue it builds; a closed-loop tool such as wrk would wait for each answer before sending
    the next and hide that queue): 100 and 1,000 requests/s of 8-GPU jobs (tp 8), each
    released 1,024 placements later (the cluster stays about half full; the releases are half
-   the traffic), on a fresh service per run, median of ``--runs``. The load generator is this
-   process (asyncio on uvloop, one protocol object per connection, 64 keep-alive
-   connections); it shares the machine's cores with the service, so the CPU each spends per
-   request is reported, and so is the share of the host's CPU time the hypervisor stole during
-   each run (``steal`` in /proc/stat: on a shared virtual machine the tail follows it). This
+   the traffic), on a fresh service per run, median of ``--runs``. The load generator is
+   compiled: gpuplace-loadgen (benches/loadgen, std-only Rust, built here with ``cargo build
+   --release -p gpuplace-loadgen`` on first use), a process of its own with one blocking
+   thread per keep-alive connection (64), each sleeping until its next request is due; it
+   sends the same requests in the same order as the Python generator and reports the same
+   figures. ``--generator python`` runs the Python one instead (asyncio on uvloop in this
+   process; it spent 200-350 us of CPU per request, about half of what the service spends,
+   on the same two cores; the results before the compiled one were measured with it), and so
+   does a checkout without cargo or whose build fails (the report says which ran). Either
+   shares the machine's cores with the service, so the CPU each spends per request is
+   reported, and so is the share of the host's CPU time the hypervisor stole during each run
+   (``steal`` in /proc/stat: on a shared virtual machine the tail follows it). This
    checkout is measured in both durabilities (``--durability process``, the default, and
    ``power``, an fsync per group commit), so the fsync's cost shows.
    Peers, measured in the same run: with ``--peer DIR`` the service of
@@ -28,7 +35,7 @@
 Targets (issue 24): p99 <= 10 ms at 1,000 requests/s; a tagged sbatch adds <= 50 ms.
 
     python benches/bench_serve.py [--quick] [--runs 3] [--peer OTHER/python]
-        [--out benches/results/bench_serve.txt]
+        [--generator native|python] [--out benches/results/bench_serve.txt]
 """
 
 from __future__ import annotations
@@ -714,8 +721,8 @@ def main() -> None:
             say(f"the compiled load generator could not be built ({why}): the Python one runs")
     if loadgen is not None:
         say(
-            "load generator: gpuplace-loadgen (benches/loadgen, compiled Rust, a process of "
-            "its own: a scheduler thread and one thread per keep-alive connection)"
+            "load generator: gpuplace-loadgen (benches/loadgen, compiled Rust, a process of its "
+            "own: one thread per keep-alive connection, sleeping until its next request is due)"
         )
     else:
         say(

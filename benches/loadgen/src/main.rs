@@ -10,9 +10,11 @@
 //! Unix-socket connection (blocking I/O, one request in flight each); a thread whose connection
 //! is free takes the next request of the schedule, sleeps until it is due, sends it and reads
 //! the answer by its Content-Length. Two wake-ups per request (the due time, the answer) and
-//! no hand-off between threads: a scheduler thread passing each request to a connection
-//! thread took about twice the CPU per request (more context switches, each costly on a
-//! virtual machine). It prints one JSON line and exits 0; bad arguments, a
+//! no hand-off between threads. Measured against alternatives on the development machine (a
+//! fixed-answer server, 1,000 requests/s): a scheduler thread passing each request to a
+//! connection thread took about twice the CPU per request (five context switches per request
+//! instead of about four, each costly on a virtual machine), and one thread driving every
+//! connection through epoll about 1.7x (125-146 against 72-92 us). It prints one JSON line and exits 0; bad arguments, a
 //! socket that cannot be connected to or does not answer: a message and exit code 2.
 
 mod http;
