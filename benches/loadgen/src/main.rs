@@ -101,6 +101,9 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let socket = socket.ok_or("--socket PATH is required (the service's Unix socket)")?;
     let rate = rate.ok_or("--rate R is required (requests per second)")?;
     let seconds = seconds.ok_or("--seconds S is required")?;
+    if seconds > 1e6 {
+        return Err("--seconds: at most 1000000 (11.6 days)".to_string());
+    }
     let total = rate * seconds;
     if total < 1.0 {
         return Err(format!(
@@ -450,6 +453,10 @@ mod tests {
                 "unknown argument \"--rps\"",
             ),
             ("--socket s --rate 0.5 --seconds 1", "less than one request"),
+            (
+                "--socket s --rate 1e-300 --seconds 1e301",
+                "--seconds: at most 1000000",
+            ),
         ];
         for (line, want) in cases {
             let err = parse_args(&args(line)).unwrap_err();
