@@ -639,6 +639,8 @@ def _native_open_loop(
             result[key] = float("nan")
     # Statuses as the Python generator keys them (int); connection errors keep their name.
     result["failures"] = {int(k) if k.isdigit() else k: v for k, v in result["failures"].items()}
+    if result["cpu_seconds"] is None:  # /proc/self/stat unreadable
+        result["cpu_seconds"] = float("nan")
     return result
 
 
