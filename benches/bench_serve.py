@@ -5,11 +5,18 @@
    queue it builds; a closed-loop tool such as wrk would wait for each answer before sending
    the next and hide that queue): 100 and 1,000 requests/s of 8-GPU jobs (tp 8), each
    released 1,024 placements later (the cluster stays about half full; the releases are half
-   the traffic), on a fresh service per run, median of ``--runs``. The load generator is this
-   process (asyncio on uvloop, one protocol object per connection, 64 keep-alive
-   connections); it shares the machine's cores with the service, so the CPU each spends per
-   request is reported, and so is the share of the host's CPU time the hypervisor stole during
-   each run (``steal`` in /proc/stat: on a shared virtual machine the tail follows it). This
+   the traffic), on a fresh service per run, median of ``--runs``. The load generator is
+   compiled: gpuplace-loadgen (benches/loadgen, std-only Rust, built here with ``cargo build
+   --release -p gpuplace-loadgen`` on first use), a process of its own with one blocking
+   thread per keep-alive connection (64), each sleeping until its next request is due; it
+   sends the same requests in the same order as the Python generator and reports the same
+   figures. ``--generator python`` runs the Python one instead (asyncio on uvloop in this
+   process; it spent 200-350 us of CPU per request, about half of what the service spends,
+   on the same two cores; the results before the compiled one were measured with it), and so
+   does a checkout without cargo or whose build fails (the report says which ran). Either
+   shares the machine's cores with the service, so the CPU each spends per request is
+   reported, and so is the share of the host's CPU time the hypervisor stole during each run
+   (``steal`` in /proc/stat: on a shared virtual machine the tail follows it). This
    checkout is measured in both durabilities (``--durability process``, the default, and
    ``power``, an fsync per group commit), so the fsync's cost shows.
    Peers, measured in the same run: with ``--peer DIR`` the service of
@@ -28,7 +35,7 @@
 Targets (issue 24): p99 <= 10 ms at 1,000 requests/s; a tagged sbatch adds <= 50 ms.
 
     python benches/bench_serve.py [--quick] [--runs 3] [--peer OTHER/python]
-        [--out benches/results/bench_serve.txt]
+        [--generator native|python] [--out benches/results/bench_serve.txt]
 """
 
 from __future__ import annotations
@@ -584,12 +591,70 @@ def describe_checkout(python: str) -> str:
     return f"commit {out}"
 
 
+def build_loadgen() -> tuple[Path | None, str]:
+    """The compiled load generator (benches/loadgen), built here once: (its executable, "")
+    or (None, why it could not be built)."""
+    command = [
+        "cargo",
+        "build",
+        "--release",
+        "-p",
+        "gpuplace-loadgen",
+        "-q",
+        "--message-format=json-render-diagnostics",
+    ]
+    try:
+        built = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    except FileNotFoundError:
+        return None, "cargo is not installed"
+    except subprocess.TimeoutExpired:
+        return None, "cargo build did not finish in 10 minutes"
+    if built.returncode != 0:
+        tail = " ".join((built.stderr or built.stdout).strip().splitlines()[-3:])
+        return None, f"cargo build failed: {tail}"
+    for line in built.stdout.splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if message.get("reason") == "compiler-artifact" and message.get("executable"):
+            if message.get("target", {}).get("name") == "gpuplace-loadgen":
+                return Path(message["executable"]), ""
+    return None, "cargo build named no gpuplace-loadgen executable"
+
+
+def _native_open_loop(
+    loadgen: Path, sock: Path, rate: float, seconds: float, connections: int, prefix: str = "r"
+) -> dict[str, Any]:
+    """``_open_loop``'s requests and figures, sent and measured by the compiled generator in
+    a process of its own (plus ``cpu_seconds``: the CPU it spent, all of its run)."""
+    command = [str(loadgen), "--socket", str(sock), "--rate", repr(rate), "--seconds"]
+    command += [repr(seconds), "--connections", str(connections), "--prefix", prefix]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120)
+    if run.returncode != 0:
+        raise SystemExit(f"gpuplace-loadgen exited {run.returncode}: {run.stderr.strip()}")
+    result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    for key in ("place_p50_ms", "place_p99_ms", "all_p50_ms", "all_p99_ms"):
+        if result[key] is None:  # no answer of that kind: NaN, as pct() gives
+            result[key] = float("nan")
+    # Statuses as the Python generator keys them (int); connection errors keep their name.
+    result["failures"] = {int(k) if k.isdigit() else k: v for k, v in result["failures"].items()}
+    if result["cpu_seconds"] is None:  # /proc/self/stat unreadable
+        result["cpu_seconds"] = float("nan")
+    return result
+
+
 def measure_rate(
-    rate: float, seconds: float, python: str | None, extra: tuple[str, ...] = ()
+    rate: float,
+    seconds: float,
+    python: str | None,
+    extra: tuple[str, ...] = (),
+    loadgen: Path | None = None,
 ) -> dict[str, Any]:
     """One open-loop run on a fresh service (after 100 warm-up placements), with the CPU the
-    service and this load generator spent per request. ``python`` None: this checkout;
-    ``FLOOR``: the floor server instead of a service."""
+    service and the load generator spent per request. ``python`` None: this checkout;
+    ``FLOOR``: the floor server instead of a service. ``loadgen``: the compiled generator's
+    executable, else the Python one (in this process) runs."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         if python == FLOOR:
@@ -601,11 +666,17 @@ def measure_rate(
             run_async(_open_loop(sock, 100.0, 1.0, connections=8, prefix="warm"))
             service_cpu, own_cpu = cpu_seconds(proc.pid), own_cpu_seconds()
             steal = host_steal()
-            result = run_async(_open_loop(sock, rate, seconds, connections=64))
+            if loadgen is not None:
+                result = _native_open_loop(loadgen, sock, rate, seconds, connections=64)
+            else:
+                result = run_async(_open_loop(sock, rate, seconds, connections=64))
             result["steal_percent"] = steal_percent(steal, host_steal())
             n = result["requests"]
             result["service_cpu_us"] = (cpu_seconds(proc.pid) - service_cpu) / n * 1e6
-            result["generator_cpu_us"] = (own_cpu_seconds() - own_cpu) / n * 1e6
+            generator_cpu = (
+                result["cpu_seconds"] if loadgen is not None else own_cpu_seconds() - own_cpu
+            )
+            result["generator_cpu_us"] = generator_cpu / n * 1e6
         finally:
             stop(proc)
     return result
@@ -624,6 +695,14 @@ def main() -> None:
     parser.add_argument(
         "--rates-only", action="store_true", help="part 1 only (the rates and the peers)"
     )
+    parser.add_argument(
+        "--generator",
+        choices=("native", "python"),
+        default="native",
+        help="part 1's open-loop load generator: native (benches/loadgen, compiled; built "
+        "here with cargo, the Python one if that fails) or python (asyncio in this process, "
+        "as results before it were measured)",
+    )
     args = parser.parse_args()
     seconds = 5.0 if args.quick else 20.0
     lines: list[str] = []
@@ -637,6 +716,20 @@ def main() -> None:
         f"python {sys.version.split()[0]}, {os.cpu_count()} cores (shared; load average "
         f"{os.getloadavg()[0]:.1f} at the start)"
     )
+    loadgen: Path | None = None
+    if args.generator == "native":
+        loadgen, why = build_loadgen()
+        if loadgen is None:
+            say(f"the compiled load generator could not be built ({why}): the Python one runs")
+    if loadgen is not None:
+        say(
+            "load generator: gpuplace-loadgen (benches/loadgen, compiled Rust, a process of its "
+            "own: one thread per keep-alive connection, sleeping until its next request is due)"
+        )
+    else:
+        say(
+            "load generator: Python (asyncio on uvloop, in the bench's process; --generator python)"
+        )
     library = peer_library_call()
     # This checkout in each durability mode (the fsync's cost shown, not hidden), and the
     # peer as it starts by default.
@@ -667,7 +760,7 @@ def main() -> None:
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in versions}
         for _ in range(args.runs):
             for label, python, extra in versions:
-                runs[label].append(measure_rate(rate, seconds, python, extra))
+                runs[label].append(measure_rate(rate, seconds, python, extra, loadgen))
         for label, _, _ in versions:
             rs = runs[label]
             by_p99 = sorted(rs, key=lambda r: r["place_p99_ms"])
