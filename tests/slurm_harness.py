@@ -22,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import TypeVar
@@ -676,3 +677,36 @@ class _UnixHTTP:
                 self.sock = sock
 
         return Conn("localhost", timeout=30)
+
+
+#: The gpuplace CLI as the tests run it (the interpreter running the tests, this checkout's
+#: package).
+CLI = [sys.executable, "-m", "gpuplace.cli"]
+
+
+def cli(slurm: LoopbackSlurm, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``gpuplace ARGS`` in ``cwd`` with a loopback Slurm's environment (its commands first on
+    PATH, its slurm.conf), output captured."""
+    return subprocess.run(
+        [*CLI, *args], env=slurm.env, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def rank_lines(path: Path, count: int, timeout: float = 30) -> list[list[str]]:
+    """The ``rank R HOST ...`` lines a job's ranks print into ``path``, split into fields,
+    once ``count`` of them are there (AssertionError with the output after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            got = [ln.split() for ln in path.read_text().splitlines() if ln.startswith("rank ")]
+            if len(got) >= count:
+                return got
+        time.sleep(0.2)
+    raise AssertionError(
+        f"{path}: job output incomplete: {path.read_text() if path.exists() else ''}"
+    )
+
+
+def wait_ranks(path: Path, count: int, timeout: float = 30) -> dict[int, str]:
+    """Each rank's host, from :func:`rank_lines`."""
+    return {int(r[1]): r[2] for r in rank_lines(path, count, timeout)}

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,13 +25,14 @@ from slurm_harness import (
     LoopbackAccounting,
     LoopbackSlurm,
     SlurmError,
+    cli,
     missing_accounting,
     missing_daemons,
+    wait_ranks,
 )
 
 pytestmark = pytest.mark.slurm
 
-CLI = [sys.executable, "-m", "gpuplace.cli"]
 GPUS = 4
 #: What every rank prints: its rank and the node it runs on.
 RANK_SCRIPT = """#!/bin/sh
@@ -91,25 +89,6 @@ def clusters(
         ) as beta,
     ):
         yield alpha, beta
-
-
-def cli(slurm: LoopbackSlurm, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args], env=slurm.env, cwd=cwd, capture_output=True, text=True, timeout=120
-    )
-
-
-def wait_ranks(path: Path, count: int, timeout: float = 30) -> dict[int, str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            got = [ln.split() for ln in path.read_text().splitlines() if ln.startswith("rank ")]
-            if len(got) >= count:
-                return {int(r[1]): r[2] for r in got}
-        time.sleep(0.2)
-    raise AssertionError(
-        f"{path}: job output incomplete: {path.read_text() if path.exists() else ''}"
-    )
 
 
 def queued(slurm: LoopbackSlurm, *args: str) -> list[str]:

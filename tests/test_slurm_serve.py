@@ -21,7 +21,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,12 +28,11 @@ from pathlib import Path
 
 import pytest
 from gpuplace.service.client import Client, ServiceError
-from slurm_harness import GpuplaceService, LoopbackSlurm, missing_daemons
+from slurm_harness import CLI, GpuplaceService, LoopbackSlurm, cli, missing_daemons
 
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).parent.parent
-CLI = [sys.executable, "-m", "gpuplace.cli"]
 GPUS = 8
 BUS_IDS = ["0000:18:00", "0000:2a:00", "0000:3a:00", "0000:5d:00"]
 BUS_IDS += ["0000:9a:00", "0000:ab:00", "0000:ba:00", "0000:db:00"]
@@ -624,12 +622,6 @@ def bare():
             yield slurm
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def cli(slurm: LoopbackSlurm, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args], env=slurm.env, cwd=cwd, capture_output=True, text=True, timeout=120
-    )
 
 
 def test_a_cluster_without_gpu_gres(bare: LoopbackSlurm, tmp_path: Path):

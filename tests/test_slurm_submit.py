@@ -10,9 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +20,11 @@ from gpuplace.cli.schemas import SCHEMAS
 from gpuplace.integrations import slurm as sl
 from gpuplace.model.topology import Topology
 from jsonschema import Draft202012Validator
-from slurm_harness import LoopbackSlurm, missing_daemons
+from slurm_harness import LoopbackSlurm, cli, missing_daemons, rank_lines, wait_ranks
 
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).parent.parent
-CLI = [sys.executable, "-m", "gpuplace.cli"]
 GPUS = 8
 #: What every rank prints: its rank, the node it runs on and the GPU it takes.
 RANK_SCRIPT = """#!/bin/sh
@@ -59,25 +55,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         tmp_path_factory.mktemp("slurm-submit"), 2, 3, gpus=GPUS, gpu_type="h100", node_order=order
     ) as slurm:
         yield slurm
-
-
-def cli(slurm: LoopbackSlurm, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args], env=slurm.env, cwd=cwd, capture_output=True, text=True, timeout=120
-    )
-
-
-def wait_output(path: Path, lines: int, timeout: float = 30) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            got = [ln for ln in path.read_text().splitlines() if ln.startswith("rank ")]
-            if len(got) >= lines:
-                return got
-        time.sleep(0.2)
-    raise AssertionError(
-        f"{path}: job output incomplete: {path.read_text() if path.exists() else ''}"
-    )
 
 
 def queued(slurm: LoopbackSlurm) -> list[str]:
@@ -186,8 +163,7 @@ def test_submitted_job_runs_on_gpuplaces_nodes_in_rank_order(cluster: LoopbackSl
             cwd=tmp_path,
         )
         assert real.returncode == 0, real.stderr
-        ranks = wait_output(tmp_path / "out.txt", 16)
-        by_rank = {int(line.split()[1]): line.split()[2] for line in ranks}
+        by_rank = wait_ranks(tmp_path / "out.txt", 16)
         assert by_rank == {
             r: expected.topology.host_of(int(g)) for r, g in enumerate(expected.gpus)
         }
@@ -216,8 +192,8 @@ def test_srun_ranks_follow_an_unsorted_placement(
     assert sub.env.get("GPUPLACE_PER_RANK_CUDA") == "1"
     try:
         sl.submit(sub)
-        ranks = wait_output(tmp_path / "out.txt", len(reordered.gpus))
-        got = sorted((int(x.split()[1]), x.split()[2], x.split()[3]) for x in ranks)
+        ranks = rank_lines(tmp_path / "out.txt", len(reordered.gpus))
+        got = sorted((int(x[1]), x[2], x[3]) for x in ranks)
         assert got == [(r["rank"], r["host"], str(r["device"])) for r in reordered.rank_table()]
     finally:
         drain_queue(slurm)
@@ -345,8 +321,7 @@ def test_slurm_commands_print_json_that_matches_their_schemas(
         Draft202012Validator(SCHEMAS["slurm-submit"]).validate(real)
         assert real["dry_run"] is False and isinstance(real["job_id"], int)
         assert real["nodes"] == dry["nodes"]
-        ranks = wait_output(tmp_path / "out.txt", 16)
-        assert {line.split()[2] for line in ranks} == set(real["nodes"])
+        assert set(wait_ranks(tmp_path / "out.txt", 16).values()) == set(real["nodes"])
     finally:
         slurm.release(busy)
         drain_queue(slurm)
